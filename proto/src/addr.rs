@@ -79,24 +79,36 @@ impl FromStr for Addr {
     type Err = AddrError;
 
     fn from_str(s: &str) -> Result<Addr, AddrError> {
-        let (scheme, rest) = s.split_once(':').ok_or_else(|| AddrError::UnknownScheme(s.into()))?;
-        let malformed = |expected| AddrError::Malformed { addr: s.into(), expected };
+        let (scheme, rest) = s
+            .split_once(':')
+            .ok_or_else(|| AddrError::UnknownScheme(s.into()))?;
+        let malformed = |expected| AddrError::Malformed {
+            addr: s.into(),
+            expected,
+        };
         let split_port = |expected| {
-            rest.rsplit_once(':').filter(|(a, p)| !a.is_empty() && !p.is_empty()).ok_or_else(
-                || malformed(expected),
-            )
+            rest.rsplit_once(':')
+                .filter(|(a, p)| !a.is_empty() && !p.is_empty())
+                .ok_or_else(|| malformed(expected))
         };
         match scheme {
             "tcp" => {
                 let (host, port) = split_port("tcp:HOST:PORT")?;
-                let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+                let host = host
+                    .strip_prefix('[')
+                    .and_then(|h| h.strip_suffix(']'))
+                    .unwrap_or(host);
                 if host.is_empty() {
                     return Err(malformed("tcp:HOST:PORT"));
                 }
-                let port = port
-                    .parse()
-                    .map_err(|_| AddrError::BadPort { addr: s.into(), port: port.into() })?;
-                Ok(Addr::Tcp { host: host.into(), port })
+                let port = port.parse().map_err(|_| AddrError::BadPort {
+                    addr: s.into(),
+                    port: port.into(),
+                })?;
+                Ok(Addr::Tcp {
+                    host: host.into(),
+                    port,
+                })
             }
             "unix" if !rest.is_empty() => Ok(Addr::Unix(rest.into())),
             "unix" => Err(malformed("unix:PATH")),
@@ -104,21 +116,27 @@ impl FromStr for Addr {
                 let (cid, port) = split_port("vsock:CID:PORT")?;
                 let cid = match cid {
                     "any" => VMADDR_CID_ANY,
-                    n => n
-                        .parse()
-                        .map_err(|_| AddrError::BadCid { addr: s.into(), cid: cid.into() })?,
+                    n => n.parse().map_err(|_| AddrError::BadCid {
+                        addr: s.into(),
+                        cid: cid.into(),
+                    })?,
                 };
-                let port = port
-                    .parse()
-                    .map_err(|_| AddrError::BadPort { addr: s.into(), port: port.into() })?;
+                let port = port.parse().map_err(|_| AddrError::BadPort {
+                    addr: s.into(),
+                    port: port.into(),
+                })?;
                 Ok(Addr::Vsock { cid, port })
             }
             "fc-vsock" => {
                 let (uds, port) = split_port("fc-vsock:UDS_PATH:PORT")?;
-                let port = port
-                    .parse()
-                    .map_err(|_| AddrError::BadPort { addr: s.into(), port: port.into() })?;
-                Ok(Addr::FcVsock { uds: uds.into(), port })
+                let port = port.parse().map_err(|_| AddrError::BadPort {
+                    addr: s.into(),
+                    port: port.into(),
+                })?;
+                Ok(Addr::FcVsock {
+                    uds: uds.into(),
+                    port,
+                })
             }
             _ => Err(AddrError::UnknownScheme(s.into())),
         }
@@ -140,7 +158,10 @@ impl fmt::Display for Addr {
             Addr::Tcp { host, port } if host.contains(':') => write!(f, "tcp:[{host}]:{port}"),
             Addr::Tcp { host, port } => write!(f, "tcp:{host}:{port}"),
             Addr::Unix(path) => write!(f, "unix:{}", path.display()),
-            Addr::Vsock { cid: VMADDR_CID_ANY, port } => write!(f, "vsock:any:{port}"),
+            Addr::Vsock {
+                cid: VMADDR_CID_ANY,
+                port,
+            } => write!(f, "vsock:any:{port}"),
             Addr::Vsock { cid, port } => write!(f, "vsock:{cid}:{port}"),
             Addr::FcVsock { uds, port } => write!(f, "fc-vsock:{}:{port}", uds.display()),
         }
@@ -158,13 +179,43 @@ mod tests {
     #[test]
     fn every_scheme_parses_and_prints_back() {
         let cases = [
-            ("tcp:127.0.0.1:564", Addr::Tcp { host: "127.0.0.1".into(), port: 564 }),
-            ("tcp:[::1]:5640", Addr::Tcp { host: "::1".into(), port: 5640 }),
-            ("tcp:localhost:0", Addr::Tcp { host: "localhost".into(), port: 0 }),
+            (
+                "tcp:127.0.0.1:564",
+                Addr::Tcp {
+                    host: "127.0.0.1".into(),
+                    port: 564,
+                },
+            ),
+            (
+                "tcp:[::1]:5640",
+                Addr::Tcp {
+                    host: "::1".into(),
+                    port: 5640,
+                },
+            ),
+            (
+                "tcp:localhost:0",
+                Addr::Tcp {
+                    host: "localhost".into(),
+                    port: 0,
+                },
+            ),
             ("unix:/run/9p.sock", Addr::Unix("/run/9p.sock".into())),
             ("vsock:3:564", Addr::Vsock { cid: 3, port: 564 }),
-            ("vsock:any:564", Addr::Vsock { cid: VMADDR_CID_ANY, port: 564 }),
-            ("fc-vsock:/tmp/fc/v.sock:564", Addr::FcVsock { uds: "/tmp/fc/v.sock".into(), port: 564 }),
+            (
+                "vsock:any:564",
+                Addr::Vsock {
+                    cid: VMADDR_CID_ANY,
+                    port: 564,
+                },
+            ),
+            (
+                "fc-vsock:/tmp/fc/v.sock:564",
+                Addr::FcVsock {
+                    uds: "/tmp/fc/v.sock".into(),
+                    port: 564,
+                },
+            ),
         ];
         for (text, addr) in cases {
             assert_eq!(parse(text).as_ref(), Ok(&addr), "{text}");
@@ -175,16 +226,43 @@ mod tests {
     #[test]
     fn bad_addresses_say_what_is_wrong() {
         assert!(matches!(parse("564"), Err(AddrError::UnknownScheme(_))));
-        assert!(matches!(parse("http:x:1"), Err(AddrError::UnknownScheme(_))));
-        assert!(matches!(parse("tcp:127.0.0.1"), Err(AddrError::Malformed { .. })));
-        assert!(matches!(parse("tcp::564"), Err(AddrError::Malformed { .. })));
-        assert!(matches!(parse("tcp:[]:564"), Err(AddrError::Malformed { .. })));
-        assert!(matches!(parse("tcp:h:99999"), Err(AddrError::BadPort { .. })));
+        assert!(matches!(
+            parse("http:x:1"),
+            Err(AddrError::UnknownScheme(_))
+        ));
+        assert!(matches!(
+            parse("tcp:127.0.0.1"),
+            Err(AddrError::Malformed { .. })
+        ));
+        assert!(matches!(
+            parse("tcp::564"),
+            Err(AddrError::Malformed { .. })
+        ));
+        assert!(matches!(
+            parse("tcp:[]:564"),
+            Err(AddrError::Malformed { .. })
+        ));
+        assert!(matches!(
+            parse("tcp:h:99999"),
+            Err(AddrError::BadPort { .. })
+        ));
         assert!(matches!(parse("unix:"), Err(AddrError::Malformed { .. })));
-        assert!(matches!(parse("vsock:host:5"), Err(AddrError::BadCid { .. })));
-        assert!(matches!(parse("vsock:3:-1"), Err(AddrError::BadPort { .. })));
-        assert!(matches!(parse("fc-vsock:/tmp/v.sock"), Err(AddrError::Malformed { .. })));
-        assert!(matches!(parse("fc-vsock:/tmp/v.sock:x"), Err(AddrError::BadPort { .. })));
+        assert!(matches!(
+            parse("vsock:host:5"),
+            Err(AddrError::BadCid { .. })
+        ));
+        assert!(matches!(
+            parse("vsock:3:-1"),
+            Err(AddrError::BadPort { .. })
+        ));
+        assert!(matches!(
+            parse("fc-vsock:/tmp/v.sock"),
+            Err(AddrError::Malformed { .. })
+        ));
+        assert!(matches!(
+            parse("fc-vsock:/tmp/v.sock:x"),
+            Err(AddrError::BadPort { .. })
+        ));
         let msg = parse("tcp:h:port").unwrap_err().to_string();
         assert!(msg.contains("invalid port \"port\""), "{msg}");
     }

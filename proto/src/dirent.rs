@@ -62,7 +62,10 @@ pub struct DirEntryPacker {
 impl DirEntryPacker {
     /// A packer that will hold at most `limit` bytes.
     pub fn new(limit: usize) -> Self {
-        DirEntryPacker { buf: BytesMut::with_capacity(limit.min(64 * 1024)), limit }
+        DirEntryPacker {
+            buf: BytesMut::with_capacity(limit.min(64 * 1024)),
+            limit,
+        }
     }
 
     /// Appends `entry` if it fits and returns whether it did.
@@ -90,7 +93,16 @@ mod tests {
     use super::*;
 
     fn entry(name: &str, offset: u64) -> DirEntry {
-        DirEntry { qid: Qid { ty: 0, version: 1, path: offset }, offset, ty: 8, name: name.into() }
+        DirEntry {
+            qid: Qid {
+                ty: 0,
+                version: 1,
+                path: offset,
+            },
+            offset,
+            ty: 8,
+            name: name.into(),
+        }
     }
 
     #[test]

@@ -291,7 +291,13 @@ mod tests {
         let odd = Errno(4242);
         assert_eq!(odd.name(), None);
         assert_eq!(format!("{odd:?}"), "Errno(4242)");
-        assert_eq!(Errno::ENOENT.to_string(), "No such file or directory (ENOENT)");
-        assert_eq!(Errno::from(&Errno::ENOTEMPTY.to_io_error()), Errno::ENOTEMPTY);
+        assert_eq!(
+            Errno::ENOENT.to_string(),
+            "No such file or directory (ENOENT)"
+        );
+        assert_eq!(
+            Errno::from(&Errno::ENOTEMPTY.to_io_error()),
+            Errno::ENOTEMPTY
+        );
     }
 }

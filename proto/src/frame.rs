@@ -74,7 +74,10 @@ impl FrameDecoder {
             return Err(FrameError::TooSmall(size));
         }
         if size > self.max_size {
-            return Err(FrameError::TooLarge { size, max: self.max_size });
+            return Err(FrameError::TooLarge {
+                size,
+                max: self.max_size,
+            });
         }
         let size = size as usize;
         if buf.len() < size {
@@ -85,7 +88,11 @@ impl FrameDecoder {
         frame.advance(4);
         let ty = frame.get_u8();
         let tag = frame.get_u16_le();
-        Ok(Some(Frame { tag, ty, body: Message::decode_body(ty, frame) }))
+        Ok(Some(Frame {
+            tag,
+            ty,
+            body: Message::decode_body(ty, frame),
+        }))
     }
 }
 
@@ -101,15 +108,25 @@ mod tests {
         let before = buf.capacity();
         assert_eq!(
             decoder.decode(&mut buf),
-            Err(FrameError::TooLarge { size: 0x4000_0000, max: 8192 })
+            Err(FrameError::TooLarge {
+                size: 0x4000_0000,
+                max: 8192
+            })
         );
-        assert_eq!(buf.capacity(), before, "no memory reserved for a refused frame");
+        assert_eq!(
+            buf.capacity(),
+            before,
+            "no memory reserved for a refused frame"
+        );
     }
 
     #[test]
     fn frame_smaller_than_header_is_refused() {
         let mut buf = BytesMut::from(&[3, 0, 0, 0][..]);
-        assert_eq!(FrameDecoder::new(8192).decode(&mut buf), Err(FrameError::TooSmall(3)));
+        assert_eq!(
+            FrameDecoder::new(8192).decode(&mut buf),
+            Err(FrameError::TooSmall(3))
+        );
     }
 
     #[test]
@@ -131,7 +148,15 @@ mod tests {
         let mut buf = BytesMut::new();
         // A Tclunk with a 2-byte body (needs 4), then a good frame.
         buf.extend_from_slice(&[9, 0, 0, 0, 120, 5, 0, 1, 2]);
-        encode_frame(6, &Tversion { msize: 8192, version: "9P2000.L".into() }.into(), &mut buf);
+        encode_frame(
+            6,
+            &Tversion {
+                msize: 8192,
+                version: "9P2000.L".into(),
+            }
+            .into(),
+            &mut buf,
+        );
         let mut decoder = FrameDecoder::new(8192);
         let bad = decoder.decode(&mut buf).unwrap().unwrap();
         assert_eq!((bad.tag, bad.ty), (5, 120));

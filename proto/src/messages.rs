@@ -382,6 +382,6 @@ protocol! {
 impl Message {
     /// Whether this is a request (T-message); replies have odd type numbers.
     pub fn is_request(&self) -> bool {
-        self.type_id() % 2 == 0
+        self.type_id().is_multiple_of(2)
     }
 }

@@ -23,7 +23,10 @@ pub trait Wire: Sized {
 
 fn need(buf: &Bytes, n: usize) -> Result<(), DecodeError> {
     if buf.remaining() < n {
-        Err(DecodeError::Truncated { needed: n, available: buf.remaining() })
+        Err(DecodeError::Truncated {
+            needed: n,
+            available: buf.remaining(),
+        })
     } else {
         Ok(())
     }
@@ -58,7 +61,10 @@ impl Wire for String {
         2 + self.len()
     }
     fn encode<B: BufMut>(&self, buf: &mut B) {
-        debug_assert!(self.len() <= usize::from(u16::MAX), "9P string longer than 65535 bytes");
+        debug_assert!(
+            self.len() <= usize::from(u16::MAX),
+            "9P string longer than 65535 bytes"
+        );
         buf.put_u16_le(self.len() as u16);
         buf.put_slice(self.as_bytes());
     }
@@ -75,7 +81,10 @@ impl<T: Wire> Wire for Vec<T> {
         2 + self.iter().map(Wire::byte_size).sum::<usize>()
     }
     fn encode<B: BufMut>(&self, buf: &mut B) {
-        debug_assert!(self.len() <= usize::from(u16::MAX), "9P list longer than 65535 items");
+        debug_assert!(
+            self.len() <= usize::from(u16::MAX),
+            "9P list longer than 65535 items"
+        );
         buf.put_u16_le(self.len() as u16);
         for item in self {
             item.encode(buf);
@@ -165,7 +174,11 @@ impl Wire for Qid {
     }
     fn decode(buf: &mut Bytes) -> Result<Self, DecodeError> {
         need(buf, Self::SIZE)?;
-        Ok(Qid { ty: buf.get_u8(), version: buf.get_u32_le(), path: buf.get_u64_le() })
+        Ok(Qid {
+            ty: buf.get_u8(),
+            version: buf.get_u32_le(),
+            path: buf.get_u64_le(),
+        })
     }
 }
 
@@ -200,7 +213,10 @@ mod tests {
     #[test]
     fn string_length_past_buffer_is_truncated_not_panic() {
         let mut buf = Bytes::from_static(&[0xff, 0xff, b'a']);
-        assert!(matches!(String::decode(&mut buf), Err(DecodeError::Truncated { .. })));
+        assert!(matches!(
+            String::decode(&mut buf),
+            Err(DecodeError::Truncated { .. })
+        ));
     }
 
     #[test]
@@ -216,7 +232,11 @@ mod tests {
         let mut buf = frame.clone();
         let data = Data::decode(&mut buf).unwrap();
         assert_eq!(&data.0[..], b"abc");
-        assert_eq!(data.0.as_ptr(), frame[4..].as_ptr(), "payload must not be copied");
+        assert_eq!(
+            data.0.as_ptr(),
+            frame[4..].as_ptr(),
+            "payload must not be copied"
+        );
         assert_eq!(buf.remaining(), 1);
     }
 
@@ -229,6 +249,9 @@ mod tests {
     #[test]
     fn fsync_datasync_is_optional_on_decode() {
         assert_eq!(TrailingU32::decode(&mut Bytes::new()), Ok(TrailingU32(0)));
-        assert_eq!(TrailingU32::decode(&mut Bytes::from_static(&[1, 0, 0, 0])), Ok(TrailingU32(1)));
+        assert_eq!(
+            TrailingU32::decode(&mut Bytes::from_static(&[1, 0, 0, 0])),
+            Ok(TrailingU32(1))
+        );
     }
 }
