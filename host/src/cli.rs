@@ -1,0 +1,144 @@
+//! Command-line interface. Exit codes: 0 success, 1 runtime failure, 2 bad usage or
+//! unusable configuration (bad address, missing export), always with one clear line on
+//! stderr and no backtrace.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use wasm9p_proto::consts::{DEFAULT_MSIZE, MAX_MSIZE, MIN_MSIZE};
+use wasm9p_proto::transport::Listener;
+use wasm9p_proto::Addr;
+use wasm9p_server::{ExportConfig, Server, ServerConfig};
+
+/// Exit code for bad usage or configuration.
+pub const EXIT_USAGE: u8 = 2;
+
+/// wasm9p: WASI guests on a 9P2000.L filesystem.
+#[derive(Debug, Parser)]
+#[command(name = "wasm9p", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Export a host directory over 9P2000.L.
+    Serve(ServeArgs),
+}
+
+/// `wasm9p serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Host directory to export (repeatable; a client picks one by aname: its path or
+    /// its last component; an empty aname means the only export).
+    #[arg(long = "export", value_name = "DIR", required = true)]
+    pub exports: Vec<PathBuf>,
+    /// Where to listen: tcp:HOST:PORT, unix:PATH, vsock:CID:PORT (vsock:any:PORT),
+    /// fc-vsock:UDS_PATH:PORT. Repeatable.
+    #[arg(long = "listen", value_name = "ADDR", required = true, value_parser = parse_addr)]
+    pub listen: Vec<Addr>,
+    /// Refuse every change with EROFS.
+    #[arg(long)]
+    pub read_only: bool,
+    /// Largest message size granted, in bytes.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MSIZE, value_parser = parse_msize)]
+    pub msize: u32,
+}
+
+fn parse_addr(s: &str) -> Result<Addr, String> {
+    s.parse()
+        .map_err(|e: wasm9p_proto::AddrError| e.to_string())
+}
+
+fn parse_msize(s: &str) -> Result<u32, String> {
+    let n: u32 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of bytes"))?;
+    if !(MIN_MSIZE..=MAX_MSIZE).contains(&n) {
+        return Err(format!("msize must be between {MIN_MSIZE} and {MAX_MSIZE}"));
+    }
+    Ok(n)
+}
+
+/// Runs `wasm9p serve` until SIGINT or SIGTERM.
+pub async fn serve(args: ServeArgs) -> ExitCode {
+    let exports = args
+        .exports
+        .iter()
+        .map(|p| ExportConfig {
+            read_only: args.read_only,
+            ..ExportConfig::new(p)
+        })
+        .collect();
+    let server = match Server::new(ServerConfig {
+        exports,
+        msize: args.msize,
+    }) {
+        Ok(server) => server,
+        Err(e) => return fail(EXIT_USAGE, &format!("cannot export: {e}")),
+    };
+    let mut listeners = Vec::new();
+    for addr in &args.listen {
+        match Listener::bind(addr).await {
+            Ok(l) => listeners.push(l),
+            Err(e) => return fail(EXIT_USAGE, &format!("cannot listen on {addr}: {e}")),
+        }
+    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut tasks = Vec::new();
+    for listener in listeners {
+        let exports: Vec<_> = server
+            .exports()
+            .iter()
+            .map(|e| e.path.display().to_string())
+            .collect();
+        // Scripts wait for this line to know the server is up.
+        eprintln!(
+            "wasm9p: serving {} on {}",
+            exports.join(", "),
+            listener.local_addr()
+        );
+        let server = server.clone();
+        let mut stop = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            server
+                .serve(listener, async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
+        }));
+    }
+    wait_for_signal().await;
+    let _ = stop_tx.send(true);
+    for task in tasks {
+        let _ = task.await;
+    }
+    eprintln!("wasm9p: stopped");
+    ExitCode::SUCCESS
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut int), Ok(mut term)) => {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}
+
+/// Prints one line and returns the exit code.
+pub fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("wasm9p: {message}");
+    ExitCode::from(code)
+}

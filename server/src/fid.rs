@@ -1,0 +1,184 @@
+//! Fids: what a client's 32-bit handle stands for on this side.
+//!
+//! A fid names a [`Node`]: a directory handle (`parent`) plus one name in it (`"."`
+//! for the export root itself), and the path from the root for `..`. Operations on the
+//! node are `*at(parent, name)` calls, so nothing is ever resolved by a host path. Once
+//! opened, the fid also holds the open file, directory listing or xattr buffer.
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use bytes::{Bytes, BytesMut};
+use cap_fs_ext::DirExt;
+use cap_std::fs::Dir;
+use wasm9p_proto::{DirEntry, Errno, Qid};
+
+use crate::export::Export;
+use crate::MAX_FIDS_PER_CONNECTION;
+
+/// Where a fid points.
+#[derive(Clone, Debug)]
+pub(crate) struct Node {
+    /// Handle on the directory holding the node (the root itself for the root).
+    pub parent: Arc<Dir>,
+    /// The node's name in `parent`; `"."` for the export root.
+    pub name: String,
+    /// Names from the export root to the node (empty for the root).
+    pub path: Vec<String>,
+}
+
+impl Node {
+    pub fn root(export: &Export) -> Node {
+        Node {
+            parent: export.root.clone(),
+            name: ".".into(),
+            path: Vec::new(),
+        }
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.path.is_empty()
+    }
+}
+
+/// What an opened fid holds.
+#[derive(Debug, Default)]
+pub(crate) enum Open {
+    /// Not opened.
+    #[default]
+    None,
+    /// An open file.
+    File(Arc<std::fs::File>),
+    /// An open directory and, once read, a snapshot of its entries: the readdir cookie
+    /// of entry `i` is `i + 1`, so offsets stay stable across calls.
+    Dir {
+        fd: Arc<OwnedFd>,
+        listing: Option<Arc<Vec<DirEntry>>>,
+    },
+    /// The value (or name list) of an xattr, to be read.
+    XattrRead(Bytes),
+    /// An xattr being written: set on clunk.
+    XattrWrite {
+        name: String,
+        size: u64,
+        flags: u32,
+        value: BytesMut,
+    },
+}
+
+/// One fid.
+#[derive(Debug)]
+pub(crate) struct Fid {
+    pub export: Arc<Export>,
+    pub node: RwLock<Node>,
+    pub qid: Qid,
+    /// The node's own handle when it is a directory, opened on first use.
+    dir: OnceLock<Arc<Dir>>,
+    pub open: Mutex<Open>,
+}
+
+impl Fid {
+    pub fn new(export: Arc<Export>, node: Node, qid: Qid) -> Fid {
+        Fid {
+            export,
+            node: RwLock::new(node),
+            qid,
+            dir: OnceLock::new(),
+            open: Mutex::new(Open::None),
+        }
+    }
+
+    /// A fid at the same place, not opened (walk with no names).
+    pub fn clone_unopened(&self) -> Fid {
+        let fid = Fid::new(self.export.clone(), self.node(), self.qid);
+        if let Some(dir) = self.dir.get() {
+            let _ = fid.dir.set(dir.clone());
+        }
+        fid
+    }
+
+    pub fn node(&self) -> Node {
+        self.node.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn set_node(&self, node: Node) {
+        *self.node.write().unwrap_or_else(|e| e.into_inner()) = node;
+    }
+
+    pub fn open_state(&self) -> std::sync::MutexGuard<'_, Open> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The directory this fid names, as a handle to create in, walk from or list.
+    pub fn dir(&self) -> Result<Arc<Dir>, Errno> {
+        if !self.qid.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        if let Some(dir) = self.dir.get() {
+            return Ok(dir.clone());
+        }
+        let node = self.node();
+        let dir = if node.is_root() {
+            node.parent.clone()
+        } else {
+            Arc::new(
+                node.parent
+                    .open_dir_nofollow(&node.name)
+                    .map_err(|e| Errno::from(&e))?,
+            )
+        };
+        Ok(self.dir.get_or_init(|| dir).clone())
+    }
+
+    /// Preset the directory handle (a walk that opened it on the way).
+    pub fn set_dir(&self, dir: Arc<Dir>) {
+        let _ = self.dir.set(dir);
+    }
+
+    pub fn read_only(&self) -> bool {
+        self.export.read_only
+    }
+}
+
+/// A connection's fids, bounded by [`MAX_FIDS_PER_CONNECTION`].
+#[derive(Debug, Default)]
+pub(crate) struct FidTable {
+    fids: Mutex<HashMap<u32, Arc<Fid>>>,
+}
+
+impl FidTable {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Arc<Fid>>> {
+        self.fids.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn get(&self, fid: u32) -> Result<Arc<Fid>, Errno> {
+        self.map().get(&fid).cloned().ok_or(Errno::EBADF)
+    }
+
+    /// Binds a new fid number; EEXIST if it is in use, EMFILE past the bound.
+    pub fn insert(&self, fid: u32, value: Fid) -> Result<(), Errno> {
+        let mut map = self.map();
+        if map.contains_key(&fid) {
+            return Err(Errno::EEXIST);
+        }
+        if map.len() >= MAX_FIDS_PER_CONNECTION {
+            return Err(Errno::EMFILE);
+        }
+        map.insert(fid, Arc::new(value));
+        Ok(())
+    }
+
+    /// Rebinds an existing fid number (walk with `newfid == fid`).
+    pub fn replace(&self, fid: u32, value: Fid) {
+        self.map().insert(fid, Arc::new(value));
+    }
+
+    pub fn remove(&self, fid: u32) -> Result<Arc<Fid>, Errno> {
+        self.map().remove(&fid).ok_or(Errno::EBADF)
+    }
+
+    pub fn clear(&self) -> Vec<Arc<Fid>> {
+        self.map().drain().map(|(_, f)| f).collect()
+    }
+}

@@ -1,0 +1,160 @@
+//! # wasm9p-server: a 9P2000.L server for a host directory
+//!
+//! What it is: a server that exports one or more host directories over any transport
+//! of [`wasm9p_proto::transport`] (tcp, unix, vsock, fc-vsock, or an in-process duplex
+//! for the embedded default). Each connection is a tokio task; each request runs as its
+//! own task so a slow one does not hold up the rest, with a bounded number in flight and
+//! a bounded fid table per connection.
+//!
+//! What it is not: an authenticating server (Tauth is refused with ENOENT, which both
+//! the Linux client and diod's tools take as "no auth needed"), nor a server that
+//! changes identity per user: files are created with the server's own credentials.
+//!
+//! ## Confinement
+//! The export root is opened once as a cap-std [`cap_std::fs::Dir`]. Every fid holds
+//! a handle on the directory that contains it plus one name; every host operation is
+//! an `*at()` call relative to such a handle with a single, validated name (no `/`, no
+//! NUL, not `..`), with `O_NOFOLLOW` / `AT_SYMLINK_NOFOLLOW` wherever Linux offers it.
+//! Directory handles are only ever obtained through cap-std (`open_dir_nofollow`, or
+//! cap-std's confined resolution from the root for `..`), so a client can never reach
+//! outside the export: `..` at the root stays at the root, walk never follows a symlink
+//! (walking *through* one fails with ENOTDIR), lopen of a symlink fails with ELOOP, and
+//! names containing `/` are EINVAL. Device nodes cannot be created (EPERM).
+//!
+//! ```no_run
+//! # async fn example() -> std::io::Result<()> {
+//! use wasm9p_proto::transport::Listener;
+//! use wasm9p_server::{ExportConfig, Server, ServerConfig};
+//!
+//! let server = Server::new(ServerConfig {
+//!     exports: vec![ExportConfig::new("/srv/sysroot")],
+//!     ..ServerConfig::default()
+//! })?;
+//! let listener = Listener::bind(&"tcp:127.0.0.1:5640".parse().unwrap()).await?;
+//! server.serve(listener, std::future::pending()).await;
+//! # Ok(()) }
+//! ```
+
+mod export;
+mod fid;
+mod ops;
+mod session;
+mod stat;
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+
+use wasm9p_proto::consts::{DEFAULT_MSIZE, MAX_MSIZE, MIN_MSIZE};
+use wasm9p_proto::transport::{BoxStream, Listener};
+
+pub use export::{Export, ExportConfig};
+
+/// Most fids one connection may hold at once; the next attach or walk gets EMFILE.
+/// Each fid may pin a directory handle, so this also bounds file descriptors.
+pub const MAX_FIDS_PER_CONNECTION: usize = 16 * 1024;
+/// Most requests one connection may have in flight; further frames wait to be read.
+pub const MAX_INFLIGHT_PER_CONNECTION: usize = 256;
+
+/// What to serve and how.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// The exported directories; a client picks one by `aname`.
+    pub exports: Vec<ExportConfig>,
+    /// Largest msize granted (clamped to [`MIN_MSIZE`]..=[`MAX_MSIZE`]).
+    pub msize: u32,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            exports: Vec::new(),
+            msize: DEFAULT_MSIZE,
+        }
+    }
+}
+
+/// A 9P2000.L server; cheap to clone, shareable across listeners.
+#[derive(Clone, Debug)]
+pub struct Server {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    exports: Vec<Arc<Export>>,
+    msize: u32,
+}
+
+impl Server {
+    /// Opens every export (failing if one is missing or not a directory).
+    pub fn new(config: ServerConfig) -> io::Result<Server> {
+        if config.exports.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no directory to export",
+            ));
+        }
+        let exports = config
+            .exports
+            .iter()
+            .map(|c| Export::open(c).map(Arc::new))
+            .collect::<io::Result<_>>()?;
+        raise_fd_limit();
+        let msize = config.msize.clamp(MIN_MSIZE, MAX_MSIZE);
+        Ok(Server {
+            shared: Arc::new(Shared { exports, msize }),
+        })
+    }
+
+    /// The msize this server grants at most.
+    pub fn msize(&self) -> u32 {
+        self.shared.msize
+    }
+
+    /// The exports, in the order configured.
+    pub fn exports(&self) -> &[Arc<Export>] {
+        &self.shared.exports
+    }
+
+    /// Serves one connection until the peer closes it or it breaks.
+    pub async fn serve_connection(&self, stream: BoxStream, peer: String) {
+        session::run(self.shared.clone(), stream, peer).await
+    }
+
+    /// Accepts connections on `listener` until `shutdown` completes; each connection is
+    /// served on its own task. Accept errors are logged and do not stop the server.
+    pub async fn serve(&self, listener: Listener, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let server = self.clone();
+                        tokio::spawn(async move { server.serve_connection(stream, peer).await });
+                    }
+                    Err(e) => {
+                        tracing::warn!("accept on {}: {e}", listener.local_addr());
+                        // Out of fds or similar: back off instead of spinning.
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                },
+            }
+        }
+    }
+}
+
+/// Fids pin directory handles; let the process use as many descriptors as it may.
+fn raise_fd_limit() {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    if let Some(max) = limit.maximum {
+        if limit.current.is_some_and(|cur| cur < max) {
+            let raised = rustix::process::Rlimit {
+                current: Some(max),
+                maximum: Some(max),
+            };
+            let _ = rustix::process::setrlimit(rustix::process::Resource::Nofile, raised);
+        }
+    }
+}

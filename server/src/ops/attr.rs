@@ -1,0 +1,147 @@
+//! Tgetattr, Tsetattr, Tstatfs.
+
+use std::os::fd::AsFd;
+
+use cap_std::fs::Permissions;
+use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
+use wasm9p_proto::consts::setattr as valid;
+use wasm9p_proto::{Errno, Message, Rsetattr, Rstatfs, Tgetattr, Tsetattr, Tstatfs};
+
+use super::{ioerr, stat_node, sys, writable};
+use crate::fid::{Fid, Open};
+use crate::session::Session;
+use crate::stat;
+
+pub(super) fn getattr(s: &Session, t: Tgetattr) -> Result<Message, Errno> {
+    let fid = s.fids.get(t.fid)?;
+    // An open file is asked through its descriptor: it may have been unlinked since.
+    let st = match &*fid.open_state() {
+        Open::File(file) => Some(rustix::fs::fstat(file.as_fd()).map_err(sys)?),
+        Open::Dir { fd, .. } => Some(rustix::fs::fstat(fd).map_err(sys)?),
+        _ => None,
+    };
+    let st = match st {
+        Some(st) => st,
+        None => stat_node(&fid.node())?,
+    };
+    Ok(stat::rgetattr(&st, fid.export.root_dev).into())
+}
+
+fn timespec(set: bool, now: bool, sec: u64, nsec: u64) -> Timespec {
+    match (set, now) {
+        (true, _) => Timespec {
+            tv_sec: sec as i64,
+            tv_nsec: nsec as _,
+        },
+        (false, true) => Timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_NOW,
+        },
+        (false, false) => Timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_OMIT,
+        },
+    }
+}
+
+pub(super) fn setattr(s: &Session, t: Tsetattr) -> Result<Message, Errno> {
+    let fid = s.fids.get(t.fid)?;
+    writable(&fid)?;
+    let node = fid.node();
+    if t.valid & valid::MODE != 0 {
+        // cap-std's set_permissions resolves beneath the export, so even a node
+        // replaced by a symlink since the walk cannot lead outside.
+        use std::os::unix::fs::PermissionsExt;
+        let perms = Permissions::from_std(std::fs::Permissions::from_mode(t.mode & 0o7777));
+        node.parent
+            .set_permissions(&node.name, perms)
+            .map_err(ioerr)?;
+    }
+    if t.valid & (valid::UID | valid::GID) != 0 {
+        let uid = (t.valid & valid::UID != 0).then(|| rustix::fs::Uid::from_raw(t.uid));
+        let gid = (t.valid & valid::GID != 0).then(|| rustix::fs::Gid::from_raw(t.gid));
+        rustix::fs::chownat(
+            &*node.parent,
+            node.name.as_str(),
+            uid,
+            gid,
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .map_err(sys)?;
+    }
+    if t.valid & valid::SIZE != 0 {
+        truncate(&fid, t.size)?;
+    }
+    if t.valid & (valid::ATIME | valid::MTIME) != 0 {
+        let times = Timestamps {
+            last_access: if t.valid & valid::ATIME != 0 {
+                timespec(
+                    t.valid & valid::ATIME_SET != 0,
+                    true,
+                    t.atime_sec,
+                    t.atime_nsec,
+                )
+            } else {
+                timespec(false, false, 0, 0)
+            },
+            last_modification: if t.valid & valid::MTIME != 0 {
+                timespec(
+                    t.valid & valid::MTIME_SET != 0,
+                    true,
+                    t.mtime_sec,
+                    t.mtime_nsec,
+                )
+            } else {
+                timespec(false, false, 0, 0)
+            },
+        };
+        rustix::fs::utimensat(
+            &*node.parent,
+            node.name.as_str(),
+            &times,
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .map_err(sys)?;
+    }
+    Ok(Rsetattr {}.into())
+}
+
+fn truncate(fid: &Fid, size: u64) -> Result<(), Errno> {
+    if let Open::File(file) = &*fid.open_state() {
+        if file.set_len(size).is_ok() {
+            return Ok(());
+        }
+    }
+    if fid.qid.is_dir() {
+        return Err(Errno::EISDIR);
+    }
+    let node = fid.node();
+    let flags = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let fd =
+        rustix::fs::openat(&*node.parent, node.name.as_str(), flags, Mode::empty()).map_err(sys)?;
+    rustix::fs::ftruncate(&fd, size).map_err(sys)
+}
+
+pub(super) fn statfs(s: &Session, t: Tstatfs) -> Result<Message, Errno> {
+    let fid = s.fids.get(t.fid)?;
+    let node = fid.node();
+    let dir = if fid.qid.is_dir() {
+        fid.dir()?
+    } else {
+        node.parent.clone()
+    };
+    let fs = rustix::fs::fstatfs(&*dir).map_err(sys)?;
+    let vfs = rustix::fs::fstatvfs(&*dir).map_err(sys)?;
+    Ok(Rstatfs {
+        ty: fs.f_type as u32,
+        bsize: vfs.f_bsize as u32,
+        blocks: vfs.f_blocks,
+        bfree: vfs.f_bfree,
+        bavail: vfs.f_bavail,
+        files: vfs.f_files,
+        ffree: vfs.f_ffree,
+        fsid: vfs.f_fsid,
+        namelen: vfs.f_namemax as u32,
+    }
+    .into())
+}

@@ -1,0 +1,145 @@
+//! Treaddir, Tmkdir, Tmknod.
+
+use std::sync::Arc;
+
+use rustix::fs::{FileType, Mode};
+use wasm9p_proto::consts::{dt, mode as m, READDIRHDRSZ};
+use wasm9p_proto::{
+    Data, DirEntry, DirEntryPacker, Errno, Message, Qid, Rmkdir, Rmknod, Rreaddir, Tmkdir, Tmknod,
+    Treaddir,
+};
+
+use super::{check_name, stat_in, sys, writable};
+use crate::fid::{Fid, Open};
+use crate::session::Session;
+use crate::stat;
+
+pub(super) fn readdir(s: &Session, t: Treaddir) -> Result<Message, Errno> {
+    let fid = s.fids.get(t.fid)?;
+    let listing = {
+        let mut open = fid.open_state();
+        let Open::Dir { fd, listing } = &mut *open else {
+            return Err(if fid.qid.is_dir() {
+                Errno::EBADF
+            } else {
+                Errno::ENOTDIR
+            });
+        };
+        // Offset 0 starts a fresh listing (rewinddir); later offsets index the same
+        // snapshot, so a listing read in many calls has no loss and no duplicates.
+        match listing {
+            Some(entries) if t.offset != 0 => entries.clone(),
+            _ => {
+                let entries = Arc::new(list(&fid, fd)?);
+                *listing = Some(entries.clone());
+                entries
+            }
+        }
+    };
+    let limit = t.count.min(s.msize() - READDIRHDRSZ) as usize;
+    let mut packer = DirEntryPacker::new(limit);
+    let start = usize::try_from(t.offset).unwrap_or(usize::MAX);
+    for entry in listing.iter().skip(start) {
+        if !packer.push(entry) {
+            if packer.is_empty() {
+                return Err(Errno::EINVAL); // count too small for even one entry
+            }
+            break;
+        }
+    }
+    Ok(Rreaddir {
+        data: Data(packer.finish()),
+    }
+    .into())
+}
+
+/// Every entry of an open directory, `.` and `..` first; entry `i` carries cookie
+/// `i + 1`. Names that are not UTF-8 cannot travel in 9P strings and are skipped.
+fn list(fid: &Fid, fd: &std::os::fd::OwnedFd) -> Result<Vec<DirEntry>, Errno> {
+    let node = fid.node();
+    let root_dev = fid.export.root_dev;
+    let this = stat::qid(&rustix::fs::fstat(fd).map_err(sys)?, root_dev);
+    // `..` of the export root is the root itself: nothing above it is visible.
+    let parent = if node.is_root() {
+        this
+    } else {
+        stat::qid(&rustix::fs::fstat(&*node.parent).map_err(sys)?, root_dev)
+    };
+    let mut entries = vec![
+        DirEntry {
+            qid: this,
+            offset: 1,
+            ty: dt::DIR,
+            name: ".".into(),
+        },
+        DirEntry {
+            qid: parent,
+            offset: 2,
+            ty: dt::DIR,
+            name: "..".into(),
+        },
+    ];
+    let mut dir = rustix::fs::Dir::read_from(fd).map_err(sys)?;
+    while let Some(entry) = dir.read() {
+        let entry = entry.map_err(sys)?;
+        let Ok(name) = entry.file_name().to_str() else {
+            tracing::debug!(
+                "readdir: skipping a name that is not UTF-8: {:?}",
+                entry.file_name()
+            );
+            continue;
+        };
+        if name == "." || name == ".." {
+            continue;
+        }
+        let ft = entry.file_type();
+        entries.push(DirEntry {
+            qid: Qid {
+                ty: stat::dirent_qid_type(ft),
+                version: 0,
+                path: entry.ino(),
+            },
+            offset: entries.len() as u64 + 1,
+            ty: stat::dirent_type(ft),
+            name: name.to_owned(),
+        });
+    }
+    Ok(entries)
+}
+
+pub(super) fn mkdir(s: &Session, t: Tmkdir) -> Result<Message, Errno> {
+    let fid = s.fids.get(t.dfid)?;
+    writable(&fid)?;
+    check_name(&t.name)?;
+    let dir = fid.dir()?;
+    rustix::fs::mkdirat(&*dir, t.name.as_str(), Mode::from_raw_mode(t.mode & 0o7777))
+        .map_err(sys)?;
+    let qid = stat::qid(&stat_in(&dir, &t.name)?, fid.export.root_dev);
+    Ok(Rmkdir { qid }.into())
+}
+
+pub(super) fn mknod(s: &Session, t: Tmknod) -> Result<Message, Errno> {
+    let fid = s.fids.get(t.dfid)?;
+    writable(&fid)?;
+    check_name(&t.name)?;
+    let file_type = match t.mode & m::S_IFMT {
+        m::S_IFIFO => FileType::Fifo,
+        m::S_IFSOCK => FileType::Socket,
+        m::S_IFREG | 0 => FileType::RegularFile,
+        // A device node would hand the client whatever device it names: refused.
+        m::S_IFCHR | m::S_IFBLK => return Err(Errno::EPERM),
+        _ => return Err(Errno::EINVAL),
+    };
+    let dir = fid.dir()?;
+    let dev = rustix::fs::makedev(t.major, t.minor);
+    rustix::fs::mknodat(
+        &*dir,
+        t.name.as_str(),
+        file_type,
+        Mode::from_raw_mode(t.mode & 0o7777),
+        dev,
+    )
+    .map_err(sys)?;
+    let qid = stat::qid(&stat_in(&dir, &t.name)?, fid.export.root_dev);
+    Ok(Rmknod { qid }.into())
+}

@@ -1,0 +1,110 @@
+//! Request handlers, one module per operation family. Each takes the session and a
+//! request and returns the reply or a Linux errno (sent as Rlerror).
+
+mod attr;
+mod dir;
+mod io;
+mod link;
+mod lock;
+mod remove;
+mod session;
+mod walk;
+mod xattr;
+
+use std::sync::Arc;
+
+use cap_std::fs::Dir;
+use rustix::fs::{AtFlags, Stat};
+use wasm9p_proto::{Errno, Message};
+
+use crate::fid::{Fid, Node};
+use crate::session::Session;
+
+/// Longest name accepted in one component (Linux NAME_MAX).
+pub(crate) const NAME_MAX: usize = 255;
+
+/// Runs one request.
+pub(crate) fn handle(s: &Session, msg: Message) -> Result<Message, Errno> {
+    use Message as M;
+    match msg {
+        M::Tattach(t) => session::attach(s, t),
+        M::Tauth(_) => Err(Errno::ENOENT),
+        M::Tclunk(t) => session::clunk(s, t),
+        M::Twalk(t) => walk::walk(s, t),
+        M::Tgetattr(t) => attr::getattr(s, t),
+        M::Tsetattr(t) => attr::setattr(s, t),
+        M::Tstatfs(t) => attr::statfs(s, t),
+        M::Tlopen(t) => io::lopen(s, t),
+        M::Tlcreate(t) => io::lcreate(s, t),
+        M::Tread(t) => io::read(s, t),
+        M::Twrite(t) => io::write(s, t),
+        M::Tfsync(t) => io::fsync(s, t),
+        M::Treaddir(t) => dir::readdir(s, t),
+        M::Tmkdir(t) => dir::mkdir(s, t),
+        M::Tmknod(t) => dir::mknod(s, t),
+        M::Tsymlink(t) => link::symlink(s, t),
+        M::Treadlink(t) => link::readlink(s, t),
+        M::Tlink(t) => link::link(s, t),
+        M::Trename(t) => remove::rename(s, t),
+        M::Trenameat(t) => remove::renameat(s, t),
+        M::Tunlinkat(t) => remove::unlinkat(s, t),
+        M::Tremove(t) => remove::remove(s, t),
+        M::Txattrwalk(t) => xattr::xattrwalk(s, t),
+        M::Txattrcreate(t) => xattr::xattrcreate(s, t),
+        M::Tlock(t) => lock::lock(s, t),
+        M::Tgetlock(t) => lock::getlock(s, t),
+        // Tversion and Tflush are handled by the session loop; replies never get here.
+        _ => Err(Errno::EOPNOTSUPP),
+    }
+}
+
+/// A name a client may create, rename to or look up: one component, not `.`/`..`.
+pub(crate) fn check_name(name: &str) -> Result<(), Errno> {
+    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
+        return Err(Errno::EINVAL);
+    }
+    if name.len() > NAME_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    Ok(())
+}
+
+/// EROFS for a mutation on a read-only export.
+pub(crate) fn writable(fid: &Fid) -> Result<(), Errno> {
+    if fid.read_only() {
+        Err(Errno::EROFS)
+    } else {
+        Ok(())
+    }
+}
+
+/// A rustix errno as a 9P errno (both are Linux values).
+pub(crate) fn sys(e: rustix::io::Errno) -> Errno {
+    Errno(e.raw_os_error() as u32)
+}
+
+/// A std I/O error as a 9P errno.
+pub(crate) fn ioerr(e: std::io::Error) -> Errno {
+    Errno::from(&e)
+}
+
+/// `lstat` of a node: never follows a final symlink.
+pub(crate) fn stat_node(node: &Node) -> Result<Stat, Errno> {
+    rustix::fs::statat(&*node.parent, node.name.as_str(), AtFlags::SYMLINK_NOFOLLOW).map_err(sys)
+}
+
+/// `lstat` of `name` in `dir`.
+pub(crate) fn stat_in(dir: &Dir, name: &str) -> Result<Stat, Errno> {
+    rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(sys)
+}
+
+/// The node `name` inside directory fid `dir_fid`.
+pub(crate) fn child(dir_fid: &Fid, dir: Arc<Dir>, name: &str) -> Node {
+    let mut path = dir_fid.node().path;
+    path.push(name.to_owned());
+    Node {
+        parent: dir,
+        name: name.to_owned(),
+        path,
+    }
+}

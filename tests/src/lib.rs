@@ -1,0 +1,21 @@
+//! # wasm9p-tests: support for end-to-end and interop tests
+//!
+//! Role: the tests in `tests/tests/` drive real peers over real loopback sockets: our
+//! server in a background runtime ([`TestServer`]), Debian's `diod` ([`Diod`]) and its
+//! client tools. [`Conn`] is a deliberately plain 9P2000.L connection (one request at
+//! a time, raw frames allowed) for asserting exactly what a server answers; it is not
+//! the product's client, which lives in `wasm9p-guest-fs`. [`Tree`] builds a declarative
+//! file tree in a tempdir.
+
+mod conn;
+mod diod;
+mod fixture;
+mod server;
+
+pub use conn::Conn;
+pub use diod::{diod_available, Diod};
+pub use fixture::Tree;
+pub use server::TestServer;
+
+/// Upper bound on anything a test waits for.
+pub const TEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
