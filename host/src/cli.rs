@@ -117,7 +117,7 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     for task in tasks {
         let _ = task.await;
     }
-    eprintln!("wasm9p: stopped");
+    say("stopped");
     ExitCode::SUCCESS
 }
 
@@ -139,6 +139,13 @@ async fn wait_for_signal() {
 
 /// Prints one line and returns the exit code.
 pub fn fail(code: u8, message: &str) -> ExitCode {
-    eprintln!("wasm9p: {message}");
+    say(message);
     ExitCode::from(code)
+}
+
+/// One line on stderr, prefixed `wasm9p: `. Unlike `eprintln!`, a closed stderr is
+/// ignored rather than a panic: a server must not die because its log reader went away.
+pub fn say(message: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "wasm9p: {message}");
 }
