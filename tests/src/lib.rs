@@ -10,6 +10,7 @@
 mod conn;
 mod diod;
 mod fixture;
+pub mod linux_vm;
 mod server;
 
 pub use conn::Conn;

@@ -1,0 +1,1 @@
+#define SAMPLE 1

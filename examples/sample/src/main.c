@@ -1,0 +1,2 @@
+#include "sample.h"
+int main(void) { return SAMPLE - 1; }
