@@ -47,7 +47,7 @@ pub struct Cpio {
 
 impl Cpio {
     fn pad(&mut self) {
-        while self.out.len() % 4 != 0 {
+        while !self.out.len().is_multiple_of(4) {
             self.out.push(0);
         }
     }
