@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, WriteHalf};
+use tokio::sync::Mutex as AsyncMutex;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use wasm9p_proto::consts::{MIN_MSIZE, VERSION_9P2000_L, VERSION_UNKNOWN};
 use wasm9p_proto::transport::BoxStream;
@@ -40,6 +41,21 @@ struct Reply {
 }
 
 type ReplySender = mpsc::UnboundedSender<Reply>;
+type SharedWriter = Arc<AsyncMutex<WriteHalf<BoxStream>>>;
+
+/// Where replies go. Replies produced on the reader task are encoded into `inline` and
+/// written in one batch when the reader runs out of complete frames; replies of
+/// requests running as their own tasks go through `tx` to the writer task.
+struct Outbox<'a> {
+    tx: &'a ReplySender,
+    inline: &'a mut BytesMut,
+}
+
+impl Outbox<'_> {
+    fn now(&mut self, tag: u16, msg: Message) {
+        encode_frame(tag, &msg, self.inline);
+    }
+}
 
 fn error_reply(errno: Errno) -> Message {
     Rlerror { ecode: errno.0 }.into()
@@ -47,8 +63,10 @@ fn error_reply(errno: Errno) -> Message {
 
 pub(crate) async fn run(shared: Arc<Shared>, stream: BoxStream, peer: String) {
     let (mut reader, writer) = tokio::io::split(stream);
+    let writer: SharedWriter = Arc::new(AsyncMutex::new(writer));
     let (tx, rx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(write_loop(writer, rx));
+    let writer_task = tokio::spawn(write_loop(writer.clone(), rx));
+    let mut inline = BytesMut::with_capacity(64 * 1024);
     let session = Arc::new(Session {
         msize: AtomicU32::new(shared.msize),
         shared: shared.clone(),
@@ -68,7 +86,11 @@ pub(crate) async fn run(shared: Arc<Shared>, stream: BoxStream, peer: String) {
                         Ok(permit) => permit,
                         Err(_) => break 'conn,
                     };
-                    handle_frame(&session, &mut decoder, &tx, frame, permit);
+                    let mut out = Outbox {
+                        tx: &tx,
+                        inline: &mut inline,
+                    };
+                    handle_frame(&session, &mut decoder, &mut out, frame, permit);
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -76,6 +98,13 @@ pub(crate) async fn run(shared: Arc<Shared>, stream: BoxStream, peer: String) {
                     break 'conn;
                 }
             }
+        }
+        if !inline.is_empty() {
+            let mut w = writer.lock().await;
+            if w.write_all(&inline).await.is_err() || w.flush().await.is_err() {
+                break;
+            }
+            inline.clear();
         }
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(64 * 1024);
@@ -89,10 +118,14 @@ pub(crate) async fn run(shared: Arc<Shared>, stream: BoxStream, peer: String) {
             }
         }
     }
+    if !inline.is_empty() {
+        let _ = writer.lock().await.write_all(&inline).await;
+    }
     drop(tx);
     // Pending requests finish and their replies are written (or dropped if the peer is
     // gone); then every fid of the connection is released.
-    let _ = writer.await;
+    let _ = writer_task.await;
+    let _ = writer.lock().await.shutdown().await;
     session.fids.clear();
     tracing::debug!("{peer}: closed");
 }
@@ -100,23 +133,19 @@ pub(crate) async fn run(shared: Arc<Shared>, stream: BoxStream, peer: String) {
 fn handle_frame(
     session: &Arc<Session>,
     decoder: &mut FrameDecoder,
-    tx: &ReplySender,
+    out: &mut Outbox<'_>,
     frame: Frame,
     permit: OwnedSemaphorePermit,
 ) {
     let Frame { tag, ty, body } = frame;
     let msg = match body {
         Ok(msg) if msg.is_request() => msg,
-        Ok(_) => return send(tx, tag, error_reply(Errno::EINVAL), permit),
-        Err(DecodeError::UnknownType(_)) => {
-            return send(tx, tag, error_reply(Errno::EOPNOTSUPP), permit)
-        }
+        Ok(_) => return out.now(tag, error_reply(Errno::EINVAL)),
+        Err(DecodeError::UnknownType(_)) => return out.now(tag, error_reply(Errno::EOPNOTSUPP)),
         Err(e) => {
-            tracing::debug!(
-                "tag {tag}: undecodable {} body: {e}",
-                Message::type_name(ty).unwrap_or("?")
-            );
-            return send(tx, tag, error_reply(Errno::EINVAL), permit);
+            let name = Message::type_name(ty).unwrap_or("?");
+            tracing::debug!("tag {tag}: undecodable {name} body: {e}");
+            return out.now(tag, error_reply(Errno::EINVAL));
         }
     };
     match msg {
@@ -137,32 +166,41 @@ fn handle_frame(
                 .into()
             } else {
                 session.versioned.store(false, Ordering::Release);
+                let msize = t.msize.min(session.shared.msize);
                 Rversion {
-                    msize: t.msize.min(session.shared.msize),
+                    msize,
                     version: VERSION_UNKNOWN.into(),
                 }
                 .into()
             };
-            send(tx, tag, reply, permit)
+            out.now(tag, reply)
         }
-        _ if !session.versioned.load(Ordering::Acquire) => {
-            send(tx, tag, error_reply(Errno::EPROTO), permit)
-        }
-        Message::Tflush(flush) => {
-            let pending = session.inflight_lock().get(&flush.oldtag).cloned();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                if let Some(mut done) = pending {
+        _ if !session.versioned.load(Ordering::Acquire) => out.now(tag, error_reply(Errno::EPROTO)),
+        Message::Tflush(flush) => match session.inflight_lock().get(&flush.oldtag).cloned() {
+            // Nothing running under that tag: any reply it had is already queued ahead.
+            None => out.now(tag, Rflush {}.into()),
+            // Running as a task: its reply goes through the writer task, so Rflush
+            // follows it there once it is queued.
+            Some(mut done) => {
+                let tx = out.tx.clone();
+                tokio::spawn(async move {
                     let _ = done.wait_for(|finished| *finished).await;
-                }
-                send(&tx, tag, Rflush {}.into(), permit);
-            });
+                    send(&tx, tag, Rflush {}.into(), permit);
+                });
+            }
+        },
+        msg if runs_inline(&msg) => {
+            // Metadata operations are a syscall or two: running them here saves two task
+            // hops per request, which is most of a round trip on loopback. Their reply is
+            // queued before the next frame is read, so a later Tflush finds them done.
+            let reply = crate::ops::handle(session, msg).unwrap_or_else(error_reply);
+            out.now(tag, reply)
         }
         msg => {
             let (done_tx, done_rx) = watch::channel(false);
             session.inflight_lock().insert(tag, done_rx);
             let session = session.clone();
-            let tx = tx.clone();
+            let tx = out.tx.clone();
             tokio::spawn(async move {
                 let reply = crate::ops::handle(&session, msg).unwrap_or_else(error_reply);
                 send(&tx, tag, reply, permit);
@@ -178,6 +216,16 @@ fn handle_frame(
             });
         }
     }
+}
+
+/// Whether a request is cheap enough to run on the connection's reader task. Data
+/// transfers, fsync and directory listings may take long (a cold disk, a huge
+/// directory) and run as their own tasks, so they overlap and can be flushed.
+fn runs_inline(msg: &Message) -> bool {
+    !matches!(
+        msg,
+        Message::Tread(_) | Message::Twrite(_) | Message::Tfsync(_) | Message::Treaddir(_)
+    )
 }
 
 impl Session {
@@ -199,7 +247,7 @@ fn send(tx: &ReplySender, tag: u16, msg: Message, permit: OwnedSemaphorePermit) 
     });
 }
 
-async fn write_loop(mut writer: WriteHalf<BoxStream>, mut rx: mpsc::UnboundedReceiver<Reply>) {
+async fn write_loop(writer: SharedWriter, mut rx: mpsc::UnboundedReceiver<Reply>) {
     let mut buf = BytesMut::with_capacity(64 * 1024);
     while let Some(reply) = rx.recv().await {
         encode_frame(reply.tag, &reply.msg, &mut buf);
@@ -211,12 +259,14 @@ async fn write_loop(mut writer: WriteHalf<BoxStream>, mut rx: mpsc::UnboundedRec
                 Err(_) => break,
             }
         }
-        if writer.write_all(&buf).await.is_err() || writer.flush().await.is_err() {
+        let mut w = writer.lock().await;
+        if w.write_all(&buf).await.is_err() || w.flush().await.is_err() {
+            drop(w);
             // The peer is gone: keep draining so request tasks are not blocked.
             while rx.recv().await.is_some() {}
             return;
         }
+        drop(w);
         buf.clear();
     }
-    let _ = writer.shutdown().await;
 }
