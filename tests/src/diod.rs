@@ -1,20 +1,20 @@
-//! Debian's diod server as a child process on a free loopback port.
+//! Debian's diod server as a child process on loopback (TCP or a Unix socket).
 
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Whether diod is installed (`.ci/run` installs it; tests that need it fail loudly
-/// without it rather than pass vacuously).
+/// Whether diod is installed (`scripts/test` installs it; tests that need it fail
+/// loudly without it rather than pass vacuously).
 pub fn diod_available() -> bool {
     Path::new("/usr/sbin/diod").exists()
 }
 
-/// A running `diod -f -n -N -l 127.0.0.1:PORT -e DIR`; killed when dropped.
+/// A running `diod -f -n -N -l LISTEN -e DIR`; killed when dropped.
 pub struct Diod {
     child: Child,
-    /// The port it listens on.
+    /// The TCP port it listens on (0 when it listens on a Unix socket).
     pub port: u16,
 }
 
@@ -27,26 +27,50 @@ fn free_port() -> u16 {
 }
 
 impl Diod {
-    /// Starts diod exporting `dir` and waits until it accepts connections.
+    /// Starts diod exporting `dir` on a free loopback port and waits until it accepts
+    /// connections.
     pub fn start(dir: &Path) -> Diod {
+        let port = free_port();
+        let mut diod = Diod::start_on(dir, &format!("127.0.0.1:{port}"));
+        diod.port = port;
+        diod
+    }
+
+    /// Starts diod exporting `dir` on `listen` (`IP:PORT` or a Unix socket path).
+    pub fn start_on(dir: &Path, listen: &str) -> Diod {
         assert!(
             diod_available(),
             "diod is not installed: apt-get install diod"
         );
-        let port = free_port();
         let child = Command::new("/usr/sbin/diod")
-            .args(["-f", "-n", "-N", "-l", &format!("127.0.0.1:{port}"), "-e"])
+            .args(["-f", "-n", "-N", "-l", listen, "-e"])
             .arg(dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start diod");
         let deadline = Instant::now() + crate::TEST_TIMEOUT;
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "diod did not start listening");
+        let up = || {
+            if listen.starts_with('/') {
+                std::os::unix::net::UnixStream::connect(listen).is_ok()
+            } else {
+                std::net::TcpStream::connect(listen).is_ok()
+            }
+        };
+        while !up() {
+            assert!(
+                Instant::now() < deadline,
+                "diod did not start listening on {listen}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
-        Diod { child, port }
+        Diod { child, port: 0 }
+    }
+
+    /// Kills the server process now (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// `HOST:PORT` for diod's tools.
@@ -57,7 +81,6 @@ impl Diod {
 
 impl Drop for Diod {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }

@@ -1,0 +1,43 @@
+//! The 9P2000.L client: one multiplexed session per connection, shared by any number
+//! of tasks and threads.
+//!
+//! - [`Session::connect`] negotiates the msize (asks [`ClientConfig::msize`], takes what
+//!   the server grants, refuses below 4096, above what it asked, or another dialect) and
+//!   [`Session::attach`] binds a root [`Fid`].
+//! - Requests carry tags from a pool; replies are matched by tag in any order. At most
+//!   [`ClientConfig::max_inflight`] requests are outstanding; further callers wait.
+//! - A [`Fid`] is clunked when dropped; its number returns to the allocator only after
+//!   Rclunk, so [`Session::live_fids`] comes back to its baseline after any workload.
+//! - Walks send at most 16 names per Twalk and split longer paths; a partial walk
+//!   reports the index of the first name that is missing ([`WalkError`]), so a cache can
+//!   record a negative entry for exactly that name.
+//! - Large reads and writes are split at `msize - IOHDRSZ` with up to
+//!   [`ClientConfig::io_depth`] requests in flight per call.
+//! - Dropping a request future (or its timeout firing) sends Tflush; the tag is reused
+//!   only after Rflush. Every request times out after [`ClientConfig::timeout`].
+//! - Connection loss fails every pending request with EIO at once and marks the
+//!   session dead; later calls fail with EIO immediately. A reply with an unknown tag or
+//!   a frame over msize kills the session; a reply of the wrong type, a body that does
+//!   not decode, or a count larger than asked fails that request with EIO. Nothing a
+//!   server sends can make the client allocate more than msize per frame.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use wasm9p_guest_fs::client::{ClientConfig, Session};
+//!
+//! let session = Session::connect(&"tcp:127.0.0.1:5640".parse()?, ClientConfig::default()).await?;
+//! let root = session.attach("").await?;
+//! let file = root.walk(&["usr", "include", "stdio.h"]).await?.fid;
+//! file.lopen(wasm9p_proto::consts::open::RDONLY).await?;
+//! let bytes = file.read_at(0, 1 << 20).await?;
+//! # Ok(()) }
+//! ```
+
+mod fid;
+mod io;
+mod ops;
+mod session;
+
+pub use fid::{Fid, Walk, WalkError};
+pub use ops::SetAttr;
+pub use session::{ClientConfig, ConnectError, RpcCounts, Session};

@@ -1,0 +1,458 @@
+//! Every 9P2000.L operation as a typed method on [`Fid`].
+
+use bytes::Bytes;
+use wasm9p_proto::consts::{getattr, AT_REMOVEDIR, READDIRHDRSZ};
+use wasm9p_proto::*;
+
+use super::fid::Fid;
+
+/// Which attributes [`Fid::setattr`] changes; `None` leaves one alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// New permission bits.
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// Truncate or extend to this size.
+    pub size: Option<u64>,
+    /// New access time: `Some(None)` is "now", `Some(Some((sec, nsec)))` a given time.
+    pub atime: Option<Option<(u64, u64)>>,
+    /// New modification time, as `atime`.
+    pub mtime: Option<Option<(u64, u64)>>,
+}
+
+impl SetAttr {
+    fn to_message(&self, fid: u32) -> Tsetattr {
+        use wasm9p_proto::consts::setattr as v;
+        let mut t = Tsetattr {
+            fid,
+            ..Default::default()
+        };
+        if let Some(mode) = self.mode {
+            t.valid |= v::MODE;
+            t.mode = mode;
+        }
+        if let Some(uid) = self.uid {
+            t.valid |= v::UID;
+            t.uid = uid;
+        }
+        if let Some(gid) = self.gid {
+            t.valid |= v::GID;
+            t.gid = gid;
+        }
+        if let Some(size) = self.size {
+            t.valid |= v::SIZE;
+            t.size = size;
+        }
+        if let Some(at) = self.atime {
+            t.valid |= v::ATIME;
+            if let Some((sec, nsec)) = at {
+                t.valid |= v::ATIME_SET;
+                (t.atime_sec, t.atime_nsec) = (sec, nsec);
+            }
+        }
+        if let Some(mt) = self.mtime {
+            t.valid |= v::MTIME;
+            if let Some((sec, nsec)) = mt {
+                t.valid |= v::MTIME_SET;
+                (t.mtime_sec, t.mtime_nsec) = (sec, nsec);
+            }
+        }
+        t
+    }
+}
+
+/// Unwraps the expected reply variant; the session already turned a reply of the
+/// wrong type into EIO, so anything else here is unreachable in practice.
+macro_rules! reply {
+    ($result:expr, $variant:ident) => {
+        match $result? {
+            Message::$variant(r) => Ok(r),
+            _ => Err(Errno::EIO),
+        }
+    };
+}
+
+impl Fid {
+    async fn rpc(&self, msg: impl Into<Message>) -> Result<Message, Errno> {
+        self.session.call(msg.into()).await
+    }
+
+    /// Attributes (Tgetattr with every basic field).
+    pub async fn getattr(&self) -> Result<Rgetattr, Errno> {
+        reply!(
+            self.rpc(Tgetattr {
+                fid: self.id,
+                request_mask: getattr::BASIC
+            })
+            .await,
+            Rgetattr
+        )
+    }
+
+    /// Changes attributes.
+    pub async fn setattr(&self, attr: &SetAttr) -> Result<(), Errno> {
+        reply!(self.rpc(attr.to_message(self.id)).await, Rsetattr).map(drop)
+    }
+
+    /// Opens the file with Linux open flags; returns its qid and the iounit.
+    pub async fn lopen(&self, flags: u32) -> Result<Rlopen, Errno> {
+        reply!(
+            self.rpc(Tlopen {
+                fid: self.id,
+                flags
+            })
+            .await,
+            Rlopen
+        )
+    }
+
+    /// Creates and opens `name` in this directory; this fid then names the new file.
+    pub async fn lcreate(
+        &mut self,
+        name: &str,
+        flags: u32,
+        mode: u32,
+        gid: u32,
+    ) -> Result<Rlcreate, Errno> {
+        let msg = Tlcreate {
+            fid: self.id,
+            name: name.into(),
+            flags,
+            mode,
+            gid,
+        };
+        let r = reply!(self.rpc(msg).await, Rlcreate)?;
+        self.qid = r.qid;
+        Ok(r)
+    }
+
+    /// One Tread of at most `msize - IOHDRSZ` bytes. A server that sends more than was
+    /// asked gets EIO.
+    pub async fn read(&self, offset: u64, count: u32) -> Result<Bytes, Errno> {
+        let count = count.min(self.session.inner.msize - consts::IOHDRSZ);
+        let r = reply!(
+            self.rpc(Tread {
+                fid: self.id,
+                offset,
+                count
+            })
+            .await,
+            Rread
+        )?;
+        if r.data.0.len() > count as usize {
+            return Err(Errno::EIO);
+        }
+        Ok(r.data.0)
+    }
+
+    /// One Twrite of at most `msize - IOHDRSZ` bytes; returns the count written.
+    pub async fn write(&self, offset: u64, data: Bytes) -> Result<u32, Errno> {
+        let max = (self.session.inner.msize - consts::IOHDRSZ) as usize;
+        let data = if data.len() > max {
+            data.slice(..max)
+        } else {
+            data
+        };
+        let sent = data.len() as u32;
+        let r = reply!(
+            self.rpc(Twrite {
+                fid: self.id,
+                offset,
+                data: Data(data)
+            })
+            .await,
+            Rwrite
+        )?;
+        if r.count > sent {
+            return Err(Errno::EIO);
+        }
+        Ok(r.count)
+    }
+
+    /// Directory entries from cookie `offset`, at most `count` bytes of them (clamped
+    /// to the msize). Empty means the end.
+    pub async fn readdir(&self, offset: u64, count: u32) -> Result<Vec<DirEntry>, Errno> {
+        let count = count.min(self.session.inner.msize - READDIRHDRSZ);
+        let r = reply!(
+            self.rpc(Treaddir {
+                fid: self.id,
+                offset,
+                count
+            })
+            .await,
+            Rreaddir
+        )?;
+        if r.data.0.len() > count as usize {
+            return Err(Errno::EIO);
+        }
+        DirEntry::decode_all(r.data.0).map_err(|_| Errno::EIO)
+    }
+
+    /// Every entry of an open directory.
+    pub async fn readdir_all(&self) -> Result<Vec<DirEntry>, Errno> {
+        let mut all: Vec<DirEntry> = Vec::new();
+        let mut offset = 0;
+        loop {
+            let batch = self.readdir(offset, u32::MAX).await?;
+            let Some(last) = batch.last() else {
+                return Ok(all);
+            };
+            if last.offset == offset {
+                return Err(Errno::EIO); // a cookie that does not advance would loop forever
+            }
+            offset = last.offset;
+            all.extend(batch);
+        }
+    }
+
+    /// Creates directory `name` here.
+    pub async fn mkdir(&self, name: &str, mode: u32, gid: u32) -> Result<Qid, Errno> {
+        reply!(
+            self.rpc(Tmkdir {
+                dfid: self.id,
+                name: name.into(),
+                mode,
+                gid
+            })
+            .await,
+            Rmkdir
+        )
+        .map(|r| r.qid)
+    }
+
+    /// Creates symlink `name` here pointing at `target`.
+    pub async fn symlink(&self, name: &str, target: &str, gid: u32) -> Result<Qid, Errno> {
+        let msg = Tsymlink {
+            fid: self.id,
+            name: name.into(),
+            symtgt: target.into(),
+            gid,
+        };
+        reply!(self.rpc(msg).await, Rsymlink).map(|r| r.qid)
+    }
+
+    /// Creates a FIFO, socket or device node `name` here.
+    pub async fn mknod(
+        &self,
+        name: &str,
+        mode: u32,
+        major: u32,
+        minor: u32,
+        gid: u32,
+    ) -> Result<Qid, Errno> {
+        let msg = Tmknod {
+            dfid: self.id,
+            name: name.into(),
+            mode,
+            major,
+            minor,
+            gid,
+        };
+        reply!(self.rpc(msg).await, Rmknod).map(|r| r.qid)
+    }
+
+    /// The target of this symlink.
+    pub async fn readlink(&self) -> Result<String, Errno> {
+        reply!(self.rpc(Treadlink { fid: self.id }).await, Rreadlink).map(|r| r.target)
+    }
+
+    /// Makes `name` in this directory a hard link to `file`.
+    pub async fn link(&self, file: &Fid, name: &str) -> Result<(), Errno> {
+        reply!(
+            self.rpc(Tlink {
+                dfid: self.id,
+                fid: file.id,
+                name: name.into()
+            })
+            .await,
+            Rlink
+        )
+        .map(drop)
+    }
+
+    /// Moves this file into `dir` as `name` (Trename).
+    pub async fn rename(&self, dir: &Fid, name: &str) -> Result<(), Errno> {
+        reply!(
+            self.rpc(Trename {
+                fid: self.id,
+                dfid: dir.id,
+                name: name.into()
+            })
+            .await,
+            Rrename
+        )
+        .map(drop)
+    }
+
+    /// Renames `oldname` in this directory to `newname` in `newdir`. Falls back to walk +
+    /// Trename when the server lacks Trenameat (as Debian's diod 1.0.24 does), as Linux
+    /// does; the fallback is remembered for the session.
+    pub async fn renameat(&self, oldname: &str, newdir: &Fid, newname: &str) -> Result<(), Errno> {
+        let inner = &self.session.inner;
+        if !inner.no_renameat.load(std::sync::atomic::Ordering::Relaxed) {
+            let msg = Trenameat {
+                olddirfid: self.id,
+                oldname: oldname.into(),
+                newdirfid: newdir.id,
+                newname: newname.into(),
+            };
+            match self.rpc(msg).await {
+                Err(Errno::EOPNOTSUPP) | Err(Errno::ENOSYS) => inner
+                    .no_renameat
+                    .store(true, std::sync::atomic::Ordering::Relaxed),
+                other => return reply!(other, Rrenameat).map(drop),
+            }
+        }
+        let file = self.walk(&[oldname]).await.map_err(|e| e.errno)?.fid;
+        file.rename(newdir, newname).await
+    }
+
+    /// Removes `name` from this directory (`AT_REMOVEDIR` in `flags` for a directory).
+    /// Falls back to walk + Tremove when the server lacks Tunlinkat.
+    pub async fn unlinkat(&self, name: &str, flags: u32) -> Result<(), Errno> {
+        let inner = &self.session.inner;
+        if !inner.no_unlinkat.load(std::sync::atomic::Ordering::Relaxed) {
+            match self
+                .rpc(Tunlinkat {
+                    dirfd: self.id,
+                    name: name.into(),
+                    flags,
+                })
+                .await
+            {
+                Err(Errno::EOPNOTSUPP) | Err(Errno::ENOSYS) => inner
+                    .no_unlinkat
+                    .store(true, std::sync::atomic::Ordering::Relaxed),
+                other => return reply!(other, Runlinkat).map(drop),
+            }
+        }
+        let walk = self.walk(&[name]).await.map_err(|e| e.errno)?;
+        // Tremove does not know which of unlink/rmdir was meant: check it ourselves.
+        let is_dir = walk.fid.qid.is_dir();
+        if flags & AT_REMOVEDIR != 0 && !is_dir {
+            return Err(Errno::ENOTDIR);
+        }
+        if flags & AT_REMOVEDIR == 0 && is_dir {
+            return Err(Errno::EISDIR);
+        }
+        walk.fid.remove().await
+    }
+
+    /// Removes the file this fid names; the fid is gone afterwards either way.
+    pub async fn remove(self) -> Result<(), Errno> {
+        let result = self.rpc(Tremove { fid: self.id }).await;
+        if !matches!(result, Err(Errno::EIO) | Err(Errno::ETIMEDOUT)) {
+            self.forget();
+        }
+        reply!(result, Rremove).map(drop)
+    }
+
+    /// File system statistics.
+    pub async fn statfs(&self) -> Result<Rstatfs, Errno> {
+        reply!(self.rpc(Tstatfs { fid: self.id }).await, Rstatfs)
+    }
+
+    /// Flushes the open file to stable storage.
+    pub async fn fsync(&self, datasync: bool) -> Result<(), Errno> {
+        reply!(
+            self.rpc(Tfsync {
+                fid: self.id,
+                datasync: TrailingU32(datasync.into())
+            })
+            .await,
+            Rfsync
+        )
+        .map(drop)
+    }
+
+    /// Takes or releases a POSIX lock; returns the status (`consts::lock::*`).
+    pub async fn lock(
+        &self,
+        ty: u8,
+        flags: u32,
+        start: u64,
+        length: u64,
+        proc_id: u32,
+        client_id: &str,
+    ) -> Result<u8, Errno> {
+        let msg = Tlock {
+            fid: self.id,
+            ty,
+            flags,
+            start,
+            length,
+            proc_id,
+            client_id: client_id.into(),
+        };
+        reply!(self.rpc(msg).await, Rlock).map(|r| r.status)
+    }
+
+    /// Tests for a conflicting POSIX lock.
+    pub async fn getlock(
+        &self,
+        ty: u8,
+        start: u64,
+        length: u64,
+        proc_id: u32,
+        client_id: &str,
+    ) -> Result<Rgetlock, Errno> {
+        let msg = Tgetlock {
+            fid: self.id,
+            ty,
+            start,
+            length,
+            proc_id,
+            client_id: client_id.into(),
+        };
+        reply!(self.rpc(msg).await, Rgetlock)
+    }
+
+    /// Reads extended attribute `name` (empty: the list of names).
+    pub async fn get_xattr(&self, name: &str) -> Result<Bytes, Errno> {
+        let newfid = self.session.inner.alloc_fid()?;
+        let result = self
+            .rpc(Txattrwalk {
+                fid: self.id,
+                newfid,
+                name: name.into(),
+            })
+            .await;
+        let reader = Fid::new(self.session.clone(), newfid, self.qid);
+        let size = match reply!(result, Rxattrwalk) {
+            Ok(r) => r.size,
+            Err(e) => {
+                reader.forget();
+                return Err(e);
+            }
+        };
+        if size > u64::from(u16::MAX) + 1 {
+            return Err(Errno::E2BIG);
+        }
+        let value = reader.read_at(0, size as usize).await?;
+        if value.len() as u64 != size {
+            return Err(Errno::EIO);
+        }
+        Ok(value)
+    }
+
+    /// Sets extended attribute `name` (flags: 1 create, 2 replace). Consumes a clone of
+    /// this fid, as the protocol sets the value when that fid is clunked.
+    pub async fn set_xattr(&self, name: &str, value: Bytes, flags: u32) -> Result<(), Errno> {
+        let writer = self.clone_fid().await?;
+        let msg = Txattrcreate {
+            fid: writer.id,
+            name: name.into(),
+            attr_size: value.len() as u64,
+            flags,
+        };
+        reply!(writer.rpc(msg).await, Rxattrcreate)?;
+        if !value.is_empty() {
+            writer.write_all_at(0, value).await?;
+        }
+        // The value is applied on clunk, and its errors come back there.
+        writer.clunk().await
+    }
+}

@@ -1,0 +1,566 @@
+//! The session: handshake, tag pool, the reader and writer tasks, cancellation.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use wasm9p_proto::consts::{DEFAULT_MSIZE, MIN_MSIZE, NOFID, NOTAG, VERSION_9P2000_L};
+use wasm9p_proto::transport::{connect, BoxStream};
+use wasm9p_proto::{
+    encode_frame, Addr, Errno, FrameDecoder, Message, Rattach, Tattach, Tflush, Tversion,
+};
+
+use super::fid::{Fid, FidPool};
+
+/// How a session behaves.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// The msize to ask for (the server may grant less, never less than 4096).
+    pub msize: u32,
+    /// User name sent in Tattach.
+    pub uname: String,
+    /// Numeric uid sent in Tattach (`n_uname`).
+    pub n_uname: u32,
+    /// How long one request may wait for its reply before it fails with ETIMEDOUT
+    /// (and is flushed). Also bounds connecting and the version handshake.
+    pub timeout: Duration,
+    /// Most requests outstanding at once on the session.
+    pub max_inflight: usize,
+    /// Most Tread/Twrite in flight for one large read or write.
+    pub io_depth: usize,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            msize: DEFAULT_MSIZE,
+            uname: std::env::var("USER").unwrap_or_else(|_| "root".into()),
+            n_uname: rustix::process::getuid().as_raw(),
+            timeout: Duration::from_secs(30),
+            max_inflight: 64,
+            io_depth: 4,
+        }
+    }
+}
+
+/// Why a session could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The transport did not connect.
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// Where.
+        addr: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// The server does not speak 9P2000.L.
+    #[error("server speaks {0:?}, not 9P2000.L")]
+    UnknownVersion(String),
+    /// The server granted an msize below the protocol minimum.
+    #[error("server granted msize {0}, below the minimum of 4096")]
+    MsizeTooSmall(u32),
+    /// The server granted more than was asked: a broken or hostile server.
+    #[error("server granted msize {granted}, more than the {asked} asked for")]
+    MsizeTooLarge {
+        /// What the server answered.
+        granted: u32,
+        /// What we asked.
+        asked: u32,
+    },
+    /// The version exchange failed (closed, timed out, or garbage).
+    #[error("version handshake failed: {0}")]
+    Handshake(String),
+}
+
+impl ConnectError {
+    /// Whether trying again later may help (the server may come up or be reachable);
+    /// a server that speaks the wrong protocol will not change by retrying.
+    pub fn should_retry(&self) -> bool {
+        matches!(
+            self,
+            ConnectError::Connect { .. } | ConnectError::Handshake(_)
+        )
+    }
+}
+
+/// Requests sent, by message type.
+#[derive(Debug)]
+pub struct RpcCounts([AtomicU64; 128]);
+
+impl RpcCounts {
+    fn bump(&self, ty: u8) {
+        self.0[usize::from(ty / 2) % 128].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `(name, count)` for every request type sent at least once, e.g. `("walk", 12)`.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        (0..128u8)
+            .filter_map(|i| {
+                let n = self.0[usize::from(i)].load(Ordering::Relaxed);
+                let name = Message::type_name(i * 2)?;
+                (n > 0).then(|| (&name[1..], n))
+            })
+            .collect()
+    }
+
+    /// All requests sent.
+    pub fn total(&self) -> u64 {
+        self.0.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// A 9P2000.L client session; cheap to clone, usable from any task or thread.
+#[derive(Clone, Debug)]
+pub struct Session {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    out: mpsc::UnboundedSender<Bytes>,
+    state: Mutex<State>,
+    permits: Arc<Semaphore>,
+    pub(crate) msize: u32,
+    pub(crate) config: ClientConfig,
+    pub(crate) runtime: Handle,
+    pub(crate) fids: Mutex<FidPool>,
+    counts: RpcCounts,
+    /// Set once the server answered Trenameat / Tunlinkat with EOPNOTSUPP.
+    pub(crate) no_renameat: AtomicBool,
+    pub(crate) no_unlinkat: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    pending: HashMap<u16, Pending>,
+    free_tags: Vec<u16>,
+    next_tag: u16,
+    dead: bool,
+}
+
+#[derive(Debug)]
+enum Pending {
+    /// A caller waits for the reply of type `expect` (or Rlerror).
+    Waiting {
+        expect: u8,
+        tx: oneshot::Sender<Result<Message, Errno>>,
+    },
+    /// The caller went away and a Tflush was sent; the tag stays reserved until Rflush.
+    Abandoned,
+    /// A Tflush for tag `old`.
+    Flush { old: u16 },
+}
+
+impl State {
+    fn alloc_tag(&mut self) -> Option<u16> {
+        if let Some(tag) = self.free_tags.pop() {
+            return Some(tag);
+        }
+        if self.next_tag == NOTAG {
+            return None;
+        }
+        self.next_tag += 1;
+        Some(self.next_tag - 1)
+    }
+
+    fn free_tag(&mut self, tag: u16) {
+        self.free_tags.push(tag);
+    }
+}
+
+fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Session {
+    /// Connects to `addr` and negotiates the version and msize.
+    pub async fn connect(addr: &Addr, config: ClientConfig) -> Result<Session, ConnectError> {
+        let stream =
+            connect(addr, config.timeout)
+                .await
+                .map_err(|source| ConnectError::Connect {
+                    addr: addr.to_string(),
+                    source,
+                })?;
+        Session::over(stream, config).await
+    }
+
+    /// Negotiates over an already connected stream (the in-process duplex, say).
+    pub async fn over(
+        mut stream: BoxStream,
+        config: ClientConfig,
+    ) -> Result<Session, ConnectError> {
+        let asked = config.msize.max(MIN_MSIZE);
+        let mut decoder = FrameDecoder::new(asked);
+        let mut buf = BytesMut::new();
+        let handshake = async {
+            let mut frame = BytesMut::new();
+            encode_frame(
+                NOTAG,
+                &Tversion {
+                    msize: asked,
+                    version: VERSION_9P2000_L.into(),
+                }
+                .into(),
+                &mut frame,
+            );
+            stream.write_all(&frame).await.map_err(|e| e.to_string())?;
+            loop {
+                if let Some(frame) = decoder.decode(&mut buf).map_err(|e| e.to_string())? {
+                    return Ok(frame);
+                }
+                buf.reserve(4096);
+                if stream.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+                    return Err("connection closed".to_string());
+                }
+            }
+        };
+        let frame = tokio::time::timeout(config.timeout, handshake)
+            .await
+            .map_err(|_| ConnectError::Handshake("timed out".into()))?
+            .map_err(ConnectError::Handshake)?;
+        let reply = match frame.body {
+            Ok(Message::Rversion(r)) => r,
+            Ok(Message::Rlerror(e)) => {
+                return Err(ConnectError::Handshake(format!(
+                    "server refused: {}",
+                    Errno(e.ecode)
+                )))
+            }
+            Ok(other) => {
+                return Err(ConnectError::Handshake(format!(
+                    "unexpected {}",
+                    other.name()
+                )))
+            }
+            Err(e) => return Err(ConnectError::Handshake(e.to_string())),
+        };
+        if reply.version != VERSION_9P2000_L {
+            return Err(ConnectError::UnknownVersion(reply.version));
+        }
+        if reply.msize < MIN_MSIZE {
+            return Err(ConnectError::MsizeTooSmall(reply.msize));
+        }
+        if reply.msize > asked {
+            return Err(ConnectError::MsizeTooLarge {
+                granted: reply.msize,
+                asked,
+            });
+        }
+        decoder.set_max_size(reply.msize);
+        let (reader, writer) = tokio::io::split(stream);
+        let (out, out_rx) = mpsc::unbounded_channel();
+        let inner = Arc::new(Inner {
+            out,
+            state: Mutex::new(State::default()),
+            permits: Arc::new(Semaphore::new(config.max_inflight.max(1))),
+            msize: reply.msize,
+            runtime: Handle::current(),
+            fids: Mutex::new(FidPool::default()),
+            counts: RpcCounts(std::array::from_fn(|_| AtomicU64::new(0))),
+            no_renameat: AtomicBool::new(false),
+            no_unlinkat: AtomicBool::new(false),
+            config,
+        });
+        tokio::spawn(read_loop(Arc::downgrade(&inner), reader, decoder, buf));
+        tokio::spawn(write_loop(Arc::downgrade(&inner), writer, out_rx));
+        Ok(Session { inner })
+    }
+
+    /// Attaches to export `aname`; the returned fid is its root.
+    pub async fn attach(&self, aname: &str) -> Result<Fid, Errno> {
+        let id = self.inner.alloc_fid()?;
+        let fid = Fid::new(self.clone(), id, Default::default());
+        let msg = Tattach {
+            fid: id,
+            afid: NOFID,
+            uname: self.inner.config.uname.clone(),
+            aname: aname.into(),
+            n_uname: self.inner.config.n_uname,
+        };
+        match self.call(msg.into()).await {
+            Ok(Message::Rattach(Rattach { qid })) => Ok(fid.with_qid(qid)),
+            Ok(_) => Err(Errno::EIO),
+            Err(e) => {
+                fid.forget();
+                Err(e)
+            }
+        }
+    }
+
+    /// The negotiated msize.
+    pub fn msize(&self) -> u32 {
+        self.inner.msize
+    }
+
+    /// Fid numbers in use, including those whose Tclunk is still on its way.
+    pub fn live_fids(&self) -> usize {
+        self.inner
+            .fids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .live()
+    }
+
+    /// Requests sent so far, by type.
+    pub fn counts(&self) -> &RpcCounts {
+        &self.inner.counts
+    }
+
+    /// Whether the connection is gone (every call now fails with EIO).
+    pub fn is_dead(&self) -> bool {
+        lock(&self.inner.state).dead
+    }
+
+    /// Sends one request and waits for its reply; Rlerror becomes `Err`.
+    pub(crate) async fn call(&self, msg: Message) -> Result<Message, Errno> {
+        self.start(msg).await?.wait().await
+    }
+
+    /// Sends one request; the returned handle waits for the reply. Starting several
+    /// before waiting pipelines them.
+    pub(crate) async fn start(&self, msg: Message) -> Result<Call, Errno> {
+        let permit = self
+            .inner
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Errno::EIO)?;
+        let (tx, rx) = oneshot::channel();
+        let tag = {
+            let mut st = lock(&self.inner.state);
+            if st.dead {
+                return Err(Errno::EIO);
+            }
+            let tag = st.alloc_tag().ok_or(Errno::EAGAIN)?;
+            st.pending.insert(
+                tag,
+                Pending::Waiting {
+                    expect: msg.type_id() + 1,
+                    tx,
+                },
+            );
+            tag
+        };
+        self.inner.counts.bump(msg.type_id());
+        let mut frame = BytesMut::new();
+        encode_frame(tag, &msg, &mut frame);
+        let call = Call {
+            inner: self.inner.clone(),
+            tag,
+            rx,
+            done: false,
+            _permit: permit,
+        };
+        if self.inner.out.send(frame.freeze()).is_err() {
+            self.inner.kill("writer gone");
+        }
+        Ok(call)
+    }
+}
+
+/// A request on the wire. Dropping it before the reply sends Tflush.
+pub(crate) struct Call {
+    inner: Arc<Inner>,
+    tag: u16,
+    rx: oneshot::Receiver<Result<Message, Errno>>,
+    done: bool,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Call {
+    /// Waits for the reply, at most the configured timeout (then ETIMEDOUT and Tflush).
+    pub(crate) async fn wait(mut self) -> Result<Message, Errno> {
+        match tokio::time::timeout(self.inner.config.timeout, &mut self.rx).await {
+            Ok(Ok(result)) => {
+                self.done = true;
+                result
+            }
+            Ok(Err(_)) => {
+                self.done = true;
+                Err(Errno::EIO)
+            }
+            Err(_) => Err(Errno::ETIMEDOUT),
+        }
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        if !self.done {
+            self.inner.abandon(self.tag);
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn alloc_fid(&self) -> Result<u32, Errno> {
+        self.fids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .alloc()
+            .ok_or(Errno::EMFILE)
+    }
+
+    pub(crate) fn free_fid(&self, fid: u32) {
+        self.fids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .free(fid);
+    }
+
+    pub(crate) fn is_dead(&self) -> bool {
+        lock(&self.state).dead
+    }
+
+    /// The caller of `tag` went away: flush it, keeping the tag until Rflush.
+    fn abandon(&self, tag: u16) {
+        let mut st = lock(&self.state);
+        if !matches!(st.pending.get(&tag), Some(Pending::Waiting { .. })) {
+            return; // answered meanwhile; its tag is already free
+        }
+        st.pending.insert(tag, Pending::Abandoned);
+        if st.dead {
+            return;
+        }
+        let Some(flush_tag) = st.alloc_tag() else {
+            return;
+        };
+        st.pending.insert(flush_tag, Pending::Flush { old: tag });
+        drop(st);
+        self.counts.bump(108);
+        let mut frame = BytesMut::new();
+        encode_frame(flush_tag, &Tflush { oldtag: tag }.into(), &mut frame);
+        let _ = self.out.send(frame.freeze());
+    }
+
+    /// Routes one reply to whoever waits for it.
+    fn deliver(
+        &self,
+        tag: u16,
+        body: Result<Message, wasm9p_proto::DecodeError>,
+    ) -> Result<(), String> {
+        let mut st = lock(&self.state);
+        match st.pending.remove(&tag) {
+            None => Err(format!("reply with unknown tag {tag}")),
+            Some(Pending::Waiting { expect, tx }) => {
+                st.free_tag(tag);
+                drop(st);
+                let result = match body {
+                    Ok(Message::Rlerror(e)) => Err(Errno(e.ecode)),
+                    Ok(m) if m.type_id() == expect => Ok(m),
+                    Ok(m) => {
+                        tracing::warn!(
+                            "9p: {} in reply to a request expecting type {expect}",
+                            m.name()
+                        );
+                        Err(Errno::EIO)
+                    }
+                    Err(e) => {
+                        tracing::warn!("9p: undecodable reply: {e}");
+                        Err(Errno::EIO)
+                    }
+                };
+                let _ = tx.send(result);
+                Ok(())
+            }
+            Some(Pending::Abandoned) => {
+                // The reply to a flushed request: the tag waits for Rflush.
+                st.pending.insert(tag, Pending::Abandoned);
+                Ok(())
+            }
+            Some(Pending::Flush { old }) => {
+                st.pending.remove(&old);
+                st.free_tag(old);
+                st.free_tag(tag);
+                Ok(())
+            }
+        }
+    }
+
+    /// The connection is gone: every waiter gets EIO now, later calls get it at once.
+    pub(crate) fn kill(&self, why: &str) {
+        let mut st = lock(&self.state);
+        if st.dead {
+            return;
+        }
+        st.dead = true;
+        let pending = std::mem::take(&mut st.pending);
+        drop(st);
+        tracing::warn!("9p session lost: {why}");
+        for (_, p) in pending {
+            if let Pending::Waiting { tx, .. } = p {
+                let _ = tx.send(Err(Errno::EIO));
+            }
+        }
+        self.permits.close();
+    }
+}
+
+async fn read_loop(
+    inner: Weak<Inner>,
+    mut reader: ReadHalf<BoxStream>,
+    mut decoder: FrameDecoder,
+    mut buf: BytesMut,
+) {
+    let why = loop {
+        match decoder.decode(&mut buf) {
+            Ok(Some(frame)) => {
+                let Some(session) = inner.upgrade() else {
+                    return;
+                };
+                if let Err(why) = session.deliver(frame.tag, frame.body) {
+                    break why;
+                }
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => break e.to_string(),
+        }
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(64 * 1024);
+        }
+        match reader.read_buf(&mut buf).await {
+            Ok(0) => break "connection closed by the server".to_string(),
+            Ok(_) => {}
+            Err(e) => break e.to_string(),
+        }
+    };
+    if let Some(session) = inner.upgrade() {
+        session.kill(&why);
+    }
+}
+
+async fn write_loop(
+    inner: Weak<Inner>,
+    mut writer: WriteHalf<BoxStream>,
+    mut rx: mpsc::UnboundedReceiver<Bytes>,
+) {
+    let mut batch = BytesMut::new();
+    while let Some(frame) = rx.recv().await {
+        batch.extend_from_slice(&frame);
+        while batch.len() < 1024 * 1024 {
+            match rx.try_recv() {
+                Ok(frame) => batch.extend_from_slice(&frame),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = writer.write_all(&batch).await {
+            if let Some(session) = inner.upgrade() {
+                session.kill(&format!("write: {e}"));
+            }
+            return;
+        }
+        batch.clear();
+    }
+    // Every handle on the session is gone: close our side so the server lets go too.
+    let _ = writer.shutdown().await;
+}
