@@ -85,6 +85,11 @@ impl Conn {
             .expect("server answered in time")
     }
 
+    /// Like [`Conn::recv`], but `None` if no frame arrives within `wait`.
+    pub async fn recv_for(&mut self, wait: std::time::Duration) -> Option<Frame> {
+        tokio::time::timeout(wait, self.recv()).await.ok().flatten()
+    }
+
     /// One request and its reply; Rlerror becomes `Err`.
     pub async fn rpc(&mut self, msg: impl Into<Message>) -> Result<Message, Errno> {
         self.send(1, msg).await;

@@ -18,6 +18,18 @@ impl Fid {
         self.session.inner.config.io_depth.max(1)
     }
 
+    /// Starts one more request of a pipeline. With nothing in flight it may wait for
+    /// the session's in-flight limit; otherwise it only takes a free slot (`None`:
+    /// none free, finish the oldest call first), so pipelines never wait on each other
+    /// while holding slots.
+    async fn pipeline(&self, msg: Message, first: bool) -> Option<Result<Call, Errno>> {
+        if first {
+            Some(self.session.start(msg).await)
+        } else {
+            self.session.try_start(msg)
+        }
+    }
+
     /// Reads up to `len` bytes at `offset`, stopping early at end of file. Up to
     /// `io_depth` Treads are in flight at once; the result is assembled in order.
     pub async fn read_at(&self, offset: u64, len: usize) -> Result<Bytes, Errno> {
@@ -36,7 +48,11 @@ impl Fid {
                     offset: offset + next as u64,
                     count: count as u32,
                 };
-                inflight.push_back((self.session.start(msg.into()).await?, count));
+                let first = inflight.is_empty();
+                let Some(call) = self.pipeline(msg.into(), first).await else {
+                    break;
+                };
+                inflight.push_back((call?, count));
                 next += count;
             }
             let Some((call, asked)) = inflight.pop_front() else {
@@ -74,7 +90,11 @@ impl Fid {
                     offset: offset + next as u64,
                     data: Data(piece),
                 };
-                inflight.push_back((self.session.start(msg.into()).await?, len));
+                let first = inflight.is_empty();
+                let Some(call) = self.pipeline(msg.into(), first).await else {
+                    break;
+                };
+                inflight.push_back((call?, len));
                 next += len;
             }
             let Some((call, sent)) = inflight.pop_front() else {

@@ -327,13 +327,23 @@ impl Session {
     /// Sends one request; the returned handle waits for the reply. Starting several
     /// before waiting pipelines them.
     pub(crate) async fn start(&self, msg: Message) -> Result<Call, Errno> {
-        let permit = self
-            .inner
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| Errno::EIO)?;
+        let permits = self.inner.permits.clone();
+        let permit = permits.acquire_owned().await.map_err(|_| Errno::EIO)?;
+        self.start_with(msg, permit)
+    }
+
+    /// Like [`Session::start`], but `None` instead of waiting when the session is at
+    /// its in-flight limit. A caller that already holds calls must use this for more:
+    /// waiting for a permit while holding some can deadlock every such caller.
+    pub(crate) fn try_start(&self, msg: Message) -> Option<Result<Call, Errno>> {
+        match self.inner.permits.clone().try_acquire_owned() {
+            Ok(permit) => Some(self.start_with(msg, permit)),
+            Err(tokio::sync::TryAcquireError::NoPermits) => None,
+            Err(tokio::sync::TryAcquireError::Closed) => Some(Err(Errno::EIO)),
+        }
+    }
+
+    fn start_with(&self, msg: Message, permit: OwnedSemaphorePermit) -> Result<Call, Errno> {
         let (tx, rx) = oneshot::channel();
         let tag = {
             let mut st = lock(&self.inner.state);

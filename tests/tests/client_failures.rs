@@ -1,0 +1,395 @@
+//! The client facing a scripted server (over the in-process duplex) that misbehaves in
+//! each way a broken or hostile server can, plus timeouts, cancellation and
+//! connection loss. Every case ends in an error on that request or on the session;
+//! none panics or hangs.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use wasm9p_guest_fs::client::{ClientConfig, ConnectError, Fid, Session};
+use wasm9p_proto::consts::qid;
+use wasm9p_proto::*;
+use wasm9p_tests::Conn;
+
+const ASKED: u32 = 64 * 1024;
+
+fn config(timeout: Duration) -> ClientConfig {
+    ClientConfig {
+        msize: ASKED,
+        timeout,
+        ..ClientConfig::default()
+    }
+}
+
+/// Starts a session over a duplex whose other end the test scripts; the script
+/// answers Tversion with `grant` and `version`.
+async fn handshake(
+    grant: u32,
+    version: &str,
+    cfg: ClientConfig,
+) -> (Result<Session, ConnectError>, Conn) {
+    let (client_end, server_end) = transport::duplex();
+    let mut server = Conn::over(server_end);
+    let client = tokio::spawn(Session::over(client_end, cfg));
+    let f = server.recv().await.unwrap();
+    assert!(matches!(
+        f.body,
+        Ok(Message::Tversion(Tversion { msize: ASKED, .. }))
+    ));
+    server
+        .send(
+            f.tag,
+            Rversion {
+                msize: grant,
+                version: version.into(),
+            },
+        )
+        .await;
+    (client.await.unwrap(), server)
+}
+
+/// A session and its attached root, with the server side ready for scripting.
+async fn attached(timeout: Duration) -> (Session, Fid, Conn) {
+    let (session, mut server) = handshake(ASKED, "9P2000.L", config(timeout)).await;
+    let session = session.unwrap();
+    let s = session.clone();
+    let attach = tokio::spawn(async move { s.attach("").await });
+    let f = server.recv().await.unwrap();
+    assert!(matches!(f.body, Ok(Message::Tattach(_))));
+    server
+        .send(
+            f.tag,
+            Rattach {
+                qid: Qid {
+                    ty: qid::DIR,
+                    version: 0,
+                    path: 1,
+                },
+            },
+        )
+        .await;
+    (session, attach.await.unwrap().unwrap(), server)
+}
+
+fn raw_frame(ty: u8, tag: u16, body: &[u8]) -> Vec<u8> {
+    let mut f = ((7 + body.len()) as u32).to_le_bytes().to_vec();
+    f.push(ty);
+    f.extend_from_slice(&tag.to_le_bytes());
+    f.extend_from_slice(body);
+    f
+}
+
+#[tokio::test]
+async fn version_replies_that_cannot_be_accepted_are_clear_errors() {
+    let (r, _s) = handshake(ASKED * 2, "9P2000.L", config(Duration::from_secs(5))).await;
+    assert!(
+        matches!(r, Err(ConnectError::MsizeTooLarge { granted, asked: ASKED }) if granted == ASKED * 2)
+    );
+    let (r, _s) = handshake(1024, "9P2000.L", config(Duration::from_secs(5))).await;
+    assert!(matches!(r, Err(ConnectError::MsizeTooSmall(1024))));
+    let (r, _s) = handshake(ASKED, "unknown", config(Duration::from_secs(5))).await;
+    let err = r.unwrap_err();
+    assert!(matches!(err, ConnectError::UnknownVersion(_)));
+    assert!(err.to_string().contains("not 9P2000.L"), "{err}");
+    assert!(!err.should_retry());
+
+    // A server that never answers: the handshake times out instead of hanging.
+    let (client_end, _server_end) = transport::duplex();
+    let started = Instant::now();
+    let r = Session::over(client_end, config(Duration::from_millis(300))).await;
+    assert!(matches!(r, Err(ConnectError::Handshake(ref m)) if m.contains("timed out")));
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // A server that hangs up.
+    let (client_end, server_end) = transport::duplex();
+    drop(server_end);
+    assert!(matches!(
+        Session::over(client_end, config(Duration::from_secs(5))).await,
+        Err(ConnectError::Handshake(_))
+    ));
+
+    // Nobody listening.
+    let dir = tempfile::tempdir().unwrap();
+    let err = Session::connect(
+        &Addr::Unix(dir.path().join("none")),
+        config(Duration::from_secs(5)),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.should_retry() && err.to_string().contains("cannot connect"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn reply_with_unknown_tag_kills_the_session() {
+    let (session, root, mut server) = attached(Duration::from_secs(10)).await;
+    let call = tokio::spawn(async move { root.getattr().await });
+    let f = server.recv().await.unwrap();
+    server
+        .send(f.tag.wrapping_add(77), Rgetattr::default())
+        .await;
+    assert_eq!(call.await.unwrap(), Err(Errno::EIO));
+    assert!(session.is_dead());
+    assert_eq!(
+        session.attach("").await.unwrap_err(),
+        Errno::EIO,
+        "later calls fail at once"
+    );
+}
+
+#[tokio::test]
+async fn wrong_type_bad_count_and_undecodable_bodies_fail_only_that_request() {
+    let (session, root, mut server) = attached(Duration::from_secs(10)).await;
+    let root = std::sync::Arc::new(root);
+
+    // Wrong reply type.
+    let r = root.clone();
+    let call = tokio::spawn(async move { r.getattr().await });
+    let f = server.recv().await.unwrap();
+    server.send(f.tag, Rclunk {}).await;
+    assert_eq!(call.await.unwrap(), Err(Errno::EIO));
+
+    // More bytes than asked for.
+    let r = root.clone();
+    let call = tokio::spawn(async move { r.read(0, 10).await });
+    let f = server.recv().await.unwrap();
+    server
+        .send(
+            f.tag,
+            Rread {
+                data: Data(Bytes::from(vec![1u8; 20])),
+            },
+        )
+        .await;
+    assert_eq!(call.await.unwrap(), Err(Errno::EIO));
+
+    // A string that runs past the end of its frame.
+    let r = root.clone();
+    let call = tokio::spawn(async move { r.readlink().await });
+    let f = server.recv().await.unwrap();
+    server
+        .send_raw(&raw_frame(23, f.tag, &[50, 0, b'a', b'b', b'c']))
+        .await;
+    assert_eq!(call.await.unwrap(), Err(Errno::EIO));
+
+    // A directory entry that runs past the end of its payload.
+    let r = root.clone();
+    let call = tokio::spawn(async move { r.readdir(0, 4096).await });
+    let f = server.recv().await.unwrap();
+    let mut entry = Vec::new();
+    let good = DirEntry {
+        qid: Qid::default(),
+        offset: 1,
+        ty: 8,
+        name: "name".into(),
+    };
+    good.encode(&mut entry);
+    entry.truncate(entry.len() - 2);
+    server
+        .send(
+            f.tag,
+            Rreaddir {
+                data: Data(Bytes::from(entry)),
+            },
+        )
+        .await;
+    assert_eq!(call.await.unwrap(), Err(Errno::EIO));
+
+    // Rwrite claiming more than was sent.
+    let r = root.clone();
+    let call = tokio::spawn(async move { r.write(0, Bytes::from_static(b"abc")).await });
+    let f = server.recv().await.unwrap();
+    server.send(f.tag, Rwrite { count: 4 }).await;
+    assert_eq!(call.await.unwrap(), Err(Errno::EIO));
+
+    // Through all of that the session stayed up.
+    assert!(!session.is_dead());
+    let r = root.clone();
+    let call = tokio::spawn(async move { r.getattr().await });
+    let f = server.recv().await.unwrap();
+    server
+        .send(
+            f.tag,
+            Rgetattr {
+                size: 42,
+                ..Default::default()
+            },
+        )
+        .await;
+    assert_eq!(call.await.unwrap().unwrap().size, 42);
+}
+
+#[tokio::test]
+async fn frame_over_msize_kills_the_session_without_allocating_it() {
+    let (session, root, mut server) = attached(Duration::from_secs(10)).await;
+    let call = tokio::spawn(async move { root.getattr().await });
+    let f = server.recv().await.unwrap();
+    // Announce a 1 GiB frame; the client must refuse it from the length alone.
+    let mut head = (1u32 << 30).to_le_bytes().to_vec();
+    head.extend_from_slice(&[25, f.tag as u8, (f.tag >> 8) as u8]);
+    server.send_raw(&head).await;
+    assert_eq!(call.await.unwrap(), Err(Errno::EIO));
+    assert!(session.is_dead());
+}
+
+#[tokio::test]
+async fn an_unanswered_request_times_out_and_is_flushed() {
+    let (session, root, mut server) = attached(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let call = tokio::spawn(async move { root.getattr().await });
+    let f = server.recv().await.unwrap();
+    assert_eq!(call.await.unwrap(), Err(Errno::ETIMEDOUT));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let flush = server.recv().await.unwrap();
+    assert_eq!(flush.body, Ok(Tflush { oldtag: f.tag }.into()));
+    assert!(
+        !session.is_dead(),
+        "a timeout fails the request, not the session"
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_request_is_flushed_and_its_tag_waits_for_rflush() {
+    let (session, root, mut server) = attached(Duration::from_secs(10)).await;
+    let root = std::sync::Arc::new(root);
+    let r = root.clone();
+    let call = tokio::spawn(async move { r.getattr().await });
+    let first = server.recv().await.unwrap();
+    call.abort();
+    let flush = server.recv().await.unwrap();
+    assert_eq!(flush.body, Ok(Tflush { oldtag: first.tag }.into()));
+    // Until Rflush, neither the flushed tag nor the flush's own tag is handed out.
+    for _ in 0..20 {
+        let r = root.clone();
+        let call = tokio::spawn(async move { r.getattr().await });
+        let f = server.recv().await.unwrap();
+        assert!(
+            f.tag != first.tag && f.tag != flush.tag,
+            "tag {} reused before Rflush",
+            f.tag
+        );
+        server.send(f.tag, Rgetattr::default()).await;
+        call.await.unwrap().unwrap();
+    }
+    // The server answers the original late, then Rflush: both are absorbed.
+    server.send(first.tag, Rgetattr::default()).await;
+    server.send(flush.tag, Rflush {}).await;
+    // One round trip after Rflush guarantees the client has read it (replies are
+    // processed in order); then several requests at once draw on the freed tags.
+    let r = root.clone();
+    let call = tokio::spawn(async move { r.getattr().await });
+    let f = server.recv().await.unwrap();
+    server.send(f.tag, Rgetattr::default()).await;
+    call.await.unwrap().unwrap();
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let r = root.clone();
+            tokio::spawn(async move { r.getattr().await })
+        })
+        .collect();
+    let mut seen = HashSet::new();
+    for _ in 0..4 {
+        let f = server.recv().await.unwrap();
+        seen.insert(f.tag);
+        server.send(f.tag, Rgetattr::default()).await;
+    }
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    assert!(
+        seen.contains(&first.tag),
+        "the flushed tag is free again after Rflush: {seen:?}"
+    );
+    assert!(!session.is_dead());
+}
+
+#[tokio::test]
+async fn connection_loss_fails_every_pending_request_at_once() {
+    let (session, root, mut server) = attached(Duration::from_secs(30)).await;
+    let root = std::sync::Arc::new(root);
+    let calls: Vec<_> = (0..10)
+        .map(|_| {
+            let r = root.clone();
+            tokio::spawn(async move { r.getattr().await })
+        })
+        .collect();
+    for _ in 0..10 {
+        server.recv().await.unwrap();
+    }
+    let started = Instant::now();
+    drop(server);
+    for call in calls {
+        assert_eq!(call.await.unwrap(), Err(Errno::EIO));
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "failed at once, not by timeout"
+    );
+    assert!(session.is_dead());
+    assert_eq!(root.getattr().await, Err(Errno::EIO));
+}
+
+#[tokio::test]
+async fn large_reads_keep_at_most_io_depth_requests_in_flight() {
+    let (session, mut server) = handshake(
+        8192,
+        "9P2000.L",
+        ClientConfig {
+            io_depth: 3,
+            ..config(Duration::from_secs(10))
+        },
+    )
+    .await;
+    let session = session.unwrap();
+    let s = session.clone();
+    let attach = tokio::spawn(async move { s.attach("").await });
+    let f = server.recv().await.unwrap();
+    server
+        .send(
+            f.tag,
+            Rattach {
+                qid: Qid::default(),
+            },
+        )
+        .await;
+    let root = attach.await.unwrap().unwrap();
+    let chunk = (8192 - consts::IOHDRSZ) as usize;
+    let total = chunk * 10;
+    let read = tokio::spawn(async move { root.read_at(0, total).await });
+    let mut outstanding: Vec<Frame> = Vec::new();
+    let mut max_seen = 0;
+    let mut served = 0;
+    while served < 10 {
+        // Take whatever the client has sent so far.
+        while let Some(f) = server.recv_for(Duration::from_millis(50)).await {
+            outstanding.push(f);
+        }
+        max_seen = max_seen.max(outstanding.len());
+        let f = outstanding.remove(0);
+        let Ok(Message::Tread(t)) = f.body else {
+            panic!("expected Tread")
+        };
+        let data: Vec<u8> = (0..t.count)
+            .map(|i| ((t.offset + i as u64) % 251) as u8)
+            .collect();
+        server
+            .send(
+                f.tag,
+                Rread {
+                    data: Data(Bytes::from(data)),
+                },
+            )
+            .await;
+        served += 1;
+    }
+    let bytes = read.await.unwrap().unwrap();
+    assert_eq!(bytes.len(), total);
+    assert!(
+        bytes.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8),
+        "assembled in order"
+    );
+    assert_eq!(max_seen, 3, "io_depth bounds the reads in flight");
+}
