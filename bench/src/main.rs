@@ -9,8 +9,13 @@
 //!
 //! Ours is measured at msize 512 KiB (its default) and at 64 KiB, the most diod grants.
 //!
-//! It prints a Markdown table. Run it with `bench/run` (which builds what it needs).
+//! Then the product's client (`wasm9p-guest-fs`) against both servers: getattr round
+//! trips per second with 1 and 32 in flight, and sequential `read_at` MB/s.
+//!
+//! It prints Markdown tables. Run it with `bench/run` (which builds what it needs).
 //! Not a test: nothing here asserts a speed.
+
+mod client;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -252,6 +257,41 @@ async fn main() {
             println!(
                 "| {} | {round} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
                 r.name, r.msize, r.meta1, r.meta32, r.read1, r.read4
+            );
+        }
+    }
+
+    println!();
+    println!("| client → server | round | msize | getattr/s (1 in flight) | getattr/s (32 in flight) | read_at MB/s (io_depth 4) |");
+    println!("|---|---|---|---|---|---|");
+    let ours = Addr::Tcp {
+        host: "127.0.0.1".into(),
+        port,
+    };
+    let theirs = Addr::Tcp {
+        host: "127.0.0.1".into(),
+        port: diod.port,
+    };
+    let big = BIG_FILE_MB << 20;
+    for round in 1..=rounds {
+        let rows = [
+            (
+                "wasm9p client → wasm9p serve",
+                client::measure(&ours, &aname, MSIZE, big, duration).await,
+            ),
+            (
+                "wasm9p client → wasm9p serve",
+                client::measure(&ours, &aname, DIOD_MSIZE, big, duration).await,
+            ),
+            (
+                "wasm9p client → diod 1.0.24",
+                client::measure(&theirs, &aname, MSIZE, big, duration).await,
+            ),
+        ];
+        for (name, r) in rows {
+            println!(
+                "| {name} | {round} | {} | {:.0} | {:.0} | {:.0} |",
+                r.msize, r.getattr1, r.getattr32, r.read_mbps
             );
         }
     }

@@ -33,6 +33,41 @@ pub fn encode_frame(tag: u16, msg: &Message, buf: &mut BytesMut) {
     msg.encode_body(buf);
 }
 
+/// Payloads at least this large are written from their own buffer instead of being
+/// copied into the frame ([`encode_frame_head`]).
+pub const ZERO_COPY_MIN: usize = 4096;
+
+/// Like [`encode_frame`], but for a message whose last field is a large payload (Rread,
+/// Rreaddir, Twrite) it writes only what precedes the payload bytes and returns the
+/// payload, to be written right after `buf` (with a vectored write) without copying.
+/// Other messages are encoded whole and `None` is returned.
+pub fn encode_frame_head(tag: u16, msg: &Message, buf: &mut BytesMut) -> Option<bytes::Bytes> {
+    let payload = match msg {
+        Message::Rread(r) => &r.data.0,
+        Message::Rreaddir(r) => &r.data.0,
+        Message::Twrite(t) => &t.data.0,
+        _ => {
+            encode_frame(tag, msg, buf);
+            return None;
+        }
+    };
+    if payload.len() < ZERO_COPY_MIN {
+        encode_frame(tag, msg, buf);
+        return None;
+    }
+    let size = HEADER_SIZE + msg.body_size();
+    buf.reserve(size - payload.len());
+    buf.put_u32_le(size as u32);
+    buf.put_u8(msg.type_id());
+    buf.put_u16_le(tag);
+    if let Message::Twrite(t) = msg {
+        buf.put_u32_le(t.fid);
+        buf.put_u64_le(t.offset);
+    }
+    buf.put_u32_le(payload.len() as u32);
+    Some(payload.clone())
+}
+
 /// Encoded size of the frame for `msg`.
 pub fn frame_size(msg: &Message) -> usize {
     HEADER_SIZE + msg.body_size()
@@ -164,6 +199,37 @@ mod tests {
         let good = decoder.decode(&mut buf).unwrap().unwrap();
         assert_eq!(good.tag, 6);
         assert!(good.body.is_ok());
+    }
+
+    #[test]
+    fn head_plus_payload_equals_the_whole_frame() {
+        use crate::messages::{Rread, Twrite};
+        use crate::wire::Data;
+        let big = bytes::Bytes::from(vec![7u8; ZERO_COPY_MIN + 5]);
+        let msgs: [Message; 3] = [
+            Rread {
+                data: Data(big.clone()),
+            }
+            .into(),
+            Twrite {
+                fid: 3,
+                offset: 99,
+                data: Data(big.clone()),
+            }
+            .into(),
+            Tclunk { fid: 1 }.into(),
+        ];
+        for msg in msgs {
+            let mut whole = BytesMut::new();
+            encode_frame(4, &msg, &mut whole);
+            let mut head = BytesMut::new();
+            let payload = encode_frame_head(4, &msg, &mut head);
+            if let Some(p) = &payload {
+                assert_eq!(p.as_ptr(), big.as_ptr(), "payload not copied");
+                head.extend_from_slice(p);
+            }
+            assert_eq!(head, whole, "{}", msg.name());
+        }
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub mod wire;
 pub use addr::{Addr, AddrError};
 pub use dirent::{DirEntry, DirEntryPacker};
 pub use errno::Errno;
-pub use frame::{encode_frame, frame_size, Frame, FrameDecoder};
+pub use frame::{encode_frame, encode_frame_head, frame_size, Frame, FrameDecoder, ZERO_COPY_MIN};
 pub use messages::*;
 pub use wire::{Data, Qid, TrailingU32, Wire};
 

@@ -11,14 +11,15 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, WriteHalf};
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use wasm9p_proto::consts::{MIN_MSIZE, VERSION_9P2000_L, VERSION_UNKNOWN};
-use wasm9p_proto::transport::BoxStream;
+use wasm9p_proto::transport::{write_segments, BoxStream};
 use wasm9p_proto::{
-    encode_frame, DecodeError, Errno, Frame, FrameDecoder, Message, Rflush, Rlerror, Rversion,
+    encode_frame, encode_frame_head, DecodeError, Errno, Frame, FrameDecoder, Message, Rflush,
+    Rlerror, Rversion,
 };
 
 use crate::fid::FidTable;
@@ -248,25 +249,33 @@ fn send(tx: &ReplySender, tag: u16, msg: Message, permit: OwnedSemaphorePermit) 
 }
 
 async fn write_loop(writer: SharedWriter, mut rx: mpsc::UnboundedReceiver<Reply>) {
-    let mut buf = BytesMut::with_capacity(64 * 1024);
-    while let Some(reply) = rx.recv().await {
-        encode_frame(reply.tag, &reply.msg, &mut buf);
-        drop(reply);
-        // Batch whatever else is ready into the same write.
-        while buf.len() < 1024 * 1024 {
-            match rx.try_recv() {
-                Ok(reply) => encode_frame(reply.tag, &reply.msg, &mut buf),
-                Err(_) => break,
+    let mut head = BytesMut::with_capacity(64 * 1024);
+    let mut segments: Vec<Bytes> = Vec::new();
+    while let Some(first) = rx.recv().await {
+        // Batch whatever else is ready into the same (vectored) write; read and readdir
+        // payloads go out from their own buffers, uncopied.
+        let mut batched = 0;
+        let mut next = Some(first);
+        while let Some(reply) = next.take() {
+            if let Some(payload) = encode_frame_head(reply.tag, &reply.msg, &mut head) {
+                batched += payload.len();
+                segments.push(head.split().freeze());
+                segments.push(payload);
+            }
+            drop(reply);
+            if batched + head.len() < 1024 * 1024 {
+                next = rx.try_recv().ok();
             }
         }
+        if !head.is_empty() {
+            segments.push(head.split().freeze());
+        }
         let mut w = writer.lock().await;
-        if w.write_all(&buf).await.is_err() || w.flush().await.is_err() {
+        if write_segments(&mut *w, &mut segments).await.is_err() {
             drop(w);
             // The peer is gone: keep draining so request tasks are not blocked.
             while rx.recv().await.is_some() {}
             return;
         }
-        drop(w);
-        buf.clear();
     }
 }

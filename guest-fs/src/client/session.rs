@@ -11,9 +11,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use wasm9p_proto::consts::{DEFAULT_MSIZE, MIN_MSIZE, NOFID, NOTAG, VERSION_9P2000_L};
-use wasm9p_proto::transport::{connect, BoxStream};
+use wasm9p_proto::transport::{connect, write_segments, BoxStream};
 use wasm9p_proto::{
-    encode_frame, Addr, Errno, FrameDecoder, Message, Rattach, Tattach, Tflush, Tversion,
+    encode_frame, encode_frame_head, Addr, Errno, FrameDecoder, Message, Rattach, Tattach, Tflush,
+    Tversion,
 };
 
 use super::fid::{Fid, FidPool};
@@ -124,7 +125,9 @@ pub struct Session {
 
 #[derive(Debug)]
 pub(crate) struct Inner {
-    out: mpsc::UnboundedSender<Bytes>,
+    /// Frames for the writer task: the frame (or its head) and a payload to follow it
+    /// uncopied (see `encode_frame_head`).
+    out: mpsc::UnboundedSender<(Bytes, Option<Bytes>)>,
     state: Mutex<State>,
     permits: Arc<Semaphore>,
     pub(crate) msize: u32,
@@ -362,7 +365,7 @@ impl Session {
         };
         self.inner.counts.bump(msg.type_id());
         let mut frame = BytesMut::new();
-        encode_frame(tag, &msg, &mut frame);
+        let payload = encode_frame_head(tag, &msg, &mut frame);
         let call = Call {
             inner: self.inner.clone(),
             tag,
@@ -370,7 +373,7 @@ impl Session {
             done: false,
             _permit: permit,
         };
-        if self.inner.out.send(frame.freeze()).is_err() {
+        if self.inner.out.send((frame.freeze(), payload)).is_err() {
             self.inner.kill("writer gone");
         }
         Ok(call)
@@ -449,7 +452,7 @@ impl Inner {
         self.counts.bump(108);
         let mut frame = BytesMut::new();
         encode_frame(flush_tag, &Tflush { oldtag: tag }.into(), &mut frame);
-        let _ = self.out.send(frame.freeze());
+        let _ = self.out.send((frame.freeze(), None));
     }
 
     /// Routes one reply to whoever waits for it.
@@ -552,24 +555,29 @@ async fn read_loop(
 async fn write_loop(
     inner: Weak<Inner>,
     mut writer: WriteHalf<BoxStream>,
-    mut rx: mpsc::UnboundedReceiver<Bytes>,
+    mut rx: mpsc::UnboundedReceiver<(Bytes, Option<Bytes>)>,
 ) {
-    let mut batch = BytesMut::new();
-    while let Some(frame) = rx.recv().await {
-        batch.extend_from_slice(&frame);
-        while batch.len() < 1024 * 1024 {
-            match rx.try_recv() {
-                Ok(frame) => batch.extend_from_slice(&frame),
-                Err(_) => break,
+    let mut segments: Vec<Bytes> = Vec::new();
+    while let Some(first) = rx.recv().await {
+        let mut batched = 0;
+        let mut next = Some(first);
+        while let Some((frame, payload)) = next.take() {
+            batched += frame.len();
+            segments.push(frame);
+            if let Some(payload) = payload {
+                batched += payload.len();
+                segments.push(payload);
+            }
+            if batched < 1024 * 1024 {
+                next = rx.try_recv().ok();
             }
         }
-        if let Err(e) = writer.write_all(&batch).await {
+        if let Err(e) = write_segments(&mut writer, &mut segments).await {
             if let Some(session) = inner.upgrade() {
                 session.kill(&format!("write: {e}"));
             }
             return;
         }
-        batch.clear();
     }
     // Every handle on the session is gone: close our side so the server lets go too.
     let _ = writer.shutdown().await;
