@@ -174,6 +174,17 @@ mod tests {
         assert!(!path.exists(), "socket file removed with its listener");
     }
 
+    #[test]
+    fn vsock_addresses_use_the_kernel_constants() {
+        // No AF_VSOCK socket is ever connected in tests (the CIDs here lead to the
+        // machine's hypervisor); the address side is checked against the ABI instead.
+        assert_eq!(crate::addr::VMADDR_CID_ANY, tokio_vsock::VMADDR_CID_ANY);
+        assert_eq!(crate::addr::VMADDR_CID_HOST, tokio_vsock::VMADDR_CID_HOST);
+        let Addr::Vsock { cid, port } = "vsock:any:564".parse().unwrap() else { panic!() };
+        let sockaddr = tokio_vsock::VsockAddr::new(cid, port);
+        assert_eq!((sockaddr.cid(), sockaddr.port()), (tokio_vsock::VMADDR_CID_ANY, 564));
+    }
+
     #[tokio::test]
     async fn connect_to_nothing_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
