@@ -180,9 +180,14 @@ mod tests {
         // machine's hypervisor); the address side is checked against the ABI instead.
         assert_eq!(crate::addr::VMADDR_CID_ANY, tokio_vsock::VMADDR_CID_ANY);
         assert_eq!(crate::addr::VMADDR_CID_HOST, tokio_vsock::VMADDR_CID_HOST);
-        let Addr::Vsock { cid, port } = "vsock:any:564".parse().unwrap() else { panic!() };
+        let Addr::Vsock { cid, port } = "vsock:any:564".parse().unwrap() else {
+            panic!()
+        };
         let sockaddr = tokio_vsock::VsockAddr::new(cid, port);
-        assert_eq!((sockaddr.cid(), sockaddr.port()), (tokio_vsock::VMADDR_CID_ANY, 564));
+        assert_eq!(
+            (sockaddr.cid(), sockaddr.port()),
+            (tokio_vsock::VMADDR_CID_ANY, 564)
+        );
     }
 
     #[tokio::test]
