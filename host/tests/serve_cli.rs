@@ -29,16 +29,17 @@ fn serve(args: &[&str]) -> Child {
     child
 }
 
-fn terminate(mut child: Child) -> std::process::ExitStatus {
+fn terminate(child: Child) -> std::process::ExitStatus {
+    signal(child, "-TERM")
+}
+
+fn signal(mut child: Child, sig: &str) -> std::process::ExitStatus {
     let pid = child.id() as libc::pid_t;
-    assert_eq!(
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .unwrap()
-            .code(),
-        Some(0)
-    );
+    let status = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
     child.wait().unwrap()
 }
 
@@ -103,7 +104,10 @@ async fn serves_several_listeners_read_only() {
         };
         assert_eq!(c.rpc(mkdir).await, Err(wasm9p_proto::Errno::EROFS));
     }
-    assert!(terminate(child).success());
+    assert!(
+        signal(child, "-INT").success(),
+        "SIGINT stops it cleanly too"
+    );
 }
 
 /// A stand-in for the Firecracker VMM's vsock muxer: accepts on `uds`, reads
