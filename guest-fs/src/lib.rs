@@ -9,6 +9,10 @@
 //! What it is not: a WASI implementation (that is `wasm9p-host`) or a server (that is
 //! `wasm9p-server`).
 //!
-//! Built so far: the client. The caches, namespace and backends are not built yet.
+//! Built so far: the client, the per-mount options ([`mount_options`]) and the metadata
+//! cache store ([`cache`]). The page cache, the namespace and the backends are not built
+//! yet, and nothing uses the caches yet.
 
+pub mod cache;
 pub mod client;
+pub mod mount_options;

@@ -2,9 +2,11 @@
 //!
 //! What it is: a server that exports one or more host directories over any transport
 //! of [`wasm9p_proto::transport`] (tcp, unix, vsock, fc-vsock, or an in-process duplex
-//! for the embedded default). Each connection is a tokio task; each request runs as its
-//! own task so a slow one does not hold up the rest, with a bounded number in flight and
-//! a bounded fid table per connection.
+//! for the embedded default). Each connection is a tokio task. Metadata requests (walk,
+//! getattr, create, ...) are a syscall or two and run on the connection's reader task,
+//! their replies batched into one write; data transfers, fsync and readdir run as tasks
+//! of their own so a slow one does not hold up the rest. Requests in flight and fids are
+//! bounded per connection.
 //!
 //! What it is not: an authenticating server (Tauth is refused with ENOENT, which both
 //! the Linux client and diod's tools take as "no auth needed"), nor a server that

@@ -1,0 +1,208 @@
+//! A mount's metadata caches: dentries (positive and negative), symlink targets and
+//! attributes, in one store bounded by `cache_size` bytes.
+//!
+//! One `quick_cache` store holds every kind of entry, weighed by the bytes it takes, so
+//! `cache_size` is a hard bound on all of them together and eviction picks the coldest
+//! entries whatever their kind. Each kind has its own small module with an explicit
+//! API (`insert_negative(dir, name)`, `forget(dir, name)`, ...) and its own counters.
+//!
+//! Keys name files by qid path: a dentry is `(directory qid path, name)`, a symlink
+//! target or an attribute set is a file's qid path. A name is either known to exist
+//! (positive dentry, with its qid) or known to be missing (negative dentry, with an
+//! expiry), never both: inserting one replaces the other.
+//!
+//! Lookups borrow their key (no allocation) and never wait on anything but a shard lock:
+//! a hit is a hash lookup on the calling thread.
+
+mod attr;
+mod dentry;
+mod negative;
+mod symlink;
+
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use quick_cache::{Equivalent, Weighter};
+use wasm9p_proto::{Qid, Rgetattr};
+
+pub use dentry::Lookup;
+
+use crate::mount_options::NegTimeout;
+
+/// Bookkeeping bytes charged per entry on top of its names and values.
+const ENTRY_OVERHEAD: u64 = 64;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Key {
+    Dentry { dir: u64, name: Box<str> },
+    Symlink(u64),
+    Attr(u64),
+}
+
+/// A borrowed dentry key, so lookups do not allocate.
+struct DentryRef<'a> {
+    dir: u64,
+    name: &'a str,
+}
+
+// Key and DentryRef must hash alike: a tag byte, then the fields.
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        match self {
+            Key::Dentry { dir, name } => DentryRef { dir: *dir, name }.hash(state),
+            Key::Symlink(path) => (1u8, *path).hash(state),
+            Key::Attr(path) => (2u8, *path).hash(state),
+        }
+    }
+}
+
+impl Hash for DentryRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        (0u8, self.dir, self.name).hash(state)
+    }
+}
+
+impl Equivalent<Key> for DentryRef<'_> {
+    fn equivalent(&self, key: &Key) -> bool {
+        matches!(key, Key::Dentry { dir, name } if *dir == self.dir && **name == *self.name)
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Entry {
+    /// The name exists, with this qid.
+    Positive(Qid),
+    /// The name is missing until `expires` (`None`: until evicted).
+    Negative { expires: Option<Instant> },
+    /// A symlink's target, valid for the qid version it was read at.
+    Symlink { version: u32, target: Arc<str> },
+    /// A file's attributes.
+    Attr(Arc<Rgetattr>),
+}
+
+#[derive(Clone)]
+struct ByteWeighter;
+
+impl Weighter<Key, Entry> for ByteWeighter {
+    fn weight(&self, key: &Key, entry: &Entry) -> u64 {
+        let key_bytes = match key {
+            Key::Dentry { name, .. } => name.len() as u64,
+            _ => 0,
+        };
+        let entry_bytes = match entry {
+            Entry::Symlink { target, .. } => target.len() as u64,
+            Entry::Attr(_) => std::mem::size_of::<Rgetattr>() as u64,
+            _ => 0,
+        };
+        ENTRY_OVERHEAD + key_bytes + entry_bytes
+    }
+}
+
+/// Hit and miss counters, with the names `--stats` prints.
+#[derive(Debug, Default)]
+pub struct CacheCounters {
+    dentry_hits: AtomicU64,
+    dentry_misses: AtomicU64,
+    negative_hits: AtomicU64,
+    symlink_hits: AtomicU64,
+    symlink_misses: AtomicU64,
+    attr_hits: AtomicU64,
+    attr_misses: AtomicU64,
+}
+
+/// A snapshot of [`CacheCounters`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Lookups answered by a positive dentry.
+    pub dentry_hits: u64,
+    /// Lookups the cache could not answer.
+    pub dentry_misses: u64,
+    /// Lookups answered by a negative dentry (no RPC for a missing name).
+    pub negative_hits: u64,
+    /// Symlink targets served from the cache.
+    pub symlink_hits: u64,
+    /// Symlink targets that had to be read.
+    pub symlink_misses: u64,
+    /// Attributes served from the cache.
+    pub attr_hits: u64,
+    /// Attributes that had to be fetched.
+    pub attr_misses: u64,
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The metadata caches of one mount; shared by every guest on it.
+pub struct MountCache {
+    store: quick_cache::sync::Cache<Key, Entry, ByteWeighter>,
+    negtimeout: NegTimeout,
+    counters: CacheCounters,
+}
+
+impl std::fmt::Debug for MountCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MountCache")
+            .field("entries", &self.store.len())
+            .field("bytes", &self.store.weight())
+            .field("capacity", &self.store.capacity())
+            .finish()
+    }
+}
+
+impl MountCache {
+    /// A cache holding at most `cache_size` bytes, with negative dentries living as
+    /// `negtimeout` says.
+    pub fn new(cache_size: u64, negtimeout: NegTimeout) -> MountCache {
+        let estimated_items = (cache_size / (ENTRY_OVERHEAD + 16)).clamp(16, 1 << 20) as usize;
+        MountCache {
+            store: quick_cache::sync::Cache::with_weighter(
+                estimated_items,
+                cache_size,
+                ByteWeighter,
+            ),
+            negtimeout,
+            counters: CacheCounters::default(),
+        }
+    }
+
+    /// Bytes held now (never more than the capacity).
+    pub fn bytes(&self) -> u64 {
+        self.store.weight()
+    }
+
+    /// The `cache_size` bound.
+    pub fn capacity(&self) -> u64 {
+        self.store.capacity()
+    }
+
+    /// Entries held now.
+    pub fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.store.is_empty()
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> CacheStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        CacheStats {
+            dentry_hits: get(&c.dentry_hits),
+            dentry_misses: get(&c.dentry_misses),
+            negative_hits: get(&c.negative_hits),
+            symlink_hits: get(&c.symlink_hits),
+            symlink_misses: get(&c.symlink_misses),
+            attr_hits: get(&c.attr_hits),
+            attr_misses: get(&c.attr_misses),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,46 @@
+//! Symlink targets, valid for the qid version they were read at.
+
+use std::sync::Arc;
+
+use wasm9p_proto::Qid;
+
+use super::{bump, Entry, Key, MountCache};
+
+impl MountCache {
+    /// The cached target of symlink `qid`, if it was read at this same qid version.
+    /// A changed version drops the entry: the link was replaced or changed.
+    pub fn symlink(&self, qid: Qid) -> Option<Arc<str>> {
+        let key = Key::Symlink(qid.path);
+        match self.store.get(&key) {
+            Some(Entry::Symlink { version, target }) if version == qid.version => {
+                bump(&self.counters.symlink_hits);
+                Some(target)
+            }
+            Some(_) => {
+                self.store.remove(&key);
+                bump(&self.counters.symlink_misses);
+                None
+            }
+            None => {
+                bump(&self.counters.symlink_misses);
+                None
+            }
+        }
+    }
+
+    /// Caches the target of symlink `qid`.
+    pub fn insert_symlink(&self, qid: Qid, target: Arc<str>) {
+        self.store.insert(
+            Key::Symlink(qid.path),
+            Entry::Symlink {
+                version: qid.version,
+                target,
+            },
+        );
+    }
+
+    /// Drops the cached target of the symlink with qid path `path`.
+    pub fn forget_symlink(&self, path: u64) {
+        self.store.remove(&Key::Symlink(path));
+    }
+}

@@ -1,0 +1,160 @@
+//! Behaviour of the mount cache: what a guest-fs backend relies on.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasm9p_proto::consts::qid;
+use wasm9p_proto::{Qid, Rgetattr};
+
+use super::{Lookup, MountCache};
+use crate::mount_options::NegTimeout;
+
+const DIR: u64 = 7;
+
+fn file(path: u64) -> Qid {
+    Qid {
+        ty: qid::FILE,
+        version: 1,
+        path,
+    }
+}
+
+fn link(path: u64, version: u32) -> Qid {
+    Qid {
+        ty: qid::SYMLINK,
+        version,
+        path,
+    }
+}
+
+fn loose() -> MountCache {
+    MountCache::new(1 << 20, NegTimeout::For(Duration::from_secs(86_400)))
+}
+
+#[test]
+fn positive_and_negative_dentries_replace_each_other() {
+    let cache = loose();
+    assert_eq!(cache.lookup(DIR, "stdio.h"), Lookup::Unknown);
+    cache.insert_negative(DIR, "stdio.h");
+    assert_eq!(cache.lookup(DIR, "stdio.h"), Lookup::Missing);
+    // Same name in another directory is another entry.
+    assert_eq!(cache.lookup(DIR + 1, "stdio.h"), Lookup::Unknown);
+    // A create into the name: the backend records the new file, the negative is gone.
+    cache.insert_dentry(DIR, "stdio.h", file(42));
+    assert_eq!(cache.lookup(DIR, "stdio.h"), Lookup::Found(file(42)));
+    cache.forget(DIR, "stdio.h");
+    assert_eq!(cache.lookup(DIR, "stdio.h"), Lookup::Unknown);
+    let s = cache.stats();
+    assert_eq!((s.negative_hits, s.dentry_hits, s.dentry_misses), (1, 1, 3));
+}
+
+#[test]
+fn negative_entries_expire_and_negtimeout_off_records_nothing() {
+    let cache = loose();
+    cache.insert_negative_ttl(DIR, "gone.h", Duration::from_millis(500));
+    let now = Instant::now();
+    assert_eq!(cache.lookup_at(DIR, "gone.h", now), Lookup::Missing);
+    assert_eq!(
+        cache.lookup_at(DIR, "gone.h", now + Duration::from_secs(1)),
+        Lookup::Unknown
+    );
+    assert!(cache.is_empty(), "an expired entry is dropped when seen");
+
+    let off = MountCache::new(1 << 20, NegTimeout::Off);
+    off.insert_negative(DIR, "x");
+    assert_eq!(off.lookup(DIR, "x"), Lookup::Unknown);
+
+    let forever = MountCache::new(1 << 20, NegTimeout::UntilEvicted);
+    forever.insert_negative(DIR, "x");
+    assert_eq!(
+        forever.lookup_at(
+            DIR,
+            "x",
+            Instant::now() + Duration::from_secs(10 * 365 * 86_400)
+        ),
+        Lookup::Missing
+    );
+}
+
+#[test]
+fn symlink_targets_follow_the_link_they_came_from() {
+    let cache = loose();
+    let l = link(9, 3);
+    cache.insert_dentry(DIR, "lib", l);
+    cache.insert_symlink(l, Arc::from("../usr/lib"));
+    assert_eq!(cache.symlink(l).as_deref(), Some("../usr/lib"));
+    // The link changed on the server (new qid version): the target is not served.
+    assert_eq!(cache.symlink(link(9, 4)), None);
+    assert_eq!(cache.symlink(l), None, "and it was dropped");
+    // Unlinking (or renaming over) the link drops its target with the dentry.
+    cache.insert_symlink(l, Arc::from("../usr/lib"));
+    cache.forget(DIR, "lib");
+    assert_eq!(cache.symlink(l), None);
+    let s = cache.stats();
+    assert_eq!((s.symlink_hits, s.symlink_misses), (1, 3));
+}
+
+#[test]
+fn attributes_are_cached_and_forgotten() {
+    let cache = loose();
+    assert!(cache.attr(42).is_none());
+    cache.insert_attr(Rgetattr {
+        qid: file(42),
+        size: 1234,
+        ..Default::default()
+    });
+    assert_eq!(cache.attr(42).unwrap().size, 1234);
+    cache.insert_dentry(DIR, "f", file(42));
+    cache.forget(DIR, "f");
+    assert!(
+        cache.attr(42).is_none(),
+        "forgetting the dentry drops the attributes"
+    );
+    let s = cache.stats();
+    assert_eq!((s.attr_hits, s.attr_misses), (1, 2));
+}
+
+#[test]
+fn cache_size_is_a_hard_bound_and_hot_entries_survive_pressure() {
+    let cache = MountCache::new(64 * 1024, NegTimeout::UntilEvicted);
+    cache.insert_dentry(DIR, "hot.h", file(1));
+    for i in 0..20_000u64 {
+        cache.insert_negative(DIR, &format!("cold-{i}.h"));
+        if i % 16 == 0 {
+            // Keep touching the hot entry, as a compiler does with a common header.
+            assert_eq!(cache.lookup(DIR, "hot.h"), Lookup::Found(file(1)));
+        }
+        assert!(
+            cache.bytes() <= cache.capacity(),
+            "{} > {}",
+            cache.bytes(),
+            cache.capacity()
+        );
+    }
+    assert!(cache.len() < 20_000, "entries were evicted");
+    assert_eq!(cache.lookup(DIR, "hot.h"), Lookup::Found(file(1)));
+}
+
+#[test]
+fn shared_by_threads() {
+    let cache = Arc::new(loose());
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let cache = cache.clone();
+            std::thread::spawn(move || {
+                for i in 0..2_000u64 {
+                    let name = format!("n{}", i % 100);
+                    if i % 3 == t % 3 {
+                        cache.insert_negative(t, &name);
+                    } else {
+                        cache.insert_dentry(t, &name, file(i));
+                    }
+                    assert_ne!(cache.lookup(t, &name), Lookup::Unknown);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}

@@ -1,0 +1,318 @@
+//! Per-mount options of a 9p mount, with Linux v9fs names and semantics:
+//! `cache=` (a mode name or the Linux bitmask), `negtimeout=MS` (`-1`: until evicted),
+//! `msize=N`, `cache_size=BYTES`, `ro`.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use wasm9p_proto::consts::{DEFAULT_MSIZE, MAX_MSIZE, MIN_MSIZE};
+
+/// A v9fs cache mode: a set of Linux `CACHE_*` bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CacheMode(pub u32);
+
+impl CacheMode {
+    /// Cache file pages (readahead).
+    pub const FILE: u32 = 0x01;
+    /// Cache metadata: dentries, attributes, readdir, symlink targets, negative dentries.
+    pub const META: u32 = 0x02;
+    /// Write back dirty pages, flushed on close and fsync.
+    pub const WRITEBACK: u32 = 0x04;
+    /// Trust the cache without revalidating (exclusive or read-only mounts).
+    pub const LOOSE: u32 = 0x08;
+    /// Persistent on-disk content cache.
+    pub const FSCACHE: u32 = 0x80;
+    const ALL: u32 = Self::FILE | Self::META | Self::WRITEBACK | Self::LOOSE | Self::FSCACHE;
+
+    /// Nothing cached: every operation is an RPC.
+    pub const NONE: CacheMode = CacheMode(0);
+    /// File pages read ahead.
+    pub const READAHEAD: CacheMode = CacheMode(Self::FILE);
+    /// Read ahead plus write-back.
+    pub const MMAP: CacheMode = CacheMode(Self::FILE | Self::WRITEBACK);
+    /// Everything in memory, trusted.
+    pub const LOOSE_MODE: CacheMode =
+        CacheMode(Self::FILE | Self::META | Self::WRITEBACK | Self::LOOSE);
+    /// Loose plus the persistent store.
+    pub const FSCACHE_MODE: CacheMode = CacheMode(Self::LOOSE_MODE.0 | Self::FSCACHE);
+
+    const NAMES: [(&'static str, CacheMode); 5] = [
+        ("none", Self::NONE),
+        ("readahead", Self::READAHEAD),
+        ("mmap", Self::MMAP),
+        ("loose", Self::LOOSE_MODE),
+        ("fscache", Self::FSCACHE_MODE),
+    ];
+
+    /// Whether all of `bits` are set.
+    pub fn has(self, bits: u32) -> bool {
+        self.0 & bits == bits
+    }
+
+    /// Whether metadata (dentries, attributes, symlink targets) is cached.
+    pub fn caches_metadata(self) -> bool {
+        self.has(Self::META)
+    }
+}
+
+impl FromStr for CacheMode {
+    type Err = OptionError;
+
+    fn from_str(s: &str) -> Result<CacheMode, OptionError> {
+        if let Some((_, mode)) = Self::NAMES.iter().find(|(name, _)| *name == s) {
+            return Ok(*mode);
+        }
+        let bits = match s.strip_prefix("0x") {
+            Some(hex) => u32::from_str_radix(hex, 16),
+            None => s.parse(),
+        }
+        .map_err(|_| OptionError::BadCache(s.into()))?;
+        if bits & !Self::ALL != 0 {
+            return Err(OptionError::BadCache(s.into()));
+        }
+        Ok(CacheMode(bits))
+    }
+}
+
+impl fmt::Display for CacheMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match Self::NAMES.iter().find(|(_, mode)| mode == self) {
+            Some((name, _)) => f.write_str(name),
+            None => write!(f, "{:#x}", self.0),
+        }
+    }
+}
+
+/// How long a negative dentry lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NegTimeout {
+    /// Negative lookups are not cached.
+    Off,
+    /// Cached for this long.
+    For(Duration),
+    /// Cached until evicted (`negtimeout=-1`).
+    UntilEvicted,
+}
+
+impl NegTimeout {
+    /// The default: 24 hours when metadata is cached loosely, off otherwise.
+    pub fn default_for(mode: CacheMode) -> NegTimeout {
+        if mode.has(CacheMode::META | CacheMode::LOOSE) {
+            NegTimeout::For(Duration::from_millis(86_400_000))
+        } else {
+            NegTimeout::Off
+        }
+    }
+}
+
+impl FromStr for NegTimeout {
+    type Err = OptionError;
+
+    fn from_str(s: &str) -> Result<NegTimeout, OptionError> {
+        match s.parse::<i64>() {
+            Ok(-1) => Ok(NegTimeout::UntilEvicted),
+            Ok(0) => Ok(NegTimeout::Off),
+            Ok(ms) if ms > 0 => Ok(NegTimeout::For(Duration::from_millis(ms as u64))),
+            _ => Err(OptionError::BadValue {
+                key: "negtimeout",
+                value: s.into(),
+                expected: "milliseconds, 0 or -1",
+            }),
+        }
+    }
+}
+
+/// Why an option was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OptionError {
+    /// Not a cache mode name or bitmask.
+    #[error(
+        "unknown cache mode {0:?}: expected none, readahead, mmap, loose, fscache or a bitmask"
+    )]
+    BadCache(String),
+    /// A value out of range or malformed.
+    #[error("bad {key}={value:?}: expected {expected}")]
+    BadValue {
+        /// The option.
+        key: &'static str,
+        /// What was given.
+        value: String,
+        /// What is accepted.
+        expected: &'static str,
+    },
+    /// An option this mount type does not have.
+    #[error("unknown option {0:?}")]
+    Unknown(String),
+    /// A mode whose machinery does not exist yet.
+    #[error("cache=fscache: the persistent on-disk store is not built yet; use cache=loose")]
+    FscacheNotBuilt,
+}
+
+/// Options of one 9p mount.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NinepOptions {
+    /// The cache mode.
+    pub cache: CacheMode,
+    /// Negative dentry lifetime.
+    pub negtimeout: NegTimeout,
+    /// The msize to ask for.
+    pub msize: u32,
+    /// Hard bound, in bytes, on everything this mount caches.
+    pub cache_size: u64,
+    /// Read-only: every mutation is EROFS without asking the server.
+    pub read_only: bool,
+}
+
+/// Default `cache_size`: 256 MiB.
+pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
+
+impl Default for NinepOptions {
+    fn default() -> Self {
+        NinepOptions {
+            cache: CacheMode::NONE,
+            negtimeout: NegTimeout::Off,
+            msize: DEFAULT_MSIZE,
+            cache_size: DEFAULT_CACHE_SIZE,
+            read_only: false,
+        }
+    }
+}
+
+impl NinepOptions {
+    /// Parses `key=value` pairs (and the flag `ro`) in any order. `negtimeout` defaults
+    /// from the cache mode unless given; `cache=fscache` is refused until its store
+    /// exists.
+    pub fn parse<'a>(
+        pairs: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+    ) -> Result<Self, OptionError> {
+        let mut opts = NinepOptions::default();
+        let mut negtimeout = None;
+        for (key, value) in pairs {
+            let value_of = |key: &'static str, expected| {
+                value.ok_or(OptionError::BadValue {
+                    key,
+                    value: String::new(),
+                    expected,
+                })
+            };
+            match key {
+                "cache" => opts.cache = value_of("cache", "a mode")?.parse()?,
+                "negtimeout" => negtimeout = Some(value_of("negtimeout", "milliseconds")?.parse()?),
+                "msize" => {
+                    let v = value_of("msize", "bytes")?;
+                    opts.msize = v
+                        .parse()
+                        .ok()
+                        .filter(|n| (MIN_MSIZE..=MAX_MSIZE).contains(n))
+                        .ok_or(OptionError::BadValue {
+                            key: "msize",
+                            value: v.into(),
+                            expected: "4096..=1048576",
+                        })?;
+                }
+                "cache_size" => {
+                    let v = value_of("cache_size", "bytes")?;
+                    opts.cache_size =
+                        v.parse()
+                            .ok()
+                            .filter(|n| *n >= 4096)
+                            .ok_or(OptionError::BadValue {
+                                key: "cache_size",
+                                value: v.into(),
+                                expected: "at least 4096 bytes",
+                            })?;
+                }
+                "ro" if value.is_none() => opts.read_only = true,
+                other => return Err(OptionError::Unknown(other.into())),
+            }
+        }
+        if opts.cache.has(CacheMode::FSCACHE) {
+            return Err(OptionError::FscacheNotBuilt);
+        }
+        opts.negtimeout = negtimeout.unwrap_or_else(|| NegTimeout::default_for(opts.cache));
+        Ok(opts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(spec: &str) -> Result<NinepOptions, OptionError> {
+        NinepOptions::parse(spec.split(',').filter(|s| !s.is_empty()).map(|kv| {
+            match kv.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (kv, None),
+            }
+        }))
+    }
+
+    #[test]
+    fn modes_by_name_and_by_linux_bitmask() {
+        for (text, mode) in [
+            ("none", 0),
+            ("readahead", 1),
+            ("mmap", 5),
+            ("loose", 0xf),
+            ("0", 0),
+            ("15", 0xf),
+            ("0x5", 5),
+            ("3", 3),
+        ] {
+            assert_eq!(text.parse::<CacheMode>(), Ok(CacheMode(mode)), "{text}");
+        }
+        assert_eq!(CacheMode(0xf).to_string(), "loose");
+        assert_eq!(CacheMode(3).to_string(), "0x3");
+        assert!("0x100".parse::<CacheMode>().is_err());
+        assert!(matches!(
+            "strict".parse::<CacheMode>(),
+            Err(OptionError::BadCache(_))
+        ));
+    }
+
+    #[test]
+    fn negtimeout_defaults_from_the_mode_and_can_be_overridden() {
+        assert_eq!(parse("").unwrap().negtimeout, NegTimeout::Off);
+        assert_eq!(parse("cache=mmap").unwrap().negtimeout, NegTimeout::Off);
+        assert_eq!(
+            parse("cache=loose").unwrap().negtimeout,
+            NegTimeout::For(Duration::from_secs(86_400))
+        );
+        assert_eq!(
+            parse("negtimeout=250,cache=loose").unwrap().negtimeout,
+            NegTimeout::For(Duration::from_millis(250))
+        );
+        assert_eq!(
+            parse("cache=loose,negtimeout=-1").unwrap().negtimeout,
+            NegTimeout::UntilEvicted
+        );
+        assert_eq!(
+            parse("cache=loose,negtimeout=0").unwrap().negtimeout,
+            NegTimeout::Off
+        );
+        assert!(parse("negtimeout=-5").is_err());
+    }
+
+    #[test]
+    fn other_options_and_errors() {
+        let o = parse("cache=loose,msize=65536,cache_size=1048576,ro").unwrap();
+        assert_eq!((o.msize, o.cache_size, o.read_only), (65536, 1 << 20, true));
+        assert!(matches!(
+            parse("msize=100"),
+            Err(OptionError::BadValue { key: "msize", .. })
+        ));
+        assert!(matches!(
+            parse("cache_size=10"),
+            Err(OptionError::BadValue {
+                key: "cache_size",
+                ..
+            })
+        ));
+        assert!(matches!(parse("color=blue"), Err(OptionError::Unknown(_))));
+        assert!(matches!(parse("msize"), Err(OptionError::BadValue { .. })));
+        let err = parse("cache=fscache").unwrap_err();
+        assert_eq!(err, OptionError::FscacheNotBuilt);
+        assert!(err.to_string().contains("not built yet"));
+    }
+}
