@@ -9,10 +9,12 @@
 //! What it is not: a WASI implementation (that is `wasm9p-host`) or a server (that is
 //! `wasm9p-server`).
 //!
-//! Built so far: the client, the per-mount options ([`mount_options`]) and the metadata
-//! cache store ([`cache`]). The page cache, the namespace and the backends are not built
-//! yet, and nothing uses the caches yet.
+//! Built so far: the client, the per-mount options ([`mount_options`]), the metadata
+//! cache store ([`cache`]) and the write-back coalescer ([`writeback`]). The page cache
+//! with readahead, the namespace and the backends are not built yet, so nothing uses the
+//! caches yet.
 
 pub mod cache;
 pub mod client;
 pub mod mount_options;
+pub mod writeback;
