@@ -197,7 +197,8 @@ mod tests {
             "99,000 bytes in 65,512-byte chunks: {:?}",
             sent.iter().map(|(o, d)| (*o, d.len())).collect::<Vec<_>>()
         );
-        assert!(buf.is_empty() && buf.len() == 0);
+        assert!(buf.is_empty());
+        assert_eq!(buf.len(), 0, "byte count back to zero");
     }
 
     #[test]
