@@ -9,12 +9,16 @@
 //! What it is not: a WASI implementation (that is `wasm9p-host`) or a server (that is
 //! `wasm9p-server`).
 //!
-//! Built so far: the client, the per-mount options ([`mount_options`]), the metadata
-//! cache store ([`cache`]) and the write-back coalescer ([`writeback`]). The page cache
-//! with readahead, the namespace and the backends are not built yet, so nothing uses the
-//! caches yet.
+//! Built so far: the client ([`client`]); the per-mount options ([`mount_options`]);
+//! the byte-bounded metadata cache store ([`cache`]); the write-back coalescer
+//! ([`writeback`]); the backend trait with the `memory` backend ([`backend`]); and the
+//! namespace with POSIX path resolution ([`namespace`]). Not built yet: the `ninep`
+//! backend that puts the caches in front of the client, the `bind` backend, the page
+//! cache with readahead, single-flight misses, and the `cache_asserts` oracle.
 
+pub mod backend;
 pub mod cache;
 pub mod client;
 pub mod mount_options;
+pub mod namespace;
 pub mod writeback;

@@ -1,0 +1,183 @@
+//! What a mount is made of: a [`Backend`] serving [`Node`]s.
+//!
+//! The namespace resolves paths by asking backends one name at a time. A backend that
+//! caches answers [`Backend::lookup_cached`] / [`Backend::readlink_cached`] on the
+//! calling thread without waiting; only when those return `None` does resolution await
+//! the backend's asynchronous operation. So a path whose components are all cached is
+//! resolved without touching the network or suspending.
+//!
+//! Backends: [`memory::MemoryFs`] (a tmpfs for scratch and tests). The `ninep` backend
+//! (the client under the caches) and `bind` (a host directory through cap-std) come
+//! next.
+
+pub mod memory;
+
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use wasm9p_proto::Errno;
+
+/// A boxed future, as backends return them (the trait must be object-safe: one
+/// namespace mixes backends).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The type of a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A directory.
+    Dir,
+    /// A regular file.
+    File,
+    /// A symbolic link.
+    Symlink,
+    /// Anything else (FIFO, socket, device).
+    Other,
+}
+
+/// A file of some backend: cheap to clone.
+#[derive(Clone)]
+pub struct Node {
+    /// Unique within its backend (qid path, inode number).
+    pub id: u64,
+    /// What it is.
+    pub kind: Kind,
+    /// Whatever else the backend keeps for it.
+    pub handle: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.id)
+            .field("kind", &self.kind)
+            .finish()
+    }
+}
+
+impl Node {
+    /// A node with no backend handle.
+    pub fn new(id: u64, kind: Kind) -> Node {
+        Node {
+            id,
+            kind,
+            handle: None,
+        }
+    }
+}
+
+/// Attributes of a file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Attr {
+    /// Permission bits.
+    pub mode: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Hard links.
+    pub nlink: u64,
+    /// Inode / qid path.
+    pub ino: u64,
+    /// Modification time, seconds and nanoseconds.
+    pub mtime: (u64, u32),
+}
+
+/// One directory entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Name in its directory.
+    pub name: String,
+    /// What it is.
+    pub kind: Kind,
+    /// Its id.
+    pub id: u64,
+}
+
+/// A filesystem that can be mounted in a namespace.
+pub trait Backend: Send + Sync + 'static {
+    /// The root directory.
+    fn root(&self) -> Node;
+
+    /// `name` in `dir` if the answer is known without waiting (a cache hit, positive or
+    /// negative); `None` means: call [`Backend::lookup`].
+    fn lookup_cached(&self, _dir: &Node, _name: &str) -> Option<Result<Node, Errno>> {
+        None
+    }
+
+    /// `name` in `dir`; ENOENT if missing, ENOTDIR if `dir` is not a directory.
+    fn lookup<'a>(&'a self, dir: &'a Node, name: &'a str) -> BoxFuture<'a, Result<Node, Errno>>;
+
+    /// The target of symlink `link` if known without waiting.
+    fn readlink_cached(&self, _link: &Node) -> Option<Arc<str>> {
+        None
+    }
+
+    /// The target of symlink `link`.
+    fn readlink<'a>(&'a self, link: &'a Node) -> BoxFuture<'a, Result<Arc<str>, Errno>>;
+
+    /// Attributes.
+    fn getattr<'a>(&'a self, node: &'a Node) -> BoxFuture<'a, Result<Attr, Errno>>;
+
+    /// Entries of a directory (without `.` and `..`).
+    fn readdir<'a>(&'a self, dir: &'a Node) -> BoxFuture<'a, Result<Vec<Entry>, Errno>>;
+
+    /// Creates directory `name`; EEXIST if the name is taken.
+    fn mkdir<'a>(
+        &'a self,
+        dir: &'a Node,
+        name: &'a str,
+        mode: u32,
+    ) -> BoxFuture<'a, Result<Node, Errno>>;
+
+    /// Creates regular file `name` (EEXIST if taken and `exclusive`; otherwise the
+    /// existing file, which must not be a directory).
+    fn create<'a>(
+        &'a self,
+        dir: &'a Node,
+        name: &'a str,
+        mode: u32,
+        exclusive: bool,
+    ) -> BoxFuture<'a, Result<Node, Errno>>;
+
+    /// Creates symlink `name` with `target` (stored verbatim).
+    fn symlink<'a>(
+        &'a self,
+        dir: &'a Node,
+        name: &'a str,
+        target: &'a str,
+    ) -> BoxFuture<'a, Result<Node, Errno>>;
+
+    /// Removes `name`: a directory (must be empty) if `dir_only`, else a non-directory.
+    fn unlink<'a>(
+        &'a self,
+        dir: &'a Node,
+        name: &'a str,
+        dir_only: bool,
+    ) -> BoxFuture<'a, Result<(), Errno>>;
+
+    /// Renames within this backend, replacing a compatible target as POSIX does.
+    fn rename<'a>(
+        &'a self,
+        from_dir: &'a Node,
+        from: &'a str,
+        to_dir: &'a Node,
+        to: &'a str,
+    ) -> BoxFuture<'a, Result<(), Errno>>;
+
+    /// Reads up to `len` bytes at `offset` (fewer at end of file).
+    fn read_at<'a>(
+        &'a self,
+        file: &'a Node,
+        offset: u64,
+        len: usize,
+    ) -> BoxFuture<'a, Result<Bytes, Errno>>;
+
+    /// Writes `data` at `offset`; returns the count written.
+    fn write_at<'a>(
+        &'a self,
+        file: &'a Node,
+        offset: u64,
+        data: Bytes,
+    ) -> BoxFuture<'a, Result<usize, Errno>>;
+}

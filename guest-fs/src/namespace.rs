@@ -1,0 +1,378 @@
+//! The guest's namespace: a mount table and path resolution inside it.
+//!
+//! Paths resolve component by component: the longest mount point that is a prefix of
+//! the path so far wins; `.` stays; `..` goes back up the path actually taken and stops
+//! at the namespace root; symlinks (relative and absolute) are read and resolved *in
+//! the guest namespace*, never on the host, at most [`MAX_SYMLINK_HOPS`] of them
+//! (then ELOOP). Errors are where POSIX puts them: ENOENT for a missing component,
+//! ENOTDIR for a non-directory in the middle (or before a trailing `/`), EXDEV for a
+//! rename across mounts, EROFS for any change on a read-only mount, EBUSY for removing
+//! or renaming a mount point.
+//!
+//! Mount points need no directory in the mount above them: components that only lead
+//! to mount points are read-only virtual directories.
+//!
+//! Each lookup first asks the backend's cache on the calling thread
+//! ([`Backend::lookup_cached`]); only a miss awaits. So resolving a path whose
+//! components are cached never suspends and never touches the network.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use wasm9p_proto::Errno;
+
+use crate::backend::{Backend, Kind, Node};
+
+/// Most symlinks followed while resolving one path (Linux's MAXSYMLINKS).
+pub const MAX_SYMLINK_HOPS: usize = 40;
+/// Longest name of one path component (Linux NAME_MAX).
+pub const NAME_MAX: usize = 255;
+/// Longest path accepted (Linux PATH_MAX).
+pub const PATH_MAX: usize = 4096;
+
+/// One mount.
+pub struct Mount {
+    /// Where, as path components from the namespace root (empty: the root itself).
+    pub path: Vec<String>,
+    /// What is mounted.
+    pub backend: Arc<dyn Backend>,
+    /// Refuse every change with EROFS.
+    pub read_only: bool,
+}
+
+/// Where a path led: a node of some mount, or a virtual directory between mounts.
+#[derive(Clone, Debug)]
+pub struct Location {
+    /// Index of the mount, `None` for a virtual directory.
+    pub mount: Option<usize>,
+    /// The node (for a virtual directory, a stand-in with kind `Dir`).
+    pub node: Node,
+    /// The path taken, as components from the namespace root.
+    pub path: Vec<String>,
+}
+
+impl Location {
+    /// Whether it is a directory.
+    pub fn is_dir(&self) -> bool {
+        self.node.kind == Kind::Dir
+    }
+}
+
+/// A mount table.
+#[derive(Default)]
+pub struct Namespace {
+    mounts: Vec<Mount>,
+}
+
+fn components(path: &str) -> Result<Vec<String>, Errno> {
+    if path.len() > PATH_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    if path.contains('\0') {
+        return Err(Errno::EINVAL);
+    }
+    let mut parts: Vec<String> = path
+        .split('/')
+        .filter(|c| !c.is_empty())
+        .map(String::from)
+        .collect();
+    if parts.iter().any(|c| c.len() > NAME_MAX) {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    // A trailing slash demands a directory (and follows a final symlink).
+    if path.ends_with('/') && !parts.is_empty() {
+        parts.push(".".into());
+    }
+    Ok(parts)
+}
+
+impl Namespace {
+    /// An empty namespace.
+    pub fn new() -> Namespace {
+        Namespace::default()
+    }
+
+    /// Mounts `backend` at `path` (absolute). EEXIST if something is mounted there.
+    pub fn mount(
+        &mut self,
+        path: &str,
+        backend: Arc<dyn Backend>,
+        read_only: bool,
+    ) -> Result<usize, Errno> {
+        if !path.starts_with('/') {
+            return Err(Errno::EINVAL);
+        }
+        let parts = components(path)?;
+        if parts.iter().any(|c| c == "." || c == "..") {
+            return Err(Errno::EINVAL);
+        }
+        if self.mounts.iter().any(|m| m.path == parts) {
+            return Err(Errno::EEXIST);
+        }
+        self.mounts.push(Mount {
+            path: parts,
+            backend,
+            read_only,
+        });
+        Ok(self.mounts.len() - 1)
+    }
+
+    /// The mounts, in the order they were made.
+    pub fn mounts(&self) -> &[Mount] {
+        &self.mounts
+    }
+
+    fn mount_at(&self, path: &[String]) -> Option<usize> {
+        self.mounts.iter().position(|m| m.path == path)
+    }
+
+    fn leads_to_mount(&self, path: &[String]) -> bool {
+        self.mounts
+            .iter()
+            .any(|m| m.path.len() > path.len() && m.path.starts_with(path))
+    }
+
+    fn mount_root(&self, index: usize, path: Vec<String>) -> Location {
+        Location {
+            mount: Some(index),
+            node: self.mounts[index].backend.root(),
+            path,
+        }
+    }
+
+    fn virtual_dir(path: Vec<String>) -> Location {
+        Location {
+            mount: None,
+            node: Node::new(u64::MAX, Kind::Dir),
+            path,
+        }
+    }
+
+    fn root(&self) -> Location {
+        match self.mount_at(&[]) {
+            Some(m) => self.mount_root(m, Vec::new()),
+            None => Self::virtual_dir(Vec::new()),
+        }
+    }
+
+    async fn lookup(&self, dir: &Location, name: &str) -> Result<Location, Errno> {
+        let mut path = dir.path.clone();
+        path.push(name.to_owned());
+        if let Some(m) = self.mount_at(&path) {
+            return Ok(self.mount_root(m, path));
+        }
+        let Some(m) = dir.mount else {
+            return if self.leads_to_mount(&path) {
+                Ok(Self::virtual_dir(path))
+            } else {
+                Err(Errno::ENOENT)
+            };
+        };
+        let backend = &self.mounts[m].backend;
+        let found = match backend.lookup_cached(&dir.node, name) {
+            Some(result) => result,
+            None => backend.lookup(&dir.node, name).await,
+        };
+        match found {
+            Ok(node) => Ok(Location {
+                mount: Some(m),
+                node,
+                path,
+            }),
+            Err(Errno::ENOENT) if self.leads_to_mount(&path) => Ok(Self::virtual_dir(path)),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn readlink_at(&self, link: &Location) -> Result<Arc<str>, Errno> {
+        let m = link.mount.ok_or(Errno::EINVAL)?;
+        let backend = &self.mounts[m].backend;
+        match backend.readlink_cached(&link.node) {
+            Some(target) => Ok(target),
+            None => backend.readlink(&link.node).await,
+        }
+    }
+
+    /// Resolves `path` (relative paths start at the root too). With `follow`, a final
+    /// symlink is followed; symlinks in the middle always are.
+    pub async fn resolve(&self, path: &str, follow: bool) -> Result<Location, Errno> {
+        let mut remaining: VecDeque<String> = components(path)?.into();
+        let mut ancestors: Vec<Location> = Vec::new();
+        let mut current = self.root();
+        let mut hops = 0;
+        while let Some(name) = remaining.pop_front() {
+            if !current.is_dir() {
+                return Err(Errno::ENOTDIR);
+            }
+            match name.as_str() {
+                "." => continue,
+                ".." => {
+                    // Back along the path taken; at the root, stay there.
+                    if let Some(parent) = ancestors.pop() {
+                        current = parent;
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            let next = self.lookup(&current, &name).await?;
+            if next.node.kind == Kind::Symlink && (follow || !remaining.is_empty()) {
+                hops += 1;
+                if hops > MAX_SYMLINK_HOPS {
+                    return Err(Errno::ELOOP);
+                }
+                let target = self.readlink_at(&next).await?;
+                if target.is_empty() {
+                    return Err(Errno::ENOENT);
+                }
+                for part in components(&target)?.into_iter().rev() {
+                    remaining.push_front(part);
+                }
+                if target.starts_with('/') {
+                    ancestors.clear();
+                    current = self.root();
+                }
+                continue;
+            }
+            ancestors.push(std::mem::replace(&mut current, next));
+        }
+        Ok(current)
+    }
+
+    /// The directory that holds the last component of `path`, and that component:
+    /// what create, mkdir, symlink, unlink and rename work on.
+    pub async fn resolve_parent(&self, path: &str) -> Result<(Location, String), Errno> {
+        let mut parts = components(path)?;
+        if parts.last().is_some_and(|p| p == ".") && path.ends_with('/') {
+            parts.pop(); // "dir/" names "dir" itself here
+        }
+        let name = parts.pop().ok_or(Errno::EBUSY)?; // the root has no parent
+        if name == "." || name == ".." {
+            return Err(Errno::EINVAL);
+        }
+        let parent = self.resolve(&format!("/{}", parts.join("/")), true).await?;
+        if !parent.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok((parent, name))
+    }
+
+    /// The backend of a location that may change, or EROFS.
+    fn writable(&self, at: &Location) -> Result<&Arc<dyn Backend>, Errno> {
+        match at.mount {
+            Some(m) if !self.mounts[m].read_only => Ok(&self.mounts[m].backend),
+            _ => Err(Errno::EROFS),
+        }
+    }
+
+    fn is_mount_point(&self, dir: &Location, name: &str) -> bool {
+        let mut path = dir.path.clone();
+        path.push(name.to_owned());
+        self.mount_at(&path).is_some() || self.leads_to_mount(&path)
+    }
+
+    /// Creates a directory.
+    pub async fn mkdir(&self, path: &str, mode: u32) -> Result<Location, Errno> {
+        let (dir, name) = self.resolve_parent(path).await?;
+        if self.is_mount_point(&dir, &name) {
+            return Err(Errno::EEXIST);
+        }
+        let node = self.writable(&dir)?.mkdir(&dir.node, &name, mode).await?;
+        Ok(Location {
+            mount: dir.mount,
+            node,
+            path: [dir.path, vec![name]].concat(),
+        })
+    }
+
+    /// Creates (or, unless `exclusive`, opens) a regular file; a final symlink to an
+    /// existing file is followed as `open(O_CREAT)` does.
+    pub async fn create(&self, path: &str, mode: u32, exclusive: bool) -> Result<Location, Errno> {
+        match self.resolve(path, !exclusive).await {
+            Ok(_) if exclusive => return Err(Errno::EEXIST),
+            Ok(found) if found.is_dir() => return Err(Errno::EISDIR),
+            Ok(found) if found.node.kind == Kind::File => return Ok(found),
+            Ok(_) | Err(Errno::ENOENT) => {}
+            Err(e) => return Err(e),
+        }
+        let (dir, name) = self.resolve_parent(path).await?;
+        let node = self
+            .writable(&dir)?
+            .create(&dir.node, &name, mode, exclusive)
+            .await?;
+        Ok(Location {
+            mount: dir.mount,
+            node,
+            path: [dir.path, vec![name]].concat(),
+        })
+    }
+
+    /// Creates a symlink at `path` holding `target`.
+    pub async fn symlink(&self, target: &str, path: &str) -> Result<(), Errno> {
+        let (dir, name) = self.resolve_parent(path).await?;
+        if self.is_mount_point(&dir, &name) {
+            return Err(Errno::EEXIST);
+        }
+        self.writable(&dir)?
+            .symlink(&dir.node, &name, target)
+            .await
+            .map(drop)
+    }
+
+    /// Removes a file or symlink (`dir_only == false`) or an empty directory.
+    pub async fn unlink(&self, path: &str, dir_only: bool) -> Result<(), Errno> {
+        let (dir, name) = self.resolve_parent(path).await?;
+        if self.is_mount_point(&dir, &name) {
+            return Err(Errno::EBUSY);
+        }
+        self.writable(&dir)?
+            .unlink(&dir.node, &name, dir_only)
+            .await
+    }
+
+    /// Renames within one mount; EXDEV across mounts.
+    pub async fn rename(&self, from: &str, to: &str) -> Result<(), Errno> {
+        let (from_dir, from_name) = self.resolve_parent(from).await?;
+        let (to_dir, to_name) = self.resolve_parent(to).await?;
+        if self.is_mount_point(&from_dir, &from_name) || self.is_mount_point(&to_dir, &to_name) {
+            return Err(Errno::EBUSY);
+        }
+        if from_dir.mount != to_dir.mount {
+            return Err(Errno::EXDEV);
+        }
+        let backend = self.writable(&from_dir)?;
+        backend
+            .rename(&from_dir.node, &from_name, &to_dir.node, &to_name)
+            .await
+    }
+
+    /// The target of the symlink at `path`.
+    pub async fn readlink(&self, path: &str) -> Result<Arc<str>, Errno> {
+        let link = self.resolve(path, false).await?;
+        if link.node.kind != Kind::Symlink {
+            return Err(Errno::EINVAL);
+        }
+        self.readlink_at(&link).await
+    }
+
+    /// The whole contents of the file at `path`.
+    pub async fn read(&self, path: &str) -> Result<Bytes, Errno> {
+        let file = self.resolve(path, true).await?;
+        let m = file.mount.ok_or(Errno::EISDIR)?;
+        let backend = &self.mounts[m].backend;
+        let size = backend.getattr(&file.node).await?.size as usize;
+        backend.read_at(&file.node, 0, size).await
+    }
+
+    /// Creates or truncates nothing: writes `data` at `offset` of the file at `path`,
+    /// creating it if missing.
+    pub async fn write(&self, path: &str, offset: u64, data: Bytes) -> Result<usize, Errno> {
+        let file = self.create(path, 0o644, false).await?;
+        let backend = self.writable(&file)?;
+        backend.write_at(&file.node, offset, data).await
+    }
+}
+
+#[cfg(test)]
+mod tests;
