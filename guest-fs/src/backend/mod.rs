@@ -6,11 +6,12 @@
 //! the backend's asynchronous operation. So a path whose components are all cached is
 //! resolved without touching the network or suspending.
 //!
-//! Backends: [`memory::MemoryFs`] (a tmpfs for scratch and tests). The `ninep` backend
-//! (the client under the caches) and `bind` (a host directory through cap-std) come
-//! next.
+//! Backends: [`ninep::NinepFs`] (a 9P mount with the v9fs-style caches in front of the
+//! client) and [`memory::MemoryFs`] (a tmpfs for scratch and tests). `bind` (a host
+//! directory through cap-std) comes next.
 
 pub mod memory;
+pub mod ninep;
 
 use std::any::Any;
 use std::future::Future;

@@ -1,0 +1,361 @@
+//! `ninep`: a 9P mount, with the v9fs-style metadata caches in front of the client.
+//!
+//! Nodes are named by their path from the mount root (plus the qid they were found
+//! with); a miss walks from the attached root with the whole path in one Twalk (16
+//! names per message), so probing a missing header costs one round trip and creates no
+//! fid on the server. With `cache=loose` (META), positive dentries, symlink targets and
+//! attributes are kept in the mount's [`MountCache`]; negative dentries are kept for
+//! `negtimeout` in any mode. Every local change drops the entries it makes stale
+//! (create, mkdir, symlink, rename and unlink drop the names they touch; a write drops
+//! the file's attributes). Concurrent misses for the same name share one walk.
+//!
+//! Not built yet: the page cache (reads go to the server each time, split at msize)
+//! and write-back through [`crate::writeback::WriteBuffer`] (writes go out at once).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use tokio::sync::OnceCell;
+use wasm9p_proto::consts::{open, qid, AT_REMOVEDIR};
+use wasm9p_proto::{Errno, Qid, Rgetattr};
+
+use super::{Attr, Backend, BoxFuture, Entry, Kind, Node};
+use crate::cache::{CacheStats, Lookup, MountCache};
+use crate::client::{Fid, Session};
+use crate::mount_options::{CacheMode, NinepOptions};
+
+/// What a 9p node carries besides its id.
+#[derive(Debug)]
+struct NinepNode {
+    path: Vec<String>,
+    qid: Qid,
+}
+
+type Flight = Arc<OnceCell<Result<Qid, Errno>>>;
+
+/// A mounted 9P export.
+pub struct NinepFs {
+    root: Fid,
+    cache: MountCache,
+    meta: bool,
+    inflight: Mutex<HashMap<(u64, String), Flight>>,
+}
+
+impl std::fmt::Debug for NinepFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NinepFs")
+            .field("root", &self.root)
+            .field("cache", &self.cache)
+            .finish()
+    }
+}
+
+fn kind_of(q: &Qid) -> Kind {
+    if q.ty & qid::DIR != 0 {
+        Kind::Dir
+    } else if q.ty & qid::SYMLINK != 0 {
+        Kind::Symlink
+    } else {
+        Kind::File
+    }
+}
+
+fn node(path: Vec<String>, q: Qid) -> Node {
+    Node {
+        id: q.path,
+        kind: kind_of(&q),
+        handle: Some(Arc::new(NinepNode { path, qid: q })),
+    }
+}
+
+fn parts(n: &Node) -> Result<&NinepNode, Errno> {
+    n.handle
+        .as_ref()
+        .and_then(|h| h.downcast_ref::<NinepNode>())
+        .ok_or(Errno::EINVAL)
+}
+
+fn child_path(dir: &Node, name: &str) -> Result<Vec<String>, Errno> {
+    let mut path = parts(dir)?.path.clone();
+    path.push(name.to_owned());
+    Ok(path)
+}
+
+fn attr_of(a: &Rgetattr) -> Attr {
+    Attr {
+        mode: a.mode & 0o7777,
+        size: a.size,
+        nlink: a.nlink,
+        ino: a.qid.path,
+        mtime: (a.mtime_sec, a.mtime_nsec as u32),
+    }
+}
+
+impl NinepFs {
+    /// Attaches to `aname` on `session` with these options.
+    pub async fn attach(
+        session: &Session,
+        aname: &str,
+        options: &NinepOptions,
+    ) -> Result<NinepFs, Errno> {
+        let root = session.attach(aname).await?;
+        Ok(NinepFs {
+            root,
+            cache: MountCache::new(options.cache_size, options.negtimeout),
+            meta: options.cache.has(CacheMode::META),
+            inflight: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The mount's cache counters.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// The session under the mount (its RPC counts, live fids).
+    pub fn session(&self) -> &Session {
+        self.root.session()
+    }
+
+    async fn walk(&self, path: &[String]) -> Result<Fid, Errno> {
+        self.root
+            .walk(path)
+            .await
+            .map(|w| w.fid)
+            .map_err(|e| e.errno)
+    }
+
+    /// One walk for a dentry miss, shared by everyone missing the same name at once.
+    async fn lookup_remote(&self, dir: &Node, name: &str) -> Result<Qid, Errno> {
+        let key = (dir.id, name.to_owned());
+        let flight = {
+            let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+            map.entry(key.clone())
+                .or_insert_with(|| Arc::new(OnceCell::new()))
+                .clone()
+        };
+        let result = *flight
+            .get_or_init(|| async {
+                let path = child_path(dir, name)?;
+                match self.root.walk(&path).await {
+                    Ok(walk) => {
+                        let q = walk.qids.last().copied().ok_or(Errno::EIO)?;
+                        if self.meta {
+                            self.cache.insert_dentry(dir.id, name, q);
+                        }
+                        Ok(q)
+                    }
+                    Err(e) => {
+                        // Cache the absence only of this very name, not of a parent
+                        // that vanished meanwhile.
+                        if e.errno == Errno::ENOENT && e.index + 1 == path.len() {
+                            self.cache.insert_negative(dir.id, name);
+                        }
+                        Err(e.errno)
+                    }
+                }
+            })
+            .await;
+        // The first to finish retires the flight (whoever started it may have been
+        // cancelled); later lookups go to the cache or start a new one.
+        let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        if map.get(&key).is_some_and(|f| Arc::ptr_eq(f, &flight)) {
+            map.remove(&key);
+        }
+        result
+    }
+
+    /// A name was created or replaced locally: drop what was known, record the new.
+    fn created(&self, dir: &Node, name: &str, q: Qid) {
+        self.cache.forget(dir.id, name);
+        if self.meta {
+            self.cache.insert_dentry(dir.id, name, q);
+        }
+    }
+}
+
+impl Backend for NinepFs {
+    fn root(&self) -> Node {
+        node(Vec::new(), self.root.qid)
+    }
+
+    fn lookup_cached(&self, dir: &Node, name: &str) -> Option<Result<Node, Errno>> {
+        match self.cache.lookup(dir.id, name) {
+            Lookup::Found(q) => Some(child_path(dir, name).map(|path| node(path, q))),
+            Lookup::Missing => Some(Err(Errno::ENOENT)),
+            Lookup::Unknown => None,
+        }
+    }
+
+    fn lookup<'a>(&'a self, dir: &'a Node, name: &'a str) -> BoxFuture<'a, Result<Node, Errno>> {
+        Box::pin(async move {
+            let q = self.lookup_remote(dir, name).await?;
+            Ok(node(child_path(dir, name)?, q))
+        })
+    }
+
+    fn readlink_cached(&self, link: &Node) -> Option<Arc<str>> {
+        if !self.meta {
+            return None;
+        }
+        self.cache.symlink(parts(link).ok()?.qid)
+    }
+
+    fn readlink<'a>(&'a self, link: &'a Node) -> BoxFuture<'a, Result<Arc<str>, Errno>> {
+        Box::pin(async move {
+            let n = parts(link)?;
+            let target: Arc<str> = Arc::from(self.walk(&n.path).await?.readlink().await?);
+            if self.meta {
+                self.cache.insert_symlink(n.qid, target.clone());
+            }
+            Ok(target)
+        })
+    }
+
+    fn getattr<'a>(&'a self, n: &'a Node) -> BoxFuture<'a, Result<Attr, Errno>> {
+        Box::pin(async move {
+            if self.meta {
+                if let Some(a) = self.cache.attr(n.id) {
+                    return Ok(attr_of(&a));
+                }
+            }
+            let a = self.walk(&parts(n)?.path).await?.getattr().await?;
+            let attr = attr_of(&a);
+            if self.meta {
+                self.cache.insert_attr(a);
+            }
+            Ok(attr)
+        })
+    }
+
+    fn readdir<'a>(&'a self, dir: &'a Node) -> BoxFuture<'a, Result<Vec<Entry>, Errno>> {
+        Box::pin(async move {
+            let fid = self.walk(&parts(dir)?.path).await?;
+            fid.lopen(open::RDONLY | open::DIRECTORY).await?;
+            let entries = fid.readdir_all().await?;
+            Ok(entries
+                .into_iter()
+                .filter(|e| e.name != "." && e.name != "..")
+                .map(|e| Entry {
+                    kind: kind_of(&e.qid),
+                    id: e.qid.path,
+                    name: e.name,
+                })
+                .collect())
+        })
+    }
+
+    fn mkdir<'a>(
+        &'a self,
+        dir: &'a Node,
+        name: &'a str,
+        mode: u32,
+    ) -> BoxFuture<'a, Result<Node, Errno>> {
+        Box::pin(async move {
+            let q = self
+                .walk(&parts(dir)?.path)
+                .await?
+                .mkdir(name, mode, 0)
+                .await?;
+            self.created(dir, name, q);
+            Ok(node(child_path(dir, name)?, q))
+        })
+    }
+
+    fn create<'a>(
+        &'a self,
+        dir: &'a Node,
+        name: &'a str,
+        mode: u32,
+        exclusive: bool,
+    ) -> BoxFuture<'a, Result<Node, Errno>> {
+        Box::pin(async move {
+            let mut fid = self.walk(&parts(dir)?.path).await?;
+            let flags = open::RDWR | open::CREAT | if exclusive { open::EXCL } else { 0 };
+            let q = fid.lcreate(name, flags, mode, 0).await?.qid;
+            self.created(dir, name, q);
+            Ok(node(child_path(dir, name)?, q))
+        })
+    }
+
+    fn symlink<'a>(
+        &'a self,
+        dir: &'a Node,
+        name: &'a str,
+        target: &'a str,
+    ) -> BoxFuture<'a, Result<Node, Errno>> {
+        Box::pin(async move {
+            let q = self
+                .walk(&parts(dir)?.path)
+                .await?
+                .symlink(name, target, 0)
+                .await?;
+            self.created(dir, name, q);
+            Ok(node(child_path(dir, name)?, q))
+        })
+    }
+
+    fn unlink<'a>(
+        &'a self,
+        dir: &'a Node,
+        name: &'a str,
+        dir_only: bool,
+    ) -> BoxFuture<'a, Result<(), Errno>> {
+        Box::pin(async move {
+            let fid = self.walk(&parts(dir)?.path).await?;
+            let result = fid
+                .unlinkat(name, if dir_only { AT_REMOVEDIR } else { 0 })
+                .await;
+            // Whatever happened, what we knew about the name may be wrong now.
+            self.cache.forget(dir.id, name);
+            result
+        })
+    }
+
+    fn rename<'a>(
+        &'a self,
+        from_dir: &'a Node,
+        from: &'a str,
+        to_dir: &'a Node,
+        to: &'a str,
+    ) -> BoxFuture<'a, Result<(), Errno>> {
+        Box::pin(async move {
+            let a = self.walk(&parts(from_dir)?.path).await?;
+            let b = self.walk(&parts(to_dir)?.path).await?;
+            let result = a.renameat(from, &b, to).await;
+            self.cache.forget(from_dir.id, from);
+            self.cache.forget(to_dir.id, to);
+            result
+        })
+    }
+
+    fn read_at<'a>(
+        &'a self,
+        file: &'a Node,
+        offset: u64,
+        len: usize,
+    ) -> BoxFuture<'a, Result<Bytes, Errno>> {
+        Box::pin(async move {
+            let fid = self.walk(&parts(file)?.path).await?;
+            fid.lopen(open::RDONLY).await?;
+            fid.read_at(offset, len).await
+        })
+    }
+
+    fn write_at<'a>(
+        &'a self,
+        file: &'a Node,
+        offset: u64,
+        data: Bytes,
+    ) -> BoxFuture<'a, Result<usize, Errno>> {
+        Box::pin(async move {
+            let fid = self.walk(&parts(file)?.path).await?;
+            fid.lopen(open::WRONLY).await?;
+            let len = data.len();
+            let result = fid.write_all_at(offset, data).await;
+            self.cache.forget_attr(file.id);
+            result.map(|()| len)
+        })
+    }
+}
