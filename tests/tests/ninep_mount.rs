@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use wasm9p_guest_fs::backend::ninep::NinepFs;
-use wasm9p_guest_fs::backend::Backend;
+use wasm9p_guest_fs::backend::{Backend, OpenFile, OpenFlags};
 use wasm9p_guest_fs::client::{ClientConfig, Session};
 use wasm9p_guest_fs::mount_options::NinepOptions;
 use wasm9p_guest_fs::namespace::Namespace;
@@ -239,4 +239,112 @@ async fn files_written_through_the_mount_are_on_the_host() {
         "{}",
         rpcs(&fs, "write")
     );
+}
+
+async fn open(ns: &Namespace, fs: &NinepFs, path: &str, flags: OpenFlags) -> Box<dyn OpenFile> {
+    let file = ns.resolve(path, true).await.unwrap();
+    fs.open(&file.node, flags).await.unwrap()
+}
+
+const WRITE: OpenFlags = OpenFlags {
+    read: false,
+    write: true,
+    truncate: true,
+    append: false,
+};
+const READ: OpenFlags = OpenFlags {
+    read: true,
+    write: false,
+    truncate: false,
+    append: false,
+};
+
+/// clang's pattern: an object file written in thousands of tiny pwrites.
+async fn tiny_writes(spec: &str, count: u32) -> (Vec<u8>, u64, tempfile::TempDir) {
+    let dir = tree();
+    let server = TestServer::tcp(dir.path());
+    let (ns, fs) = mount(&server, spec).await;
+    ns.create("/obj.o", 0o644, true).await.unwrap();
+    let file = open(&ns, &fs, "/obj.o", WRITE).await;
+    let before = rpcs(&fs, "write");
+    let mut expected = Vec::new();
+    for i in 0..count {
+        let piece: Vec<u8> = (0..9).map(|j| (i * 9 + j) as u8).collect();
+        assert_eq!(
+            file.write_at(expected.len() as u64, Bytes::from(piece.clone()))
+                .await
+                .unwrap(),
+            9
+        );
+        expected.extend_from_slice(&piece);
+    }
+    assert_eq!(file.size().await.unwrap(), expected.len() as u64);
+    file.flush().await.unwrap();
+    let writes = rpcs(&fs, "write") - before;
+    drop(file);
+    (expected, writes, dir)
+}
+
+#[tokio::test]
+async fn tiny_writes_are_coalesced_into_msize_writes_with_writeback() {
+    let (expected, writes, dir) = tiny_writes("cache=mmap,msize=65536", 11_000).await;
+    assert_eq!(std::fs::read(dir.path().join("obj.o")).unwrap(), expected);
+    assert!(writes <= 2, "99,000 bytes went out in {writes} Twrites");
+    // Without write-back every write is its own RPC.
+    let (expected, writes, dir) = tiny_writes("cache=none", 500).await;
+    assert_eq!(std::fs::read(dir.path().join("obj.o")).unwrap(), expected);
+    assert_eq!(writes, 500);
+}
+
+#[tokio::test]
+async fn a_failed_write_back_is_reported_by_flush_not_lost() {
+    let dir = tree();
+    let server = TestServer::tcp(dir.path());
+    let (ns, fs) = mount(&server, "cache=loose").await;
+    ns.create("/out.o", 0o644, true).await.unwrap();
+    let file = open(&ns, &fs, "/out.o", WRITE).await;
+    file.write_at(0, Bytes::from_static(b"buffered, not yet sent"))
+        .await
+        .unwrap();
+    assert_eq!(rpcs(&fs, "write"), 0, "still buffered");
+    drop(server); // the server goes away before the data does
+    assert_eq!(file.flush().await, Err(Errno::EIO));
+}
+
+#[tokio::test]
+async fn sequential_small_reads_are_served_by_readahead() {
+    let dir = tree();
+    let big: Vec<u8> = (0..1_000_000u32).map(|i| (i % 249) as u8).collect();
+    std::fs::write(dir.path().join("big"), &big).unwrap();
+    let server = TestServer::tcp(dir.path());
+    for (spec, max_rpcs) in [
+        ("cache=readahead,msize=65536", 40u64),
+        ("cache=none,msize=65536", 10_000),
+    ] {
+        let (ns, fs) = mount(&server, spec).await;
+        let file = open(&ns, &fs, "/big", READ).await;
+        let before = rpcs(&fs, "read");
+        let mut got = Vec::new();
+        loop {
+            let chunk = file.read_at(got.len() as u64, 4096).await.unwrap();
+            if chunk.is_empty() {
+                break;
+            }
+            got.extend_from_slice(&chunk);
+        }
+        assert!(got == big, "{spec}: content");
+        let reads = rpcs(&fs, "read") - before;
+        assert!(
+            reads <= max_rpcs,
+            "{spec}: {reads} Treads for 245 reads of 4 KiB"
+        );
+        if spec.starts_with("cache=readahead") {
+            assert!(fs.cache_stats().page_hits > 200, "{:?}", fs.cache_stats());
+        } else {
+            assert!(
+                reads >= 245,
+                "{spec}: no readahead, one Tread per read ({reads})"
+            );
+        }
+    }
 }

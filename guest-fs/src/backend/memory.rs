@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use wasm9p_proto::Errno;
 
-use super::{Attr, Backend, BoxFuture, Entry, Kind, Node};
+use super::{Attr, Backend, BoxFuture, Entry, Kind, Node, OpenFile, OpenFlags};
 
 /// Largest file a memory mount holds (64 MiB): a guest cannot make the host allocate
 /// without bound by writing at a huge offset.
@@ -49,7 +49,7 @@ struct Table {
 /// An in-memory filesystem.
 #[derive(Debug)]
 pub struct MemoryFs {
-    table: Mutex<Table>,
+    table: Arc<Mutex<Table>>,
 }
 
 const ROOT: u64 = 1;
@@ -74,10 +74,10 @@ impl Default for MemoryFs {
             },
         );
         MemoryFs {
-            table: Mutex::new(Table {
+            table: Arc::new(Mutex::new(Table {
                 inodes,
                 next: ROOT + 1,
-            }),
+            })),
         }
     }
 }
@@ -135,6 +135,37 @@ impl Table {
         if let Some(inode) = self.inodes.get_mut(&id) {
             inode.mtime = now();
         }
+    }
+
+    fn read(&self, id: u64, offset: u64, len: usize) -> Result<Bytes, Errno> {
+        match &self.get(id)?.data {
+            Data::File(data) => {
+                let start = (offset.min(data.len() as u64)) as usize;
+                let end = start.saturating_add(len).min(data.len());
+                Ok(Bytes::copy_from_slice(&data[start..end]))
+            }
+            Data::Dir(_) => Err(Errno::EISDIR),
+            Data::Symlink(_) => Err(Errno::EINVAL),
+        }
+    }
+
+    /// Writes at `offset`, or at the end when `None` (append).
+    fn write(&mut self, id: u64, offset: Option<u64>, data: &[u8]) -> Result<usize, Errno> {
+        let inode = self.inodes.get_mut(&id).ok_or(Errno::ESTALE)?;
+        let Data::File(contents) = &mut inode.data else {
+            return Err(Errno::EISDIR);
+        };
+        let offset = offset.unwrap_or(contents.len() as u64);
+        let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+        if end > MAX_FILE_SIZE {
+            return Err(Errno::EFBIG);
+        }
+        if contents.len() < end as usize {
+            contents.resize(end as usize, 0);
+        }
+        contents[offset as usize..end as usize].copy_from_slice(data);
+        inode.mtime = now();
+        Ok(data.len())
     }
 
     /// Drops one link to `id`, freeing it when none is left.
@@ -354,24 +385,39 @@ impl Backend for MemoryFs {
         Box::pin(ready(self.rename_now(from_dir.id, from, to_dir.id, to)))
     }
 
+    fn open<'a>(
+        &'a self,
+        file: &'a Node,
+        flags: OpenFlags,
+    ) -> BoxFuture<'a, Result<Box<dyn OpenFile>, Errno>> {
+        let result = (|| {
+            let mut t = self.table();
+            match &mut t.inodes.get_mut(&file.id).ok_or(Errno::ESTALE)?.data {
+                Data::File(contents) => {
+                    if flags.truncate && flags.write {
+                        contents.clear();
+                    }
+                }
+                Data::Dir(_) => return Err(Errno::EISDIR),
+                Data::Symlink(_) => return Err(Errno::ELOOP),
+            }
+            let open: Box<dyn OpenFile> = Box::new(MemFile {
+                table: self.table.clone(),
+                id: file.id,
+                flags,
+            });
+            Ok(open)
+        })();
+        Box::pin(ready(result))
+    }
+
     fn read_at<'a>(
         &'a self,
         file: &'a Node,
         offset: u64,
         len: usize,
     ) -> BoxFuture<'a, Result<Bytes, Errno>> {
-        let t = self.table();
-        let result = match &t.get(file.id).map(|i| &i.data) {
-            Ok(Data::File(data)) => {
-                let start = (offset.min(data.len() as u64)) as usize;
-                let end = start.saturating_add(len).min(data.len());
-                Ok(Bytes::copy_from_slice(&data[start..end]))
-            }
-            Ok(Data::Dir(_)) => Err(Errno::EISDIR),
-            Ok(_) => Err(Errno::EINVAL),
-            Err(e) => Err(*e),
-        };
-        Box::pin(ready(result))
+        Box::pin(ready(self.table().read(file.id, offset, len)))
     }
 
     fn write_at<'a>(
@@ -380,23 +426,57 @@ impl Backend for MemoryFs {
         offset: u64,
         data: Bytes,
     ) -> BoxFuture<'a, Result<usize, Errno>> {
-        let mut t = self.table();
-        let result = (|| {
-            let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
-            if end > MAX_FILE_SIZE {
-                return Err(Errno::EFBIG);
-            }
-            let inode = t.inodes.get_mut(&file.id).ok_or(Errno::ESTALE)?;
-            let Data::File(contents) = &mut inode.data else {
-                return Err(Errno::EISDIR);
-            };
-            if contents.len() < end as usize {
-                contents.resize(end as usize, 0);
-            }
-            contents[offset as usize..end as usize].copy_from_slice(&data);
-            inode.mtime = now();
-            Ok(data.len())
-        })();
+        Box::pin(ready(self.table().write(file.id, Some(offset), &data)))
+    }
+}
+
+/// An open memory file: every operation is immediate, nothing is buffered.
+struct MemFile {
+    table: Arc<Mutex<Table>>,
+    id: u64,
+    flags: OpenFlags,
+}
+
+impl MemFile {
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl OpenFile for MemFile {
+    fn read_at<'a>(&'a self, offset: u64, len: usize) -> BoxFuture<'a, Result<Bytes, Errno>> {
+        let result = if self.flags.read {
+            self.table().read(self.id, offset, len)
+        } else {
+            Err(Errno::EBADF)
+        };
+        Box::pin(ready(result))
+    }
+
+    fn write_at<'a>(&'a self, offset: u64, data: Bytes) -> BoxFuture<'a, Result<usize, Errno>> {
+        let result = match self.flags {
+            OpenFlags { write: false, .. } => Err(Errno::EBADF),
+            OpenFlags { append: true, .. } => self.table().write(self.id, None, &data),
+            _ => self.table().write(self.id, Some(offset), &data),
+        };
+        Box::pin(ready(result))
+    }
+
+    fn flush<'a>(&'a self) -> BoxFuture<'a, Result<(), Errno>> {
+        Box::pin(ready(Ok(())))
+    }
+
+    fn fsync<'a>(&'a self, _datasync: bool) -> BoxFuture<'a, Result<(), Errno>> {
+        Box::pin(ready(Ok(())))
+    }
+
+    fn size<'a>(&'a self) -> BoxFuture<'a, Result<u64, Errno>> {
+        let t = self.table();
+        let result = match t.get(self.id).map(|i| &i.data) {
+            Ok(Data::File(d)) => Ok(d.len() as u64),
+            Ok(_) => Err(Errno::EINVAL),
+            Err(e) => Err(e),
+        };
         Box::pin(ready(result))
     }
 }

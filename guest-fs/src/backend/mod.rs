@@ -12,6 +12,7 @@
 
 pub mod memory;
 pub mod ninep;
+mod ninep_file;
 
 use std::any::Any;
 use std::future::Future;
@@ -95,6 +96,36 @@ pub struct Entry {
     pub id: u64,
 }
 
+/// How a file is opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenFlags {
+    /// For reading.
+    pub read: bool,
+    /// For writing.
+    pub write: bool,
+    /// Truncate to zero length on open.
+    pub truncate: bool,
+    /// Every write goes to the end.
+    pub append: bool,
+}
+
+/// An open file. Writes may be buffered (write-back): [`OpenFile::flush`] sends them
+/// and reports any error a buffered write met; close a file by flushing it, then
+/// dropping it (a dropped file with unflushed data still sends it, but nobody hears
+/// about an error then).
+pub trait OpenFile: Send + Sync {
+    /// Reads up to `len` bytes at `offset` (fewer at end of file).
+    fn read_at<'a>(&'a self, offset: u64, len: usize) -> BoxFuture<'a, Result<Bytes, Errno>>;
+    /// Writes `data` at `offset` (at the end in append mode); returns the count.
+    fn write_at<'a>(&'a self, offset: u64, data: Bytes) -> BoxFuture<'a, Result<usize, Errno>>;
+    /// Sends buffered writes; reports the first error any write met since the last flush.
+    fn flush<'a>(&'a self) -> BoxFuture<'a, Result<(), Errno>>;
+    /// Flushes, then asks the server to make the file durable.
+    fn fsync<'a>(&'a self, datasync: bool) -> BoxFuture<'a, Result<(), Errno>>;
+    /// The size as this file sees it, buffered writes included.
+    fn size<'a>(&'a self) -> BoxFuture<'a, Result<u64, Errno>>;
+}
+
 /// A filesystem that can be mounted in a namespace.
 pub trait Backend: Send + Sync + 'static {
     /// The root directory.
@@ -165,6 +196,13 @@ pub trait Backend: Send + Sync + 'static {
         to_dir: &'a Node,
         to: &'a str,
     ) -> BoxFuture<'a, Result<(), Errno>>;
+
+    /// Opens a regular file.
+    fn open<'a>(
+        &'a self,
+        file: &'a Node,
+        flags: OpenFlags,
+    ) -> BoxFuture<'a, Result<Box<dyn OpenFile>, Errno>>;
 
     /// Reads up to `len` bytes at `offset` (fewer at end of file).
     fn read_at<'a>(

@@ -9,8 +9,9 @@
 //! (create, mkdir, symlink, rename and unlink drop the names they touch; a write drops
 //! the file's attributes). Concurrent misses for the same name share one walk.
 //!
-//! Not built yet: the page cache (reads go to the server each time, split at msize)
-//! and write-back through [`crate::writeback::WriteBuffer`] (writes go out at once).
+//! Open files ([`Backend::open`]) read ahead when the mode has FILE and buffer writes
+//! when it has WRITEBACK (see `ninep_file`). Not built yet: a page cache shared by every
+//! open of a file (readahead is per open file), and the persistent fscache store.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,7 +21,8 @@ use tokio::sync::OnceCell;
 use wasm9p_proto::consts::{open, qid, AT_REMOVEDIR};
 use wasm9p_proto::{Errno, Qid, Rgetattr};
 
-use super::{Attr, Backend, BoxFuture, Entry, Kind, Node};
+use super::ninep_file::NinepFile;
+use super::{Attr, Backend, BoxFuture, Entry, Kind, Node, OpenFile, OpenFlags};
 use crate::cache::{CacheStats, Lookup, MountCache};
 use crate::client::{Fid, Session};
 use crate::mount_options::{CacheMode, NinepOptions};
@@ -37,7 +39,8 @@ type Flight = Arc<OnceCell<Result<Qid, Errno>>>;
 /// A mounted 9P export.
 pub struct NinepFs {
     root: Fid,
-    cache: MountCache,
+    cache: Arc<MountCache>,
+    mode: CacheMode,
     meta: bool,
     inflight: Mutex<HashMap<(u64, String), Flight>>,
 }
@@ -102,7 +105,8 @@ impl NinepFs {
         let root = session.attach(aname).await?;
         Ok(NinepFs {
             root,
-            cache: MountCache::new(options.cache_size, options.negtimeout),
+            cache: Arc::new(MountCache::new(options.cache_size, options.negtimeout)),
+            mode: options.cache,
             meta: options.cache.has(CacheMode::META),
             inflight: Mutex::new(HashMap::new()),
         })
@@ -327,6 +331,23 @@ impl Backend for NinepFs {
             self.cache.forget(from_dir.id, from);
             self.cache.forget(to_dir.id, to);
             result
+        })
+    }
+
+    fn open<'a>(
+        &'a self,
+        file: &'a Node,
+        flags: OpenFlags,
+    ) -> BoxFuture<'a, Result<Box<dyn OpenFile>, Errno>> {
+        Box::pin(async move {
+            let n = parts(file)?;
+            let fid = self.walk(&n.path).await?;
+            let open: Box<dyn OpenFile> =
+                Box::new(NinepFile::open(fid, n.qid, flags, self.mode, self.cache.clone()).await?);
+            if flags.truncate && flags.write {
+                self.cache.forget_attr(file.id);
+            }
+            Ok(open)
         })
     }
 

@@ -110,6 +110,8 @@ pub struct CacheCounters {
     symlink_misses: AtomicU64,
     attr_hits: AtomicU64,
     attr_misses: AtomicU64,
+    page_hits: AtomicU64,
+    page_misses: AtomicU64,
 }
 
 /// A snapshot of [`CacheCounters`].
@@ -129,6 +131,10 @@ pub struct CacheStats {
     pub attr_hits: u64,
     /// Attributes that had to be fetched.
     pub attr_misses: u64,
+    /// Reads served from pages already fetched (readahead).
+    pub page_hits: u64,
+    /// Reads that had to go to the server.
+    pub page_misses: u64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -188,6 +194,15 @@ impl MountCache {
         self.store.is_empty()
     }
 
+    /// Counts a read served from fetched pages (`hit`) or sent to the server.
+    pub fn count_page(&self, hit: bool) {
+        bump(if hit {
+            &self.counters.page_hits
+        } else {
+            &self.counters.page_misses
+        });
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> CacheStats {
         let c = &self.counters;
@@ -200,6 +215,8 @@ impl MountCache {
             symlink_misses: get(&c.symlink_misses),
             attr_hits: get(&c.attr_hits),
             attr_misses: get(&c.attr_misses),
+            page_hits: get(&c.page_hits),
+            page_misses: get(&c.page_misses),
         }
     }
 }

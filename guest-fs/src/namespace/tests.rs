@@ -330,6 +330,13 @@ impl Backend for Remote {
     ) -> BoxFuture<'a, Result<(), Errno>> {
         self.inner.rename(a, an, b, bn)
     }
+    fn open<'a>(
+        &'a self,
+        f: &'a Node,
+        flags: crate::backend::OpenFlags,
+    ) -> BoxFuture<'a, Result<Box<dyn crate::backend::OpenFile>, Errno>> {
+        self.inner.open(f, flags)
+    }
     fn read_at<'a>(
         &'a self,
         f: &'a Node,
@@ -372,4 +379,49 @@ fn uncached_backends_are_awaited() {
         poll_once(ns.resolve("/a/f", true)).is_none(),
         "a remote lookup suspends"
     );
+}
+
+#[test]
+fn memory_files_open_read_write_append_truncate() {
+    use crate::backend::OpenFlags;
+    let ns = namespace();
+    block_on(async {
+        let file = ns.resolve("/file", true).await.unwrap();
+        let backend = &ns.mounts()[file.mount.unwrap()].backend;
+        let rw = OpenFlags {
+            read: true,
+            write: true,
+            ..Default::default()
+        };
+        let f = backend.open(&file.node, rw).await.unwrap();
+        f.write_at(3, text("XY")).await.unwrap();
+        assert_eq!(&f.read_at(0, 100).await.unwrap()[..], b"in XYot");
+        let append = backend
+            .open(
+                &file.node,
+                OpenFlags {
+                    write: true,
+                    append: true,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        append.write_at(0, text("!")).await.unwrap();
+        assert_eq!(f.size().await.unwrap(), 8);
+        assert_eq!(
+            append.read_at(0, 1).await.unwrap_err(),
+            Errno::EBADF,
+            "write-only"
+        );
+        let trunc = OpenFlags {
+            write: true,
+            truncate: true,
+            ..Default::default()
+        };
+        backend.open(&file.node, trunc).await.unwrap();
+        assert_eq!(f.size().await.unwrap(), 0);
+        let dir = ns.resolve("/usr", true).await.unwrap();
+        assert_eq!(backend.open(&dir.node, rw).await.err(), Some(Errno::EISDIR));
+    });
 }
