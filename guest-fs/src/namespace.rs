@@ -22,7 +22,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use wasm9p_proto::Errno;
 
-use crate::backend::{Backend, Kind, Node};
+use crate::backend::{Attr, Backend, Entry, Kind, Node, OpenFile, OpenFlags, SetAttr, StatFs};
 
 /// Most symlinks followed while resolving one path (Linux's MAXSYMLINKS).
 pub const MAX_SYMLINK_HOPS: usize = 40;
@@ -354,6 +354,97 @@ impl Namespace {
             return Err(Errno::EINVAL);
         }
         self.readlink_at(&link).await
+    }
+
+    fn backend_of(&self, at: &Location) -> Result<&Arc<dyn Backend>, Errno> {
+        at.mount
+            .map(|m| &self.mounts[m].backend)
+            .ok_or(Errno::EISDIR)
+    }
+
+    /// Attributes of what `path` names (a final symlink followed with `follow`).
+    pub async fn getattr(&self, path: &str, follow: bool) -> Result<Attr, Errno> {
+        let at = self.resolve(path, follow).await?;
+        match at.mount {
+            Some(m) => self.mounts[m].backend.getattr(&at.node).await,
+            None => Ok(Attr {
+                mode: 0o555,
+                nlink: 2,
+                ino: at.node.id,
+                ..Attr::default()
+            }),
+        }
+    }
+
+    /// Changes attributes of what `path` names.
+    pub async fn setattr(&self, path: &str, attr: &SetAttr, follow: bool) -> Result<(), Errno> {
+        let at = self.resolve(path, follow).await?;
+        self.writable(&at)?.setattr(&at.node, attr).await
+    }
+
+    /// Makes `to` a hard link to the file at `from`; EXDEV across mounts.
+    pub async fn link(&self, from: &str, to: &str) -> Result<(), Errno> {
+        let target = self.resolve(from, false).await?;
+        if target.is_dir() {
+            return Err(Errno::EPERM);
+        }
+        let (dir, name) = self.resolve_parent(to).await?;
+        if self.is_mount_point(&dir, &name) {
+            return Err(Errno::EEXIST);
+        }
+        if target.mount != dir.mount {
+            return Err(Errno::EXDEV);
+        }
+        self.writable(&dir)?
+            .link(&target.node, &dir.node, &name)
+            .await
+    }
+
+    /// Statistics of the file system holding `path`.
+    pub async fn statfs(&self, path: &str) -> Result<StatFs, Errno> {
+        let at = self.resolve(path, true).await?;
+        self.backend_of(&at)?.statfs(&at.node).await
+    }
+
+    /// Entries of the directory at `path` (mount points below it included).
+    pub async fn readdir(&self, path: &str) -> Result<Vec<Entry>, Errno> {
+        let dir = self.resolve(path, true).await?;
+        if !dir.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let mut entries = match dir.mount {
+            Some(m) => self.mounts[m].backend.readdir(&dir.node).await?,
+            None => Vec::new(),
+        };
+        // Mount points (and the virtual directories leading to them) directly below.
+        for mount in &self.mounts {
+            if mount.path.len() > dir.path.len() && mount.path.starts_with(&dir.path) {
+                let name = &mount.path[dir.path.len()];
+                if !entries.iter().any(|e| &e.name == name) {
+                    entries.push(Entry {
+                        name: name.clone(),
+                        kind: Kind::Dir,
+                        id: u64::MAX,
+                    });
+                }
+            }
+        }
+        Ok(entries)
+    }
+
+    /// Opens the regular file at `path` (following symlinks). Opening for writing on a
+    /// read-only mount is EROFS.
+    pub async fn open(&self, path: &str, flags: OpenFlags) -> Result<Box<dyn OpenFile>, Errno> {
+        let file = self.resolve(path, true).await?;
+        if file.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        let backend = if flags.write || flags.truncate {
+            self.writable(&file)?
+        } else {
+            self.backend_of(&file)?
+        };
+        backend.open(&file.node, flags).await
     }
 
     /// The whole contents of the file at `path`.

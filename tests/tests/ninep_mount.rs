@@ -348,3 +348,46 @@ async fn sequential_small_reads_are_served_by_readahead() {
         }
     }
 }
+
+#[tokio::test]
+async fn setattr_link_statfs_and_readdir_through_the_mount() {
+    let dir = tree();
+    let server = TestServer::tcp(dir.path());
+    let (ns, fs) = mount(&server, "cache=loose").await;
+    // Attributes are cached, and a setattr through the mount refreshes them.
+    assert_eq!(ns.getattr("/a", true).await.unwrap().size, 12);
+    let getattrs = rpcs(&fs, "getattr");
+    assert_eq!(ns.getattr("/a", true).await.unwrap().size, 12);
+    assert_eq!(
+        rpcs(&fs, "getattr"),
+        getattrs,
+        "served from the attribute cache"
+    );
+    let set = wasm9p_guest_fs::backend::SetAttr {
+        size: Some(4),
+        mode: Some(0o640),
+        ..Default::default()
+    };
+    ns.setattr("/a", &set, true).await.unwrap();
+    let a = ns.getattr("/a", true).await.unwrap();
+    assert_eq!((a.size, a.mode), (4, 0o640));
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(dir.path().join("a")).unwrap();
+    assert_eq!((m.len(), m.mode() & 0o777), (4, 0o640));
+    ns.link("/a", "/a-again").await.unwrap();
+    assert_eq!(
+        ns.getattr("/a", true).await.unwrap().nlink,
+        2,
+        "link count refreshed"
+    );
+    let mut names: Vec<String> = ns
+        .readdir("/")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a", "a-again", "b", "link", "usr"]);
+    assert!(ns.statfs("/usr").await.unwrap().blocks > 0);
+}

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use wasm9p_proto::Errno;
 
-use super::{Attr, Backend, BoxFuture, Entry, Kind, Node, OpenFile, OpenFlags};
+use super::{Attr, Backend, BoxFuture, Entry, Kind, Node, OpenFile, OpenFlags, SetAttr, StatFs};
 
 /// Largest file a memory mount holds (64 MiB): a guest cannot make the host allocate
 /// without bound by writing at a huge offset.
@@ -383,6 +383,83 @@ impl Backend for MemoryFs {
         to: &'a str,
     ) -> BoxFuture<'a, Result<(), Errno>> {
         Box::pin(ready(self.rename_now(from_dir.id, from, to_dir.id, to)))
+    }
+
+    fn setattr<'a>(
+        &'a self,
+        node: &'a Node,
+        attr: &'a SetAttr,
+    ) -> BoxFuture<'a, Result<(), Errno>> {
+        let result = (|| {
+            let mut t = self.table();
+            let inode = t.inodes.get_mut(&node.id).ok_or(Errno::ESTALE)?;
+            if let Some(size) = attr.size {
+                let Data::File(contents) = &mut inode.data else {
+                    return Err(Errno::EISDIR);
+                };
+                if size > MAX_FILE_SIZE {
+                    return Err(Errno::EFBIG);
+                }
+                contents.resize(size as usize, 0);
+            }
+            if let Some(mode) = attr.mode {
+                inode.mode = mode & 0o7777;
+            }
+            if let Some(mtime) = attr.mtime {
+                inode.mtime = mtime.map(|(s, n)| (s, n as u32)).unwrap_or_else(now);
+            }
+            Ok(())
+        })();
+        Box::pin(ready(result))
+    }
+
+    fn link<'a>(
+        &'a self,
+        target: &'a Node,
+        dir: &'a Node,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), Errno>> {
+        let result = (|| {
+            let mut t = self.table();
+            if matches!(t.get(target.id)?.data, Data::Dir(_)) {
+                return Err(Errno::EPERM);
+            }
+            if t.dir(dir.id)?.contains_key(name) {
+                return Err(Errno::EEXIST);
+            }
+            t.dir_mut(dir.id)?.insert(name.to_owned(), target.id);
+            if let Some(inode) = t.inodes.get_mut(&target.id) {
+                inode.nlink += 1;
+            }
+            t.touch(dir.id);
+            Ok(())
+        })();
+        Box::pin(ready(result))
+    }
+
+    fn statfs<'a>(&'a self, _node: &'a Node) -> BoxFuture<'a, Result<StatFs, Errno>> {
+        let t = self.table();
+        let used: u64 = t
+            .inodes
+            .values()
+            .map(|i| match &i.data {
+                Data::File(d) => d.len() as u64,
+                _ => 0,
+            })
+            .sum();
+        let bsize = 4096u64;
+        let blocks = MAX_FILE_SIZE / bsize * 16;
+        let free = blocks.saturating_sub(used.div_ceil(bsize));
+        let files = 1 << 20;
+        Box::pin(ready(Ok(StatFs {
+            bsize: bsize as u32,
+            blocks,
+            bfree: free,
+            bavail: free,
+            files,
+            ffree: files.saturating_sub(t.inodes.len() as u64),
+            namelen: 255,
+        })))
     }
 
     fn open<'a>(

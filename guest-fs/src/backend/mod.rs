@@ -85,6 +85,27 @@ pub struct Attr {
     pub mtime: (u64, u32),
 }
 
+/// File system statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatFs {
+    /// Block size.
+    pub bsize: u32,
+    /// Total blocks.
+    pub blocks: u64,
+    /// Free blocks.
+    pub bfree: u64,
+    /// Blocks available to unprivileged users.
+    pub bavail: u64,
+    /// Total inodes.
+    pub files: u64,
+    /// Free inodes.
+    pub ffree: u64,
+    /// Longest name.
+    pub namelen: u32,
+}
+
+pub use crate::client::SetAttr;
+
 /// One directory entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
@@ -196,6 +217,21 @@ pub trait Backend: Send + Sync + 'static {
         to_dir: &'a Node,
         to: &'a str,
     ) -> BoxFuture<'a, Result<(), Errno>>;
+
+    /// Changes mode, owner, size or times.
+    fn setattr<'a>(&'a self, node: &'a Node, attr: &'a SetAttr)
+        -> BoxFuture<'a, Result<(), Errno>>;
+
+    /// Makes `name` in `dir` a hard link to `target` (not a directory).
+    fn link<'a>(
+        &'a self,
+        target: &'a Node,
+        dir: &'a Node,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), Errno>>;
+
+    /// Statistics of the file system holding `node`.
+    fn statfs<'a>(&'a self, node: &'a Node) -> BoxFuture<'a, Result<StatFs, Errno>>;
 
     /// Opens a regular file.
     fn open<'a>(

@@ -22,7 +22,7 @@ use wasm9p_proto::consts::{open, qid, AT_REMOVEDIR};
 use wasm9p_proto::{Errno, Qid, Rgetattr};
 
 use super::ninep_file::NinepFile;
-use super::{Attr, Backend, BoxFuture, Entry, Kind, Node, OpenFile, OpenFlags};
+use super::{Attr, Backend, BoxFuture, Entry, Kind, Node, OpenFile, OpenFlags, SetAttr, StatFs};
 use crate::cache::{CacheStats, Lookup, MountCache};
 use crate::client::{Fid, Session};
 use crate::mount_options::{CacheMode, NinepOptions};
@@ -331,6 +331,50 @@ impl Backend for NinepFs {
             self.cache.forget(from_dir.id, from);
             self.cache.forget(to_dir.id, to);
             result
+        })
+    }
+
+    fn setattr<'a>(
+        &'a self,
+        node: &'a Node,
+        attr: &'a SetAttr,
+    ) -> BoxFuture<'a, Result<(), Errno>> {
+        Box::pin(async move {
+            let result = self.walk(&parts(node)?.path).await?.setattr(attr).await;
+            self.cache.forget_attr(node.id);
+            result
+        })
+    }
+
+    fn link<'a>(
+        &'a self,
+        target: &'a Node,
+        dir: &'a Node,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), Errno>> {
+        Box::pin(async move {
+            let file = self.walk(&parts(target)?.path).await?;
+            let dir_fid = self.walk(&parts(dir)?.path).await?;
+            let result = dir_fid.link(&file, name).await;
+            // The name is new and the target's link count changed.
+            self.cache.forget(dir.id, name);
+            self.cache.forget_attr(target.id);
+            result
+        })
+    }
+
+    fn statfs<'a>(&'a self, node: &'a Node) -> BoxFuture<'a, Result<StatFs, Errno>> {
+        Box::pin(async move {
+            let s = self.walk(&parts(node)?.path).await?.statfs().await?;
+            Ok(StatFs {
+                bsize: s.bsize,
+                blocks: s.blocks,
+                bfree: s.bfree,
+                bavail: s.bavail,
+                files: s.files,
+                ffree: s.ffree,
+                namelen: s.namelen,
+            })
         })
     }
 

@@ -330,6 +330,24 @@ impl Backend for Remote {
     ) -> BoxFuture<'a, Result<(), Errno>> {
         self.inner.rename(a, an, b, bn)
     }
+    fn setattr<'a>(
+        &'a self,
+        n: &'a Node,
+        a: &'a crate::backend::SetAttr,
+    ) -> BoxFuture<'a, Result<(), Errno>> {
+        self.inner.setattr(n, a)
+    }
+    fn link<'a>(
+        &'a self,
+        t: &'a Node,
+        d: &'a Node,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), Errno>> {
+        self.inner.link(t, d, name)
+    }
+    fn statfs<'a>(&'a self, n: &'a Node) -> BoxFuture<'a, Result<crate::backend::StatFs, Errno>> {
+        self.inner.statfs(n)
+    }
     fn open<'a>(
         &'a self,
         f: &'a Node,
@@ -423,5 +441,90 @@ fn memory_files_open_read_write_append_truncate() {
         assert_eq!(f.size().await.unwrap(), 0);
         let dir = ns.resolve("/usr", true).await.unwrap();
         assert_eq!(backend.open(&dir.node, rw).await.err(), Some(Errno::EISDIR));
+    });
+}
+
+#[test]
+fn attributes_links_listings_and_statfs() {
+    use crate::backend::{OpenFlags, SetAttr};
+    let ns = namespace();
+    block_on(async {
+        ns.setattr(
+            "/file",
+            &SetAttr {
+                mode: Some(0o600),
+                size: Some(2),
+                mtime: Some(Some((7, 8))),
+                ..Default::default()
+            },
+            true,
+        )
+        .await
+        .unwrap();
+        let a = ns.getattr("/file", true).await.unwrap();
+        assert_eq!((a.mode, a.size, a.mtime), (0o600, 2, (7, 8)));
+        ns.link("/file", "/usr/hard").await.unwrap();
+        assert_eq!(ns.getattr("/file", true).await.unwrap().nlink, 2);
+        assert_eq!(read(&ns, "/usr/hard").await.unwrap(), "in");
+        assert_eq!(
+            ns.link("/file", "/tmp/hard").await.unwrap_err(),
+            Errno::EXDEV
+        );
+        assert_eq!(ns.link("/usr", "/usr2").await.unwrap_err(), Errno::EPERM);
+        assert_eq!(
+            ns.setattr(
+                "/ro/readme",
+                &SetAttr {
+                    size: Some(0),
+                    ..Default::default()
+                },
+                true
+            )
+            .await
+            .unwrap_err(),
+            Errno::EROFS
+        );
+        let mut names: Vec<String> = ns
+            .readdir("/")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["file", "lib", "ro", "scratch", "tmp", "usr"],
+            "mount points are listed"
+        );
+        assert_eq!(ns.readdir("/file").await.unwrap_err(), Errno::ENOTDIR);
+        assert!(ns.statfs("/tmp").await.unwrap().bsize > 0);
+        let w = OpenFlags {
+            write: true,
+            ..Default::default()
+        };
+        assert_eq!(ns.open("/ro/readme", w).await.err(), Some(Errno::EROFS));
+        assert!(ns
+            .open(
+                "/ro/readme",
+                OpenFlags {
+                    read: true,
+                    ..Default::default()
+                }
+            )
+            .await
+            .is_ok());
+        assert_eq!(
+            ns.open(
+                "/usr",
+                OpenFlags {
+                    read: true,
+                    ..Default::default()
+                }
+            )
+            .await
+            .err(),
+            Some(Errno::EISDIR)
+        );
     });
 }
