@@ -289,23 +289,42 @@ impl Namespace {
     /// Creates (or, unless `exclusive`, opens) a regular file; a final symlink to an
     /// existing file is followed as `open(O_CREAT)` does.
     pub async fn create(&self, path: &str, mode: u32, exclusive: bool) -> Result<Location, Errno> {
-        match self.resolve(path, !exclusive).await {
-            Ok(_) if exclusive => return Err(Errno::EEXIST),
-            Ok(found) if found.is_dir() => return Err(Errno::EISDIR),
-            Ok(found) if found.node.kind == Kind::File => return Ok(found),
-            Ok(_) | Err(Errno::ENOENT) => {}
-            Err(e) => return Err(e),
+        let mut path = path.to_owned();
+        for _ in 0..=MAX_SYMLINK_HOPS {
+            match self.resolve(&path, !exclusive).await {
+                Ok(_) if exclusive => return Err(Errno::EEXIST),
+                Ok(found) if found.is_dir() => return Err(Errno::EISDIR),
+                Ok(found) if found.node.kind == Kind::File => return Ok(found),
+                Ok(_) => return Err(Errno::EACCES), // a FIFO, socket or device
+                Err(Errno::ENOENT) => {}
+                Err(e) => return Err(e),
+            }
+            let (dir, name) = self.resolve_parent(&path).await?;
+            if !exclusive {
+                // A dangling symlink: O_CREAT creates what it points at, as Linux does.
+                if let Ok(link) = self.lookup(&dir, &name).await {
+                    if link.node.kind == Kind::Symlink {
+                        let target = self.readlink_at(&link).await?;
+                        path = if target.starts_with('/') {
+                            target.to_string()
+                        } else {
+                            format!("/{}/{}", dir.path.join("/"), target)
+                        };
+                        continue;
+                    }
+                }
+            }
+            let node = self
+                .writable(&dir)?
+                .create(&dir.node, &name, mode, exclusive)
+                .await?;
+            return Ok(Location {
+                mount: dir.mount,
+                node,
+                path: [dir.path, vec![name]].concat(),
+            });
         }
-        let (dir, name) = self.resolve_parent(path).await?;
-        let node = self
-            .writable(&dir)?
-            .create(&dir.node, &name, mode, exclusive)
-            .await?;
-        Ok(Location {
-            mount: dir.mount,
-            node,
-            path: [dir.path, vec![name]].concat(),
-        })
+        Err(Errno::ELOOP)
     }
 
     /// Creates a symlink at `path` holding `target`.

@@ -168,6 +168,13 @@ impl Table {
         Ok(data.len())
     }
 
+    /// Adds `delta` to a directory's link count (a subdirectory's `..` counts).
+    fn adjust_nlink(&mut self, id: u64, delta: i64) {
+        if let Some(inode) = self.inodes.get_mut(&id) {
+            inode.nlink = inode.nlink.saturating_add_signed(delta);
+        }
+    }
+
     /// Drops one link to `id`, freeing it when none is left.
     fn unref(&mut self, id: u64) {
         if let Some(inode) = self.inodes.get_mut(&id) {
@@ -205,9 +212,13 @@ impl MemoryFs {
             (_, true) => return Err(Errno::ENOTDIR),
             (_, false) => {}
         }
+        let was_dir = matches!(t.get(id)?.data, Data::Dir(_));
         t.dir_mut(dir)?.remove(name);
         t.touch(dir);
         t.unref(id);
+        if was_dir {
+            t.adjust_nlink(dir, -1); // its ".." no longer links here
+        }
         Ok(())
     }
 
@@ -218,6 +229,13 @@ impl MemoryFs {
         let moving_dir = matches!(t.get(id)?.data, Data::Dir(_));
         if moving_dir && is_under(&t, to_dir, id) {
             return Err(Errno::EINVAL); // a directory into itself
+        }
+        // As Linux checks first: a target that is an ancestor of the source.
+        if let Some(&old) = t.dir(to_dir)?.get(to) {
+            if old != id && matches!(t.get(old)?.data, Data::Dir(_)) && is_under(&t, from_dir, old)
+            {
+                return Err(Errno::ENOTEMPTY);
+            }
         }
         if let Some(&old) = t.dir(to_dir)?.get(to) {
             if old == id {
@@ -231,10 +249,17 @@ impl MemoryFs {
                 }
                 _ => {}
             }
+            if matches!(t.get(old)?.data, Data::Dir(_)) {
+                t.adjust_nlink(to_dir, -1);
+            }
             t.unref(old);
         }
         t.dir_mut(from_dir)?.remove(from);
         t.dir_mut(to_dir)?.insert(to.to_owned(), id);
+        if moving_dir {
+            t.adjust_nlink(from_dir, -1);
+            t.adjust_nlink(to_dir, 1);
+        }
         t.touch(from_dir);
         t.touch(to_dir);
         Ok(())

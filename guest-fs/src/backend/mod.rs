@@ -10,6 +10,7 @@
 //! client) and [`memory::MemoryFs`] (a tmpfs for scratch and tests). `bind` (a host
 //! directory through cap-std) comes next.
 
+pub mod bind;
 pub mod memory;
 pub mod ninep;
 mod ninep_file;

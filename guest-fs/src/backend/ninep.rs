@@ -173,6 +173,7 @@ impl NinepFs {
     /// A name was created or replaced locally: drop what was known, record the new.
     fn created(&self, dir: &Node, name: &str, q: Qid) {
         self.cache.forget(dir.id, name);
+        self.cache.forget_attr(dir.id); // its mtime, and its nlink for a new directory
         if self.meta {
             self.cache.insert_dentry(dir.id, name, q);
         }
@@ -307,12 +308,18 @@ impl Backend for NinepFs {
         dir_only: bool,
     ) -> BoxFuture<'a, Result<(), Errno>> {
         Box::pin(async move {
+            if self.meta && !matches!(self.cache.lookup(dir.id, name), Lookup::Found(_)) {
+                // Learn which file goes, so that its cached attributes (reachable by
+                // another hard link) can be dropped with it.
+                let _ = self.lookup_remote(dir, name).await;
+            }
             let fid = self.walk(&parts(dir)?.path).await?;
             let result = fid
                 .unlinkat(name, if dir_only { AT_REMOVEDIR } else { 0 })
                 .await;
             // Whatever happened, what we knew about the name may be wrong now.
             self.cache.forget(dir.id, name);
+            self.cache.forget_attr(dir.id);
             result
         })
     }
@@ -330,6 +337,8 @@ impl Backend for NinepFs {
             let result = a.renameat(from, &b, to).await;
             self.cache.forget(from_dir.id, from);
             self.cache.forget(to_dir.id, to);
+            self.cache.forget_attr(from_dir.id);
+            self.cache.forget_attr(to_dir.id);
             result
         })
     }
@@ -359,6 +368,7 @@ impl Backend for NinepFs {
             // The name is new and the target's link count changed.
             self.cache.forget(dir.id, name);
             self.cache.forget_attr(target.id);
+            self.cache.forget_attr(dir.id);
             result
         })
     }

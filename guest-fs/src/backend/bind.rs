@@ -1,0 +1,422 @@
+//! `bind`: a host directory, through cap-std (what `--dir HOST::GUEST` means).
+//!
+//! Nodes are paths relative to the bound directory; every host access is a cap-std call
+//! on the directory handle, which cannot leave it whatever the path holds (symlinks are
+//! resolved by the namespace, in the guest's terms, before they get here). Calls are
+//! local system calls made on the calling thread: there is nothing to cache, and no
+//! thread-pool hop either. This is the baseline a 9p mount is measured against.
+
+use std::future::ready;
+use std::io;
+use std::os::unix::fs::FileExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use bytes::Bytes;
+use cap_fs_ext::{DirExt, SystemTimeSpec};
+use cap_std::fs::{Dir, MetadataExt, OpenOptions, Permissions, PermissionsExt};
+use wasm9p_proto::Errno;
+
+use super::{Attr, Backend, BoxFuture, Entry, Kind, Node, OpenFile, OpenFlags, SetAttr, StatFs};
+
+/// A bound host directory.
+#[derive(Debug)]
+pub struct BindFs {
+    root: Dir,
+    root_ino: u64,
+}
+
+fn errno(e: io::Error) -> Errno {
+    Errno::from(&e)
+}
+
+fn kind_of(ft: cap_std::fs::FileType) -> Kind {
+    if ft.is_dir() {
+        Kind::Dir
+    } else if ft.is_symlink() {
+        Kind::Symlink
+    } else if ft.is_file() {
+        Kind::File
+    } else {
+        Kind::Other
+    }
+}
+
+fn path_of(node: &Node) -> Result<&Path, Errno> {
+    node.handle
+        .as_ref()
+        .and_then(|h| h.downcast_ref::<PathBuf>())
+        .map(PathBuf::as_path)
+        .ok_or(Errno::EINVAL)
+}
+
+fn node(path: PathBuf, ino: u64, kind: Kind) -> Node {
+    Node {
+        id: ino,
+        kind,
+        handle: Some(Arc::new(path)),
+    }
+}
+
+fn child(dir: &Node, name: &str) -> Result<PathBuf, Errno> {
+    Ok(path_of(dir)?.join(name))
+}
+
+fn time_spec(t: Option<(u64, u64)>) -> SystemTimeSpec {
+    match t {
+        None => SystemTimeSpec::SymbolicNow,
+        Some((sec, nsec)) => {
+            let std = UNIX_EPOCH + Duration::new(sec, nsec as u32);
+            SystemTimeSpec::from(cap_std::time::SystemTime::from_std(std))
+        }
+    }
+}
+
+impl BindFs {
+    /// Binds `host_dir` (opened with the process's ambient authority, once).
+    pub fn open(host_dir: &Path) -> io::Result<BindFs> {
+        let root = Dir::open_ambient_dir(host_dir, cap_std::ambient_authority())?;
+        let root_ino = root.dir_metadata()?.ino();
+        Ok(BindFs { root, root_ino })
+    }
+
+    fn stat(&self, path: &Path) -> Result<cap_std::fs::Metadata, Errno> {
+        if path.as_os_str().is_empty() {
+            self.root.dir_metadata().map_err(errno)
+        } else {
+            self.root.symlink_metadata(path).map_err(errno)
+        }
+    }
+
+    fn node_at(&self, path: PathBuf) -> Result<Node, Errno> {
+        let m = self.stat(&path)?;
+        Ok(node(path, m.ino(), kind_of(m.file_type())))
+    }
+
+    fn dir_path<'p>(&self, path: &'p Path) -> &'p Path {
+        if path.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            path
+        }
+    }
+
+    fn do_setattr(&self, path: &Path, attr: &SetAttr) -> Result<(), Errno> {
+        if attr.uid.is_some() || attr.gid.is_some() {
+            return Err(Errno::EPERM);
+        }
+        if let Some(size) = attr.size {
+            let file = self
+                .root
+                .open_with(path, OpenOptions::new().write(true))
+                .map_err(errno)?;
+            file.set_len(size).map_err(errno)?;
+        }
+        if let Some(mode) = attr.mode {
+            self.root
+                .set_permissions(self.dir_path(path), Permissions::from_mode(mode & 0o7777))
+                .map_err(errno)?;
+        }
+        if attr.atime.is_some() || attr.mtime.is_some() {
+            let atime = attr.atime.map(time_spec);
+            let mtime = attr.mtime.map(time_spec);
+            self.root
+                .set_symlink_times(self.dir_path(path), atime, mtime)
+                .map_err(errno)?;
+        }
+        Ok(())
+    }
+
+    fn do_open(&self, path: &Path, flags: OpenFlags) -> Result<Box<dyn OpenFile>, Errno> {
+        let mut options = OpenOptions::new();
+        options
+            .read(flags.read)
+            .write(flags.write || flags.append)
+            .truncate(flags.truncate && flags.write);
+        options.append(flags.append);
+        let file = self.root.open_with(path, &options).map_err(errno)?;
+        if file.metadata().map_err(errno)?.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        Ok(Box::new(BindFile {
+            file: file.into_std(),
+            flags,
+        }))
+    }
+}
+
+impl Backend for BindFs {
+    fn root(&self) -> Node {
+        node(PathBuf::new(), self.root_ino, Kind::Dir)
+    }
+
+    fn lookup_cached(&self, dir: &Node, name: &str) -> Option<Result<Node, Errno>> {
+        // A local lookup is one system call: answer it here, never suspend.
+        Some(child(dir, name).and_then(|p| self.node_at(p)))
+    }
+
+    fn lookup<'a>(&'a self, dir: &'a Node, name: &'a str) -> BoxFuture<'a, Result<Node, Errno>> {
+        Box::pin(ready(child(dir, name).and_then(|p| self.node_at(p))))
+    }
+
+    fn readlink_cached(&self, link: &Node) -> Option<Arc<str>> {
+        let target = self.root.read_link_contents(path_of(link).ok()?).ok()?;
+        Some(Arc::from(target.to_str()?))
+    }
+
+    fn readlink<'a>(&'a self, link: &'a Node) -> BoxFuture<'a, Result<Arc<str>, Errno>> {
+        let result = path_of(link).and_then(|p| {
+            let target = self.root.read_link_contents(p).map_err(errno)?;
+            target.to_str().map(Arc::from).ok_or(Errno::EILSEQ)
+        });
+        Box::pin(ready(result))
+    }
+
+    fn getattr<'a>(&'a self, n: &'a Node) -> BoxFuture<'a, Result<Attr, Errno>> {
+        let result = path_of(n).and_then(|p| self.stat(p)).map(|m| Attr {
+            mode: m.mode() & 0o7777,
+            size: m.size(),
+            nlink: m.nlink(),
+            ino: m.ino(),
+            mtime: (m.mtime() as u64, m.mtime_nsec() as u32),
+        });
+        Box::pin(ready(result))
+    }
+
+    fn readdir<'a>(&'a self, dir: &'a Node) -> BoxFuture<'a, Result<Vec<Entry>, Errno>> {
+        let result = path_of(dir).and_then(|p| {
+            let entries = self.root.read_dir(self.dir_path(p)).map_err(errno)?;
+            let mut out = Vec::new();
+            for entry in entries {
+                let entry = entry.map_err(errno)?;
+                let Ok(name) = entry.file_name().into_string() else {
+                    continue;
+                };
+                let kind = entry.file_type().map(kind_of).unwrap_or(Kind::Other);
+                let id = entry.metadata().map(|m| m.ino()).unwrap_or(0);
+                out.push(Entry { name, kind, id });
+            }
+            Ok(out)
+        });
+        Box::pin(ready(result))
+    }
+
+    fn mkdir<'a>(
+        &'a self,
+        dir: &'a Node,
+        name: &'a str,
+        mode: u32,
+    ) -> BoxFuture<'a, Result<Node, Errno>> {
+        let result = child(dir, name).and_then(|p| {
+            let mut builder = cap_std::fs::DirBuilder::new();
+            cap_std::fs::DirBuilderExt::mode(&mut builder, mode & 0o7777);
+            self.root.create_dir_with(&p, &builder).map_err(errno)?;
+            self.node_at(p)
+        });
+        Box::pin(ready(result))
+    }
+
+    fn create<'a>(
+        &'a self,
+        dir: &'a Node,
+        name: &'a str,
+        mode: u32,
+        exclusive: bool,
+    ) -> BoxFuture<'a, Result<Node, Errno>> {
+        let result = child(dir, name).and_then(|p| {
+            let mut options = OpenOptions::new();
+            options.write(true);
+            if exclusive {
+                options.create_new(true);
+            } else {
+                options.create(true);
+            }
+            cap_std::fs::OpenOptionsExt::mode(&mut options, mode & 0o7777);
+            self.root.open_with(&p, &options).map_err(errno)?;
+            self.node_at(p)
+        });
+        Box::pin(ready(result))
+    }
+
+    fn symlink<'a>(
+        &'a self,
+        dir: &'a Node,
+        name: &'a str,
+        target: &'a str,
+    ) -> BoxFuture<'a, Result<Node, Errno>> {
+        let result = child(dir, name).and_then(|p| {
+            // The target is stored as text; the namespace resolves it in guest terms.
+            self.root.symlink_contents(target, &p).map_err(errno)?;
+            self.node_at(p)
+        });
+        Box::pin(ready(result))
+    }
+
+    fn unlink<'a>(
+        &'a self,
+        dir: &'a Node,
+        name: &'a str,
+        dir_only: bool,
+    ) -> BoxFuture<'a, Result<(), Errno>> {
+        let result = child(dir, name).and_then(|p| {
+            if dir_only {
+                self.root.remove_dir(&p).map_err(errno)
+            } else {
+                let m = self.stat(&p)?;
+                if m.is_dir() {
+                    return Err(Errno::EISDIR);
+                }
+                self.root.remove_file_or_symlink(&p).map_err(errno)
+            }
+        });
+        Box::pin(ready(result))
+    }
+
+    fn rename<'a>(
+        &'a self,
+        from_dir: &'a Node,
+        from: &'a str,
+        to_dir: &'a Node,
+        to: &'a str,
+    ) -> BoxFuture<'a, Result<(), Errno>> {
+        let result = (|| {
+            let (a, b) = (child(from_dir, from)?, child(to_dir, to)?);
+            self.root.rename(&a, &self.root, &b).map_err(errno)
+        })();
+        Box::pin(ready(result))
+    }
+
+    fn setattr<'a>(&'a self, n: &'a Node, attr: &'a SetAttr) -> BoxFuture<'a, Result<(), Errno>> {
+        Box::pin(ready(path_of(n).and_then(|p| self.do_setattr(p, attr))))
+    }
+
+    fn link<'a>(
+        &'a self,
+        target: &'a Node,
+        dir: &'a Node,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), Errno>> {
+        let result = (|| {
+            let (from, to) = (path_of(target)?, child(dir, name)?);
+            self.root.hard_link(from, &self.root, &to).map_err(errno)
+        })();
+        Box::pin(ready(result))
+    }
+
+    fn statfs<'a>(&'a self, _n: &'a Node) -> BoxFuture<'a, Result<StatFs, Errno>> {
+        let result = rustix::fs::fstatvfs(&self.root)
+            .map_err(|e| Errno(e.raw_os_error() as u32))
+            .map(|s| StatFs {
+                bsize: s.f_bsize as u32,
+                blocks: s.f_blocks,
+                bfree: s.f_bfree,
+                bavail: s.f_bavail,
+                files: s.f_files,
+                ffree: s.f_ffree,
+                namelen: s.f_namemax as u32,
+            });
+        Box::pin(ready(result))
+    }
+
+    fn open<'a>(
+        &'a self,
+        file: &'a Node,
+        flags: OpenFlags,
+    ) -> BoxFuture<'a, Result<Box<dyn OpenFile>, Errno>> {
+        Box::pin(ready(path_of(file).and_then(|p| self.do_open(p, flags))))
+    }
+
+    fn read_at<'a>(
+        &'a self,
+        file: &'a Node,
+        offset: u64,
+        len: usize,
+    ) -> BoxFuture<'a, Result<Bytes, Errno>> {
+        let read = OpenFlags {
+            read: true,
+            ..Default::default()
+        };
+        let result = path_of(file).and_then(|p| self.do_open(p, read));
+        Box::pin(async move { result?.read_at(offset, len).await })
+    }
+
+    fn write_at<'a>(
+        &'a self,
+        file: &'a Node,
+        offset: u64,
+        data: Bytes,
+    ) -> BoxFuture<'a, Result<usize, Errno>> {
+        let write = OpenFlags {
+            write: true,
+            ..Default::default()
+        };
+        let result = path_of(file).and_then(|p| self.do_open(p, write));
+        Box::pin(async move { result?.write_at(offset, data).await })
+    }
+}
+
+/// An open host file: reads and writes are immediate `pread`/`pwrite`.
+struct BindFile {
+    file: std::fs::File,
+    flags: OpenFlags,
+}
+
+/// Largest single read served (a guest-controlled length must not make the host
+/// allocate without bound).
+const MAX_READ: usize = 16 << 20;
+
+impl OpenFile for BindFile {
+    fn read_at<'a>(&'a self, offset: u64, len: usize) -> BoxFuture<'a, Result<Bytes, Errno>> {
+        let result = (|| {
+            if !self.flags.read {
+                return Err(Errno::EBADF);
+            }
+            let mut buf = vec![0u8; len.min(MAX_READ)];
+            let mut filled = 0;
+            while filled < buf.len() {
+                match self
+                    .file
+                    .read_at(&mut buf[filled..], offset + filled as u64)
+                {
+                    Ok(0) => break,
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(errno(e)),
+                }
+            }
+            buf.truncate(filled);
+            Ok(Bytes::from(buf))
+        })();
+        Box::pin(ready(result))
+    }
+
+    fn write_at<'a>(&'a self, offset: u64, data: Bytes) -> BoxFuture<'a, Result<usize, Errno>> {
+        let result = if !self.flags.write && !self.flags.append {
+            Err(Errno::EBADF)
+        } else {
+            self.file
+                .write_all_at(&data, offset)
+                .map(|()| data.len())
+                .map_err(errno)
+        };
+        Box::pin(ready(result))
+    }
+
+    fn flush<'a>(&'a self) -> BoxFuture<'a, Result<(), Errno>> {
+        Box::pin(ready(Ok(())))
+    }
+
+    fn fsync<'a>(&'a self, datasync: bool) -> BoxFuture<'a, Result<(), Errno>> {
+        let result = if datasync {
+            self.file.sync_data()
+        } else {
+            self.file.sync_all()
+        };
+        Box::pin(ready(result.map_err(errno)))
+    }
+
+    fn size<'a>(&'a self) -> BoxFuture<'a, Result<u64, Errno>> {
+        Box::pin(ready(self.file.metadata().map(|m| m.len()).map_err(errno)))
+    }
+}
