@@ -431,10 +431,20 @@ impl Namespace {
         if !dir.is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        let mut entries = match dir.mount {
-            Some(m) => self.mounts[m].backend.readdir(&dir.node).await?,
-            None => Vec::new(),
-        };
+        let mut entries = Vec::new();
+        if let Some(m) = dir.mount {
+            let backend = &self.mounts[m].backend;
+            let mut cookie = 0;
+            loop {
+                let batch = backend.readdir(&dir.node, cookie).await?;
+                let Some(last) = batch.last() else { break };
+                if last.cookie == cookie {
+                    return Err(Errno::EIO); // a cookie that does not advance would loop
+                }
+                cookie = last.cookie;
+                entries.extend(batch);
+            }
+        }
         // Mount points (and the virtual directories leading to them) directly below.
         for mount in &self.mounts {
             if mount.path.len() > dir.path.len() && mount.path.starts_with(&dir.path) {
@@ -444,6 +454,7 @@ impl Namespace {
                         name: name.clone(),
                         kind: Kind::Dir,
                         id: u64::MAX,
+                        cookie: u64::MAX,
                     });
                 }
             }

@@ -230,7 +230,7 @@ async fn files_written_through_the_mount_are_on_the_host() {
     ns.rename("/out/obj.o", "/out/final.o").await.unwrap();
     assert!(dir.path().join("out/final.o").exists());
     let out = ns.resolve("/out", true).await.unwrap();
-    let listing = Backend::readdir(&*fs, &out.node).await.unwrap();
+    let listing = Backend::readdir(&*fs, &out.node, 0).await.unwrap();
     let names: Vec<&str> = listing.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names, ["final.o"]);
     // Writes went out in msize-sized pieces: 100,000 bytes at msize 8192.
@@ -390,4 +390,101 @@ async fn setattr_link_statfs_and_readdir_through_the_mount() {
     names.sort();
     assert_eq!(names, ["a", "a-again", "b", "link", "usr"]);
     assert!(ns.statfs("/usr").await.unwrap().blocks > 0);
+}
+
+#[tokio::test]
+async fn rpc_counts_per_mode_for_the_compiler_pattern() {
+    let dir = tree();
+    let server = TestServer::tcp(dir.path());
+    // stat of a missing name twice: loose → 1 walk, none → 2 (per component: the
+    // parents are resolved first and are cached under loose too).
+    for (spec, expected_walks) in [("cache=loose", 1u64), ("cache=none", 2)] {
+        let (ns, fs) = mount(&server, spec).await;
+        let before = rpcs(&fs, "walk");
+        for _ in 0..2 {
+            assert_eq!(
+                ns.getattr("/missing.h", true).await.unwrap_err(),
+                Errno::ENOENT
+            );
+        }
+        assert_eq!(rpcs(&fs, "walk") - before, expected_walks, "{spec}");
+    }
+    // readlink of the same link 1,000 times under loose → 1 Treadlink.
+    let (ns, fs) = mount(&server, "cache=loose").await;
+    for _ in 0..1000 {
+        assert_eq!(ns.readlink("/link").await.unwrap().as_ref(), "a");
+    }
+    assert_eq!(rpcs(&fs, "readlink"), 1);
+    // A directory listing is cached too, and refreshed by a change in it.
+    let first = ns.readdir("/usr/include").await.unwrap();
+    let reads = rpcs(&fs, "readdir");
+    assert_eq!(ns.readdir("/usr/include").await.unwrap(), first);
+    assert_eq!(rpcs(&fs, "readdir"), reads);
+    ns.create("/usr/include/new.h", 0o644, true).await.unwrap();
+    assert_eq!(
+        ns.readdir("/usr/include").await.unwrap().len(),
+        first.len() + 1
+    );
+    let stats = fs.stats();
+    assert!(
+        stats.cache.readdir_hits >= 1 && stats.rpc_total > 0 && stats.cache_bytes > 0,
+        "{stats:?}"
+    );
+}
+
+#[tokio::test]
+async fn rename_over_a_cached_name_is_seen_at_once() {
+    let dir = tree();
+    let server = TestServer::tcp(dir.path());
+    let (ns, _fs) = mount(&server, "cache=loose").await;
+    assert_eq!(&ns.read("/a").await.unwrap()[..], b"content of a");
+    assert_eq!(&ns.read("/b").await.unwrap()[..], b"content of b");
+    ns.rename("/b", "/a").await.unwrap();
+    assert_eq!(
+        &ns.read("/a").await.unwrap()[..],
+        b"content of b",
+        "the cached /a is gone"
+    );
+    assert_eq!(ns.resolve("/b", true).await.unwrap_err(), Errno::ENOENT);
+}
+
+#[tokio::test]
+async fn caches_stay_within_cache_size_on_a_tree_larger_than_it() {
+    let dir = tempfile::tempdir().unwrap();
+    for d in 0..20 {
+        std::fs::create_dir(dir.path().join(format!("d{d}"))).unwrap();
+        for f in 0..100 {
+            std::fs::write(
+                dir.path()
+                    .join(format!("d{d}/file-with-a-longish-name-{f}.h")),
+                b"x",
+            )
+            .unwrap();
+        }
+    }
+    let server = TestServer::tcp(dir.path());
+    let (ns, fs) = mount(&server, "cache=loose,cache_size=65536").await;
+    for d in 0..20 {
+        for f in 0..100 {
+            let path = format!("/d{d}/file-with-a-longish-name-{f}.h");
+            assert!(ns.getattr(&path, true).await.is_ok());
+            assert_eq!(
+                ns.resolve(&format!("{path}.missing"), true)
+                    .await
+                    .unwrap_err(),
+                Errno::ENOENT
+            );
+            let stats = fs.stats();
+            assert!(
+                stats.cache_bytes <= 65536,
+                "{} bytes cached",
+                stats.cache_bytes
+            );
+        }
+    }
+    // Still correct after all that eviction.
+    assert_eq!(
+        &ns.read("/d0/file-with-a-longish-name-0.h").await.unwrap()[..],
+        b"x"
+    );
 }

@@ -184,18 +184,30 @@ impl Backend for BindFs {
         Box::pin(ready(result))
     }
 
-    fn readdir<'a>(&'a self, dir: &'a Node) -> BoxFuture<'a, Result<Vec<Entry>, Errno>> {
+    fn readdir<'a>(
+        &'a self,
+        dir: &'a Node,
+        cookie: u64,
+    ) -> BoxFuture<'a, Result<Vec<Entry>, Errno>> {
         let result = path_of(dir).and_then(|p| {
             let entries = self.root.read_dir(self.dir_path(p)).map_err(errno)?;
             let mut out = Vec::new();
-            for entry in entries {
+            for (i, entry) in entries.enumerate() {
                 let entry = entry.map_err(errno)?;
+                if (i as u64) < cookie {
+                    continue;
+                }
                 let Ok(name) = entry.file_name().into_string() else {
                     continue;
                 };
                 let kind = entry.file_type().map(kind_of).unwrap_or(Kind::Other);
                 let id = entry.metadata().map(|m| m.ino()).unwrap_or(0);
-                out.push(Entry { name, kind, id });
+                out.push(Entry {
+                    name,
+                    kind,
+                    id,
+                    cookie: i as u64 + 1,
+                });
             }
             Ok(out)
         });

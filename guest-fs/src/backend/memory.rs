@@ -326,16 +326,25 @@ impl Backend for MemoryFs {
         })))
     }
 
-    fn readdir<'a>(&'a self, dir: &'a Node) -> BoxFuture<'a, Result<Vec<Entry>, Errno>> {
+    fn readdir<'a>(
+        &'a self,
+        dir: &'a Node,
+        cookie: u64,
+    ) -> BoxFuture<'a, Result<Vec<Entry>, Errno>> {
         let t = self.table();
         let result = t.dir(dir.id).map(|entries| {
+            // Names are kept sorted: entry i resumes at cookie i + 1.
             entries
                 .iter()
-                .filter_map(|(name, id)| {
+                .enumerate()
+                .skip(usize::try_from(cookie).unwrap_or(usize::MAX))
+                .filter_map(|(i, (name, id))| {
+                    let kind = t.get(*id).ok()?.kind();
                     Some(Entry {
                         name: name.clone(),
-                        kind: t.get(*id).ok()?.kind(),
+                        kind,
                         id: *id,
+                        cookie: i as u64 + 1,
                     })
                 })
                 .collect()

@@ -116,6 +116,8 @@ pub struct Entry {
     pub kind: Kind,
     /// Its id.
     pub id: u64,
+    /// Pass this to [`Backend::readdir`] to continue after this entry.
+    pub cookie: u64,
 }
 
 /// How a file is opened.
@@ -173,8 +175,14 @@ pub trait Backend: Send + Sync + 'static {
     /// Attributes.
     fn getattr<'a>(&'a self, node: &'a Node) -> BoxFuture<'a, Result<Attr, Errno>>;
 
-    /// Entries of a directory (without `.` and `..`).
-    fn readdir<'a>(&'a self, dir: &'a Node) -> BoxFuture<'a, Result<Vec<Entry>, Errno>>;
+    /// Entries of a directory after `cookie` (0: from the start), without `.` and `..`,
+    /// each carrying the cookie that resumes after it. It may return only some of the
+    /// rest; an empty result is the end.
+    fn readdir<'a>(
+        &'a self,
+        dir: &'a Node,
+        cookie: u64,
+    ) -> BoxFuture<'a, Result<Vec<Entry>, Errno>>;
 
     /// Creates directory `name`; EEXIST if the name is taken.
     fn mkdir<'a>(

@@ -27,6 +27,19 @@ use crate::cache::{CacheStats, Lookup, MountCache};
 use crate::client::{Fid, Session};
 use crate::mount_options::{CacheMode, NinepOptions};
 
+/// A snapshot of a mount's counters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountStats {
+    /// Requests sent, by message name without its `T` (`"walk"`, `"read"`...).
+    pub rpc: Vec<(&'static str, u64)>,
+    /// All requests sent.
+    pub rpc_total: u64,
+    /// Cache hits and misses.
+    pub cache: CacheStats,
+    /// Bytes held by the caches now (at most `cache_size`).
+    pub cache_bytes: u64,
+}
+
 /// What a 9p node carries besides its id.
 #[derive(Debug)]
 struct NinepNode {
@@ -85,6 +98,14 @@ fn child_path(dir: &Node, name: &str) -> Result<Vec<String>, Errno> {
     Ok(path)
 }
 
+fn rest_of(listing: &[Entry], cookie: u64) -> Vec<Entry> {
+    listing
+        .iter()
+        .skip(usize::try_from(cookie).unwrap_or(usize::MAX))
+        .cloned()
+        .collect()
+}
+
 fn attr_of(a: &Rgetattr) -> Attr {
     Attr {
         mode: a.mode & 0o7777,
@@ -115,6 +136,18 @@ impl NinepFs {
     /// The mount's cache counters.
     pub fn cache_stats(&self) -> CacheStats {
         self.cache.stats()
+    }
+
+    /// Everything `--stats` prints for this mount: RPCs by message type, their total,
+    /// the cache counters, and the bytes the caches hold.
+    pub fn stats(&self) -> MountStats {
+        let counts = self.session().counts();
+        MountStats {
+            rpc: counts.snapshot(),
+            rpc_total: counts.total(),
+            cache: self.cache.stats(),
+            cache_bytes: self.cache.bytes(),
+        }
     }
 
     /// The session under the mount (its RPC counts, live fids).
@@ -173,7 +206,7 @@ impl NinepFs {
     /// A name was created or replaced locally: drop what was known, record the new.
     fn created(&self, dir: &Node, name: &str, q: Qid) {
         self.cache.forget(dir.id, name);
-        self.cache.forget_attr(dir.id); // its mtime, and its nlink for a new directory
+        self.cache.dir_changed(dir.id); // its listing, mtime, and nlink for a new directory
         if self.meta {
             self.cache.insert_dentry(dir.id, name, q);
         }
@@ -234,20 +267,66 @@ impl Backend for NinepFs {
         })
     }
 
-    fn readdir<'a>(&'a self, dir: &'a Node) -> BoxFuture<'a, Result<Vec<Entry>, Errno>> {
+    fn readdir<'a>(
+        &'a self,
+        dir: &'a Node,
+        cookie: u64,
+    ) -> BoxFuture<'a, Result<Vec<Entry>, Errno>> {
         Box::pin(async move {
-            let fid = self.walk(&parts(dir)?.path).await?;
+            let fid = if self.meta {
+                if let Some(listing) = self.cache.readdir(dir.id) {
+                    return Ok(rest_of(&listing, cookie));
+                }
+                None
+            } else {
+                Some(self.walk(&parts(dir)?.path).await?)
+            };
+            let fid = match fid {
+                Some(fid) => fid,
+                None => self.walk(&parts(dir)?.path).await?,
+            };
             fid.lopen(open::RDONLY | open::DIRECTORY).await?;
-            let entries = fid.readdir_all().await?;
-            Ok(entries
-                .into_iter()
-                .filter(|e| e.name != "." && e.name != "..")
-                .map(|e| Entry {
-                    kind: kind_of(&e.qid),
-                    id: e.qid.path,
-                    name: e.name,
-                })
-                .collect())
+            if self.meta {
+                // Cache the whole listing; cookies index it.
+                let entries: Vec<Entry> = fid
+                    .readdir_all()
+                    .await?
+                    .into_iter()
+                    .filter(|e| e.name != "." && e.name != "..")
+                    .enumerate()
+                    .map(|(i, e)| Entry {
+                        kind: kind_of(&e.qid),
+                        id: e.qid.path,
+                        name: e.name,
+                        cookie: i as u64 + 1,
+                    })
+                    .collect();
+                let listing = Arc::new(entries);
+                self.cache.insert_readdir(dir.id, listing.clone());
+                return Ok(rest_of(&listing, cookie));
+            }
+            // Uncached: one Treaddir from the server's own cookie, skipping "." and "..".
+            let mut offset = cookie;
+            loop {
+                let batch = fid.readdir(offset, u32::MAX).await?;
+                let Some(last) = batch.last() else {
+                    return Ok(Vec::new());
+                };
+                offset = last.offset;
+                let entries: Vec<Entry> = batch
+                    .into_iter()
+                    .filter(|e| e.name != "." && e.name != "..")
+                    .map(|e| Entry {
+                        kind: kind_of(&e.qid),
+                        id: e.qid.path,
+                        name: e.name,
+                        cookie: e.offset,
+                    })
+                    .collect();
+                if !entries.is_empty() {
+                    return Ok(entries);
+                }
+            }
         })
     }
 
@@ -319,7 +398,7 @@ impl Backend for NinepFs {
                 .await;
             // Whatever happened, what we knew about the name may be wrong now.
             self.cache.forget(dir.id, name);
-            self.cache.forget_attr(dir.id);
+            self.cache.dir_changed(dir.id);
             result
         })
     }
@@ -337,8 +416,8 @@ impl Backend for NinepFs {
             let result = a.renameat(from, &b, to).await;
             self.cache.forget(from_dir.id, from);
             self.cache.forget(to_dir.id, to);
-            self.cache.forget_attr(from_dir.id);
-            self.cache.forget_attr(to_dir.id);
+            self.cache.dir_changed(from_dir.id);
+            self.cache.dir_changed(to_dir.id);
             result
         })
     }
@@ -368,7 +447,7 @@ impl Backend for NinepFs {
             // The name is new and the target's link count changed.
             self.cache.forget(dir.id, name);
             self.cache.forget_attr(target.id);
-            self.cache.forget_attr(dir.id);
+            self.cache.dir_changed(dir.id);
             result
         })
     }

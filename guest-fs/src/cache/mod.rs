@@ -1,5 +1,5 @@
-//! A mount's metadata caches: dentries (positive and negative), symlink targets and
-//! attributes, in one store bounded by `cache_size` bytes.
+//! A mount's metadata caches: dentries (positive and negative), symlink targets,
+//! attributes and directory listings, in one store bounded by `cache_size` bytes.
 //!
 //! One `quick_cache` store holds every kind of entry, weighed by the bytes it takes, so
 //! `cache_size` is a hard bound on all of them together and eviction picks the coldest
@@ -17,6 +17,7 @@
 mod attr;
 mod dentry;
 mod negative;
+mod readdir;
 mod symlink;
 
 use std::hash::{Hash, Hasher};
@@ -39,6 +40,7 @@ enum Key {
     Dentry { dir: u64, name: Box<str> },
     Symlink(u64),
     Attr(u64),
+    Readdir(u64),
 }
 
 /// A borrowed dentry key, so lookups do not allocate.
@@ -54,6 +56,7 @@ impl Hash for Key {
             Key::Dentry { dir, name } => DentryRef { dir: *dir, name }.hash(state),
             Key::Symlink(path) => (1u8, *path).hash(state),
             Key::Attr(path) => (2u8, *path).hash(state),
+            Key::Readdir(path) => (3u8, *path).hash(state),
         }
     }
 }
@@ -80,6 +83,8 @@ enum Entry {
     Symlink { version: u32, target: Arc<str> },
     /// A file's attributes.
     Attr(Arc<Rgetattr>),
+    /// A directory's entries.
+    Listing(Arc<Vec<crate::backend::Entry>>),
 }
 
 #[derive(Clone)]
@@ -94,6 +99,7 @@ impl Weighter<Key, Entry> for ByteWeighter {
         let entry_bytes = match entry {
             Entry::Symlink { target, .. } => target.len() as u64,
             Entry::Attr(_) => std::mem::size_of::<Rgetattr>() as u64,
+            Entry::Listing(entries) => entries.iter().map(|e| e.name.len() as u64 + 48).sum(),
             _ => 0,
         };
         ENTRY_OVERHEAD + key_bytes + entry_bytes
@@ -112,6 +118,7 @@ pub struct CacheCounters {
     attr_misses: AtomicU64,
     page_hits: AtomicU64,
     page_misses: AtomicU64,
+    readdir_hits: AtomicU64,
 }
 
 /// A snapshot of [`CacheCounters`].
@@ -135,6 +142,8 @@ pub struct CacheStats {
     pub page_hits: u64,
     /// Reads that had to go to the server.
     pub page_misses: u64,
+    /// Directory listings served from the cache.
+    pub readdir_hits: u64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -217,6 +226,7 @@ impl MountCache {
             attr_misses: get(&c.attr_misses),
             page_hits: get(&c.page_hits),
             page_misses: get(&c.page_misses),
+            readdir_hits: get(&c.readdir_hits),
         }
     }
 }

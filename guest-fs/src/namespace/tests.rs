@@ -285,8 +285,12 @@ impl Backend for Remote {
     fn getattr<'a>(&'a self, node: &'a Node) -> BoxFuture<'a, Result<Attr, Errno>> {
         self.inner.getattr(node)
     }
-    fn readdir<'a>(&'a self, dir: &'a Node) -> BoxFuture<'a, Result<Vec<Entry>, Errno>> {
-        self.inner.readdir(dir)
+    fn readdir<'a>(
+        &'a self,
+        dir: &'a Node,
+        cookie: u64,
+    ) -> BoxFuture<'a, Result<Vec<Entry>, Errno>> {
+        self.inner.readdir(dir, cookie)
     }
     fn mkdir<'a>(
         &'a self,
