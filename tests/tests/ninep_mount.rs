@@ -488,3 +488,50 @@ async fn caches_stay_within_cache_size_on_a_tree_larger_than_it() {
         b"x"
     );
 }
+
+#[tokio::test]
+async fn pages_are_shared_by_every_open_and_follow_the_file_version() {
+    let dir = tree();
+    let header: Vec<u8> = (0..300_000u32).map(|i| (i % 239) as u8).collect();
+    std::fs::write(dir.path().join("big.h"), &header).unwrap();
+    let server = TestServer::tcp(dir.path());
+    let (ns, fs) = mount(&server, "cache=loose").await;
+    // The first guest reads the header: pages come from the server.
+    let first = open(&ns, &fs, "/big.h", READ).await;
+    assert!(first.read_at(0, 1 << 20).await.unwrap() == header);
+    drop(first);
+    // Eight more guests read it: no Tread at all.
+    let reads = rpcs(&fs, "read");
+    for _ in 0..8 {
+        let f = open(&ns, &fs, "/big.h", READ).await;
+        assert!(f.read_at(0, 1 << 20).await.unwrap() == header);
+        assert_eq!(
+            &f.read_at(299_990, 100).await.unwrap()[..],
+            &header[299_990..]
+        );
+        assert!(
+            f.read_at(300_000, 10).await.unwrap().is_empty(),
+            "end of file, from the cache"
+        );
+    }
+    assert_eq!(
+        rpcs(&fs, "read"),
+        reads,
+        "every page served from the shared cache"
+    );
+    // The file changes on the server: a new open sees the new version, not old pages.
+    std::fs::write(dir.path().join("big.h"), b"rewritten").unwrap();
+    let f = open(&ns, &fs, "/big.h", READ).await;
+    assert_eq!(&f.read_at(0, 100).await.unwrap()[..], b"rewritten");
+    // Writing through an open file, then reading through it, sees the write.
+    let rw = OpenFlags {
+        read: true,
+        write: true,
+        ..Default::default()
+    };
+    let f = open(&ns, &fs, "/big.h", rw).await;
+    assert_eq!(&f.read_at(0, 3).await.unwrap()[..], b"rew");
+    f.write_at(0, Bytes::from_static(b"RE")).await.unwrap();
+    assert_eq!(&f.read_at(0, 100).await.unwrap()[..], b"REwritten");
+    f.flush().await.unwrap();
+}

@@ -475,8 +475,10 @@ impl Backend for NinepFs {
         Box::pin(async move {
             let n = parts(file)?;
             let fid = self.walk(&n.path).await?;
+            // The walk's qid is fresh: pages are keyed by the version the file has now.
+            let qid = fid.qid;
             let open: Box<dyn OpenFile> =
-                Box::new(NinepFile::open(fid, n.qid, flags, self.mode, self.cache.clone()).await?);
+                Box::new(NinepFile::open(fid, qid, flags, self.mode, self.cache.clone()).await?);
             if flags.truncate && flags.write {
                 self.cache.forget_attr(file.id);
             }

@@ -1,8 +1,11 @@
 //! An open file on a 9p mount: readahead (FILE) and write-back (WRITEBACK).
 //!
-//! Readahead: reads that continue where the last one ended fetch more than asked, the
-//! extra doubling up to [`MAX_READAHEAD`], as several msize requests in flight; reads
-//! inside the fetched window are served without an RPC.
+//! Pages (FILE): reads go through the mount's page cache, shared by every open of the
+//! file by every guest, keyed by the qid version the file was opened at. A miss fetches
+//! the missing pages in one pipelined read (several msize requests in flight); a reader
+//! that continues where its last read ended also gets pages read ahead, the extra
+//! doubling up to [`MAX_READAHEAD`]. Once this open has written, it reads from the
+//! server directly (its pages would be of the version before the write).
 //!
 //! Write-back: writes are buffered in a [`WriteBuffer`] and go out in msize pieces once a
 //! piece is full, when the buffer passes [`WRITEBACK_LIMIT`], and on flush (close) and
@@ -11,6 +14,7 @@
 //! it sees what was written. Append-mode files are never buffered (only the server
 //! knows where the end is).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -18,7 +22,7 @@ use wasm9p_proto::consts::{open, IOHDRSZ};
 use wasm9p_proto::{Errno, Qid};
 
 use super::{BoxFuture, OpenFile, OpenFlags};
-use crate::cache::MountCache;
+use crate::cache::{MountCache, PAGE_SIZE};
 use crate::client::Fid;
 use crate::mount_options::CacheMode;
 use crate::writeback::WriteBuffer;
@@ -28,16 +32,13 @@ pub const MAX_READAHEAD: usize = 2 << 20;
 /// Most bytes one open file buffers before writing everything out (8 MiB).
 pub const WRITEBACK_LIMIT: usize = 8 << 20;
 
+/// Where a sequential reader is.
 #[derive(Debug, Default)]
-struct Window {
-    start: u64,
-    data: Bytes,
-    /// Where a sequential reader's next read starts.
+struct Sequential {
+    /// Where its next read starts.
     next: u64,
     /// Bytes read ahead last time.
     ahead: usize,
-    /// The window reaches the end of the file.
-    eof: bool,
 }
 
 #[derive(Debug)]
@@ -53,8 +54,9 @@ pub(crate) struct NinepFile {
     flags: OpenFlags,
     chunk: usize,
     cache: Arc<MountCache>,
-    readahead: bool,
-    window: Mutex<Window>,
+    pages: bool,
+    sequential: Mutex<Sequential>,
+    wrote: AtomicBool,
     writeback: Option<tokio::sync::Mutex<WriteState>>,
 }
 
@@ -86,8 +88,9 @@ impl NinepFile {
             flags,
             chunk,
             cache,
-            readahead: mode.has(CacheMode::FILE),
-            window: Mutex::new(Window::default()),
+            pages: mode.has(CacheMode::FILE),
+            sequential: Mutex::new(Sequential::default()),
+            wrote: AtomicBool::new(false),
             writeback: buffered.then(|| {
                 tokio::sync::Mutex::new(WriteState {
                     buffer: WriteBuffer::new(chunk, WRITEBACK_LIMIT),
@@ -97,8 +100,82 @@ impl NinepFile {
         })
     }
 
-    fn window(&self) -> std::sync::MutexGuard<'_, Window> {
-        self.window.lock().unwrap_or_else(|e| e.into_inner())
+    fn sequential(&self) -> std::sync::MutexGuard<'_, Sequential> {
+        self.sequential.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads through the shared page cache.
+    async fn read_pages(&self, offset: u64, len: usize) -> Result<Bytes, Errno> {
+        let (path, version) = (self.qid.path, self.qid.version);
+        let page = PAGE_SIZE as u64;
+        let first = offset / page;
+        let last = (offset + len as u64 - 1) / page;
+        let mut pages: Vec<Bytes> = Vec::with_capacity((last - first + 1) as usize);
+        let mut missing = None;
+        for index in first..=last {
+            match self.cache.page(path, version, index) {
+                Some(data) => {
+                    let short = data.len() < PAGE_SIZE;
+                    pages.push(data);
+                    if short {
+                        break; // the end of the file
+                    }
+                }
+                None => {
+                    missing = Some(index);
+                    break;
+                }
+            }
+        }
+        if let Some(from) = missing {
+            let ahead = {
+                let mut seq = self.sequential();
+                seq.ahead = if offset == seq.next {
+                    (seq.ahead * 2).clamp(self.chunk, MAX_READAHEAD)
+                } else {
+                    0
+                };
+                seq.ahead
+            };
+            let want = ((last - from + 1) as usize * PAGE_SIZE + ahead).next_multiple_of(PAGE_SIZE);
+            let data = self.fid.read_at(from * page, want).await?;
+            let mut index = from;
+            let mut at = 0;
+            while at < data.len() {
+                let piece = data.slice(at..(at + PAGE_SIZE).min(data.len()));
+                self.cache.insert_page(path, version, index, piece.clone());
+                if index <= last {
+                    pages.push(piece);
+                }
+                at += PAGE_SIZE;
+                index += 1;
+            }
+            if data.len() < want && data.len() % PAGE_SIZE == 0 {
+                // The file ends on a page boundary: remember the empty page after it.
+                self.cache.insert_page(path, version, index, Bytes::new());
+            }
+        }
+        // Assemble [offset, offset + len) from the pages, stopping at the end of file.
+        let skip = (offset - first * page) as usize;
+        let out = if pages.len() == 1 {
+            let p = &pages[0];
+            p.slice(skip.min(p.len())..(skip + len).min(p.len()))
+        } else {
+            let mut out = bytes::BytesMut::with_capacity(len);
+            let mut skip = skip;
+            for p in &pages {
+                let from = skip.min(p.len());
+                skip -= from;
+                let take = (len - out.len()).min(p.len() - from);
+                out.extend_from_slice(&p[from..from + take]);
+                if p.len() < PAGE_SIZE || out.len() == len {
+                    break;
+                }
+            }
+            out.freeze()
+        };
+        self.sequential().next = offset + out.len() as u64;
+        Ok(out)
     }
 
     /// Sends pieces; the first error wins.
@@ -141,37 +218,10 @@ impl OpenFile for NinepFile {
             if len == 0 {
                 return Ok(Bytes::new());
             }
-            if !self.readahead {
+            if !self.pages || self.wrote.load(Ordering::Relaxed) {
                 return self.read_uncached(offset, len).await;
             }
-            let ahead = {
-                let mut w = self.window();
-                let end = w.start + w.data.len() as u64;
-                if offset >= w.start && (offset + len as u64 <= end || (w.eof && offset <= end)) {
-                    let from = (offset - w.start) as usize;
-                    let to = (from + len).min(w.data.len());
-                    w.next = offset + (to - from) as u64;
-                    self.cache.count_page(true);
-                    return Ok(w.data.slice(from..to));
-                }
-                if offset == w.next {
-                    (w.ahead * 2).clamp(self.chunk, MAX_READAHEAD)
-                } else {
-                    0
-                }
-            };
-            let want = len + ahead;
-            let data = self.read_uncached(offset, want).await?;
-            let mut w = self.window();
-            let served = len.min(data.len());
-            *w = Window {
-                start: offset,
-                next: offset + served as u64,
-                ahead,
-                eof: data.len() < want,
-                data: data.clone(),
-            };
-            Ok(data.slice(..served))
+            self.read_pages(offset, len).await
         })
     }
 
@@ -181,7 +231,7 @@ impl OpenFile for NinepFile {
                 return Err(Errno::EBADF);
             }
             let len = data.len();
-            *self.window() = Window::default();
+            self.wrote.store(true, Ordering::Relaxed);
             self.cache.forget_attr(self.qid.path);
             match &self.writeback {
                 Some(state) => {

@@ -1,5 +1,5 @@
-//! A mount's metadata caches: dentries (positive and negative), symlink targets,
-//! attributes and directory listings, in one store bounded by `cache_size` bytes.
+//! A mount's caches: dentries (positive and negative), symlink targets, attributes,
+//! directory listings and file pages, in one store bounded by `cache_size` bytes.
 //!
 //! One `quick_cache` store holds every kind of entry, weighed by the bytes it takes, so
 //! `cache_size` is a hard bound on all of them together and eviction picks the coldest
@@ -17,6 +17,7 @@
 mod attr;
 mod dentry;
 mod negative;
+mod page;
 mod readdir;
 mod symlink;
 
@@ -29,6 +30,7 @@ use quick_cache::{Equivalent, Weighter};
 use wasm9p_proto::{Qid, Rgetattr};
 
 pub use dentry::Lookup;
+pub use page::PAGE_SIZE;
 
 use crate::mount_options::NegTimeout;
 
@@ -41,6 +43,7 @@ enum Key {
     Symlink(u64),
     Attr(u64),
     Readdir(u64),
+    Page { path: u64, version: u32, index: u64 },
 }
 
 /// A borrowed dentry key, so lookups do not allocate.
@@ -57,6 +60,11 @@ impl Hash for Key {
             Key::Symlink(path) => (1u8, *path).hash(state),
             Key::Attr(path) => (2u8, *path).hash(state),
             Key::Readdir(path) => (3u8, *path).hash(state),
+            Key::Page {
+                path,
+                version,
+                index,
+            } => (4u8, *path, *version, *index).hash(state),
         }
     }
 }
@@ -85,6 +93,8 @@ enum Entry {
     Attr(Arc<Rgetattr>),
     /// A directory's entries.
     Listing(Arc<Vec<crate::backend::Entry>>),
+    /// A page of a file.
+    Page(bytes::Bytes),
 }
 
 #[derive(Clone)]
@@ -100,6 +110,7 @@ impl Weighter<Key, Entry> for ByteWeighter {
             Entry::Symlink { target, .. } => target.len() as u64,
             Entry::Attr(_) => std::mem::size_of::<Rgetattr>() as u64,
             Entry::Listing(entries) => entries.iter().map(|e| e.name.len() as u64 + 48).sum(),
+            Entry::Page(data) => data.len() as u64,
             _ => 0,
         };
         ENTRY_OVERHEAD + key_bytes + entry_bytes

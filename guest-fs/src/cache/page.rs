@@ -1,0 +1,45 @@
+//! File pages, by (qid path, qid version, page index), shared by every open of a file.
+//!
+//! A page is valid for the qid version it was read at: once the file changes on the
+//! server, opens see a new version and old pages are never served again (they age out
+//! under the byte bound).
+
+use bytes::Bytes;
+
+use super::{bump, Entry, Key, MountCache};
+
+/// Bytes per page.
+pub const PAGE_SIZE: usize = 64 * 1024;
+
+impl MountCache {
+    /// Page `index` of file `path` at `version`. A page shorter than [`PAGE_SIZE`] is
+    /// the last one of the file.
+    pub fn page(&self, path: u64, version: u32, index: u64) -> Option<Bytes> {
+        match self.store.get(&Key::Page {
+            path,
+            version,
+            index,
+        }) {
+            Some(Entry::Page(data)) => {
+                bump(&self.counters.page_hits);
+                Some(data)
+            }
+            _ => {
+                bump(&self.counters.page_misses);
+                None
+            }
+        }
+    }
+
+    /// Caches page `index` of file `path` at `version`.
+    pub fn insert_page(&self, path: u64, version: u32, index: u64, data: Bytes) {
+        self.store.insert(
+            Key::Page {
+                path,
+                version,
+                index,
+            },
+            Entry::Page(data),
+        );
+    }
+}
