@@ -9,12 +9,30 @@
 //! What it is not: a WASI implementation (that is `wasm9p-host`) or a server (that is
 //! `wasm9p-server`).
 //!
-//! Built so far: the client ([`client`]); the per-mount options ([`mount_options`]);
-//! the byte-bounded metadata cache store ([`cache`]); the write-back coalescer
-//! ([`writeback`]); the backend trait with the `memory` backend ([`backend`]); and the
-//! namespace with POSIX path resolution ([`namespace`]). Not built yet: the `ninep`
-//! backend that puts the caches in front of the client, the `bind` backend, the page
-//! cache with readahead, single-flight misses, and the `cache_asserts` oracle.
+//! Built: the client ([`client`]); per-mount options ([`mount_options`]); the mount
+//! cache ([`cache`]: dentries, negative dentries with `negtimeout`, symlink targets,
+//! attributes, directory listings and file pages, all under one `cache_size` byte
+//! bound); the write-back coalescer ([`writeback`]); the [`backend::Backend`] trait with
+//! the `ninep`, `bind` and `memory` backends; and the [`namespace::Namespace`] with
+//! POSIX path resolution.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use wasm9p_guest_fs::backend::ninep::NinepFs;
+//! use wasm9p_guest_fs::client::{ClientConfig, Session};
+//! use wasm9p_guest_fs::mount_options::NinepOptions;
+//! use wasm9p_guest_fs::namespace::Namespace;
+//!
+//! let options = NinepOptions::parse([("cache", Some("loose"))])?;
+//! let session = Session::connect(&"tcp:127.0.0.1:5640".parse()?, ClientConfig::default()).await?;
+//! let mut ns = Namespace::new();
+//! ns.mount("/usr", Arc::new(NinepFs::attach(&session, "", &options).await?), true)?;
+//! // The second probe of a missing header is answered by the negative dentry.
+//! assert!(ns.resolve("/usr/include/missing.h", true).await.is_err());
+//! assert!(ns.resolve("/usr/include/missing.h", true).await.is_err());
+//! # Ok(()) }
+//! ```
 
 pub mod backend;
 pub mod cache;
