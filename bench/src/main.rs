@@ -12,10 +12,14 @@
 //! Then the product's client (`wasm9p-guest-fs`) against both servers: getattr round
 //! trips per second with 1 and 32 in flight, and sequential `read_at` MB/s.
 //!
+//! Last, lookups through a guest-fs namespace (stat of a missing and of a present
+//! header) on a bind mount and on 9p mounts with `cache=none` and `cache=loose`.
+//!
 //! It prints Markdown tables. Run it with `bench/run` (which builds what it needs).
 //! Not a test: nothing here asserts a speed.
 
 mod client;
+mod lookups;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -292,6 +296,20 @@ async fn main() {
             println!(
                 "| {name} | {round} | {} | {:.0} | {:.0} | {:.0} |",
                 r.msize, r.getattr1, r.getattr32, r.read_mbps
+            );
+        }
+    }
+
+    println!();
+    println!(
+        "| namespace mount | round | stat of a missing header /s | stat of a present header /s |"
+    );
+    println!("|---|---|---|---|");
+    for round in 1..=rounds {
+        for row in lookups::run(dir.path(), &ours, &aname, duration).await {
+            println!(
+                "| {} | {round} | {:.0} | {:.0} |",
+                row.mount, row.missing, row.present
             );
         }
     }
