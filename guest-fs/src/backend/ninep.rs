@@ -273,18 +273,12 @@ impl Backend for NinepFs {
         cookie: u64,
     ) -> BoxFuture<'a, Result<Vec<Entry>, Errno>> {
         Box::pin(async move {
-            let fid = if self.meta {
+            if self.meta {
                 if let Some(listing) = self.cache.readdir(dir.id) {
                     return Ok(rest_of(&listing, cookie));
                 }
-                None
-            } else {
-                Some(self.walk(&parts(dir)?.path).await?)
-            };
-            let fid = match fid {
-                Some(fid) => fid,
-                None => self.walk(&parts(dir)?.path).await?,
-            };
+            }
+            let fid = self.walk(&parts(dir)?.path).await?;
             fid.lopen(open::RDONLY | open::DIRECTORY).await?;
             if self.meta {
                 // Cache the whole listing; cookies index it.
