@@ -535,3 +535,36 @@ async fn pages_are_shared_by_every_open_and_follow_the_file_version() {
     assert_eq!(&f.read_at(0, 100).await.unwrap()[..], b"REwritten");
     f.flush().await.unwrap();
 }
+
+#[tokio::test]
+async fn cached_9p_lookups_complete_without_suspending() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    fn poll_once<F: Future>(f: F) -> Option<F::Output> {
+        let mut f = std::pin::pin!(f);
+        match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(v) => Some(v),
+            Poll::Pending => None,
+        }
+    }
+    let dir = tree();
+    let server = TestServer::tcp(dir.path());
+    let (ns, fs) = mount(&server, "cache=loose").await;
+    // Cold: the first resolution has to ask the server, so it suspends.
+    assert!(poll_once(ns.resolve("/usr/include/stdio.h", true)).is_none());
+    ns.resolve("/usr/include/stdio.h", true).await.unwrap();
+    ns.resolve("/usr/include/missing.h", true)
+        .await
+        .unwrap_err();
+    ns.readlink("/link").await.unwrap();
+    ns.resolve("/link", true).await.unwrap();
+    let walks = rpcs(&fs, "walk");
+    // Warm: present, missing and through a symlink, all answered on the first poll.
+    let found = poll_once(ns.resolve("/usr/include/stdio.h", true)).expect("no suspension");
+    assert!(found.is_ok());
+    let missing = poll_once(ns.resolve("/usr/include/missing.h", true)).expect("no suspension");
+    assert_eq!(missing.unwrap_err(), Errno::ENOENT);
+    let via_link = poll_once(ns.resolve("/link", true)).expect("no suspension");
+    assert!(via_link.is_ok());
+    assert_eq!(rpcs(&fs, "walk"), walks);
+}
