@@ -39,4 +39,5 @@ pub mod cache;
 pub mod client;
 pub mod mount_options;
 pub mod namespace;
+pub mod path;
 pub mod writeback;

@@ -23,6 +23,7 @@ use bytes::Bytes;
 use wasm9p_proto::Errno;
 
 use crate::backend::{Attr, Backend, Entry, Kind, Node, OpenFile, OpenFlags, SetAttr, StatFs};
+use crate::path::SharedPath;
 
 /// Most symlinks followed while resolving one path (Linux's MAXSYMLINKS).
 pub const MAX_SYMLINK_HOPS: usize = 40;
@@ -48,8 +49,8 @@ pub struct Location {
     pub mount: Option<usize>,
     /// The node (for a virtual directory, a stand-in with kind `Dir`).
     pub node: Node,
-    /// The path taken, as components from the namespace root.
-    pub path: Vec<String>,
+    /// The path taken, from the namespace root.
+    pub path: SharedPath,
 }
 
 impl Location {
@@ -123,17 +124,17 @@ impl Namespace {
         &self.mounts
     }
 
-    fn mount_at(&self, path: &[String]) -> Option<usize> {
-        self.mounts.iter().position(|m| m.path == path)
+    fn mount_at(&self, path: &SharedPath) -> Option<usize> {
+        self.mounts.iter().position(|m| path.equals(&m.path))
     }
 
-    fn leads_to_mount(&self, path: &[String]) -> bool {
+    fn leads_to_mount(&self, path: &SharedPath) -> bool {
         self.mounts
             .iter()
-            .any(|m| m.path.len() > path.len() && m.path.starts_with(path))
+            .any(|m| m.path.len() > path.len() && path.is_prefix_of(&m.path))
     }
 
-    fn mount_root(&self, index: usize, path: Vec<String>) -> Location {
+    fn mount_root(&self, index: usize, path: SharedPath) -> Location {
         Location {
             mount: Some(index),
             node: self.mounts[index].backend.root(),
@@ -141,7 +142,7 @@ impl Namespace {
         }
     }
 
-    fn virtual_dir(path: Vec<String>) -> Location {
+    fn virtual_dir(path: SharedPath) -> Location {
         Location {
             mount: None,
             node: Node::new(u64::MAX, Kind::Dir),
@@ -150,15 +151,15 @@ impl Namespace {
     }
 
     fn root(&self) -> Location {
-        match self.mount_at(&[]) {
-            Some(m) => self.mount_root(m, Vec::new()),
-            None => Self::virtual_dir(Vec::new()),
+        let root = SharedPath::root();
+        match self.mount_at(&root) {
+            Some(m) => self.mount_root(m, root),
+            None => Self::virtual_dir(root),
         }
     }
 
     async fn lookup(&self, dir: &Location, name: &str) -> Result<Location, Errno> {
-        let mut path = dir.path.clone();
-        path.push(name.to_owned());
+        let path = dir.path.join(name);
         if let Some(m) = self.mount_at(&path) {
             return Ok(self.mount_root(m, path));
         }
@@ -267,8 +268,7 @@ impl Namespace {
     }
 
     fn is_mount_point(&self, dir: &Location, name: &str) -> bool {
-        let mut path = dir.path.clone();
-        path.push(name.to_owned());
+        let path = dir.path.join(name);
         self.mount_at(&path).is_some() || self.leads_to_mount(&path)
     }
 
@@ -282,7 +282,7 @@ impl Namespace {
         Ok(Location {
             mount: dir.mount,
             node,
-            path: [dir.path, vec![name]].concat(),
+            path: dir.path.join(&name),
         })
     }
 
@@ -308,7 +308,7 @@ impl Namespace {
                         path = if target.starts_with('/') {
                             target.to_string()
                         } else {
-                            format!("/{}/{}", dir.path.join("/"), target)
+                            format!("/{}/{}", dir.path.to_vec().join("/"), target)
                         };
                         continue;
                     }
@@ -321,7 +321,7 @@ impl Namespace {
             return Ok(Location {
                 mount: dir.mount,
                 node,
-                path: [dir.path, vec![name]].concat(),
+                path: dir.path.join(&name),
             });
         }
         Err(Errno::ELOOP)
@@ -447,7 +447,7 @@ impl Namespace {
         }
         // Mount points (and the virtual directories leading to them) directly below.
         for mount in &self.mounts {
-            if mount.path.len() > dir.path.len() && mount.path.starts_with(&dir.path) {
+            if mount.path.len() > dir.path.len() && dir.path.is_prefix_of(&mount.path) {
                 let name = &mount.path[dir.path.len()];
                 if !entries.iter().any(|e| &e.name == name) {
                     entries.push(Entry {

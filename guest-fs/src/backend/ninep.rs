@@ -26,6 +26,7 @@ use super::{Attr, Backend, BoxFuture, Entry, Kind, Node, OpenFile, OpenFlags, Se
 use crate::cache::{CacheStats, Lookup, MountCache};
 use crate::client::{Fid, Session};
 use crate::mount_options::{CacheMode, NinepOptions};
+use crate::path::SharedPath;
 
 /// A snapshot of a mount's counters.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,7 +44,7 @@ pub struct MountStats {
 /// What a 9p node carries besides its id.
 #[derive(Debug)]
 struct NinepNode {
-    path: Vec<String>,
+    path: SharedPath,
     qid: Qid,
 }
 
@@ -77,7 +78,7 @@ fn kind_of(q: &Qid) -> Kind {
     }
 }
 
-fn node(path: Vec<String>, q: Qid) -> Node {
+fn node(path: SharedPath, q: Qid) -> Node {
     Node {
         id: q.path,
         kind: kind_of(&q),
@@ -92,10 +93,8 @@ fn parts(n: &Node) -> Result<&NinepNode, Errno> {
         .ok_or(Errno::EINVAL)
 }
 
-fn child_path(dir: &Node, name: &str) -> Result<Vec<String>, Errno> {
-    let mut path = parts(dir)?.path.clone();
-    path.push(name.to_owned());
-    Ok(path)
+fn child_path(dir: &Node, name: &str) -> Result<SharedPath, Errno> {
+    Ok(parts(dir)?.path.join(name))
 }
 
 fn rest_of(listing: &[Entry], cookie: u64) -> Vec<Entry> {
@@ -155,9 +154,10 @@ impl NinepFs {
         self.root.session()
     }
 
-    async fn walk(&self, path: &[String]) -> Result<Fid, Errno> {
+    async fn walk(&self, path: &SharedPath) -> Result<Fid, Errno> {
+        let path = path.to_vec();
         self.root
-            .walk(path)
+            .walk(&path)
             .await
             .map(|w| w.fid)
             .map_err(|e| e.errno)
@@ -174,7 +174,7 @@ impl NinepFs {
         };
         let result = *flight
             .get_or_init(|| async {
-                let path = child_path(dir, name)?;
+                let path = child_path(dir, name)?.to_vec();
                 match self.root.walk(&path).await {
                     Ok(walk) => {
                         let q = walk.qids.last().copied().ok_or(Errno::EIO)?;
@@ -215,7 +215,7 @@ impl NinepFs {
 
 impl Backend for NinepFs {
     fn root(&self) -> Node {
-        node(Vec::new(), self.root.qid)
+        node(SharedPath::root(), self.root.qid)
     }
 
     fn lookup_cached(&self, dir: &Node, name: &str) -> Option<Result<Node, Errno>> {
