@@ -291,28 +291,25 @@ impl Namespace {
     pub async fn create(&self, path: &str, mode: u32, exclusive: bool) -> Result<Location, Errno> {
         let mut path = path.to_owned();
         for _ in 0..=MAX_SYMLINK_HOPS {
-            match self.resolve(&path, !exclusive).await {
+            // One walk to the parent and one lookup of the name, whatever happens next.
+            let (dir, name) = self.resolve_parent(&path).await?;
+            match self.lookup(&dir, &name).await {
                 Ok(_) if exclusive => return Err(Errno::EEXIST),
+                Ok(found) if found.node.kind == Kind::Symlink => {
+                    // O_CREAT follows a final symlink, dangling or not, as Linux does.
+                    let target = self.readlink_at(&found).await?;
+                    path = if target.starts_with('/') {
+                        target.to_string()
+                    } else {
+                        format!("/{}/{}", dir.path.to_vec().join("/"), target)
+                    };
+                    continue;
+                }
                 Ok(found) if found.is_dir() => return Err(Errno::EISDIR),
                 Ok(found) if found.node.kind == Kind::File => return Ok(found),
                 Ok(_) => return Err(Errno::EACCES), // a FIFO, socket or device
                 Err(Errno::ENOENT) => {}
                 Err(e) => return Err(e),
-            }
-            let (dir, name) = self.resolve_parent(&path).await?;
-            if !exclusive {
-                // A dangling symlink: O_CREAT creates what it points at, as Linux does.
-                if let Ok(link) = self.lookup(&dir, &name).await {
-                    if link.node.kind == Kind::Symlink {
-                        let target = self.readlink_at(&link).await?;
-                        path = if target.starts_with('/') {
-                            target.to_string()
-                        } else {
-                            format!("/{}/{}", dir.path.to_vec().join("/"), target)
-                        };
-                        continue;
-                    }
-                }
             }
             let node = self
                 .writable(&dir)?

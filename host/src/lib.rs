@@ -8,3 +8,4 @@
 //! those are `wasm9p-proto` and `wasm9p-server`.
 
 pub mod cli;
+pub mod mounts;

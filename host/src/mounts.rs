@@ -1,0 +1,355 @@
+//! Mount SPECs (`--mount`, `--dir`) and the namespace they build.
+//!
+//! Docker-style `key=value,...` lists, as in the CLI contract:
+//! - `type=9p,source=ADDR,aname=NAME,target=/g[,cache=..][,negtimeout=..][,msize=..][,cache_size=..][,ro]`
+//!   (a remote server at any transport address);
+//! - `type=9p,export=HOSTDIR,target=/g[,...]` (the embedded default: our server in
+//!   process, over an in-memory duplex; no socket, no setup);
+//! - `type=bind,source=HOSTDIR,target=/g[,ro]`, which is what `--dir HOSTDIR::/g` means;
+//! - `type=plugin,component=FILE.wasm,target=/g` is recognised and refused until plugins
+//!   exist.
+//!
+//! Values cannot contain commas. Every mistake is one line naming the SPEC and what is
+//! wrong with it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use wasm9p_guest_fs::backend::bind::BindFs;
+use wasm9p_guest_fs::backend::ninep::{MountStats, NinepFs};
+use wasm9p_guest_fs::client::{ClientConfig, Session};
+use wasm9p_guest_fs::mount_options::{NinepOptions, OptionError};
+use wasm9p_guest_fs::namespace::Namespace;
+use wasm9p_proto::Addr;
+use wasm9p_server::{ExportConfig, Server, ServerConfig};
+
+/// One mount to make.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountSpec {
+    /// Where in the guest namespace (absolute).
+    pub target: String,
+    /// What.
+    pub kind: MountKind,
+    /// Read-only for the guest.
+    pub read_only: bool,
+}
+
+/// What a mount is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MountKind {
+    /// A 9P server reached at an address.
+    NinepRemote {
+        /// Where the server listens.
+        source: Addr,
+        /// Which export.
+        aname: String,
+        /// Cache mode and the rest.
+        options: NinepOptions,
+    },
+    /// A host directory served by an in-process 9P server.
+    NinepEmbedded {
+        /// The directory.
+        export: PathBuf,
+        /// Cache mode and the rest.
+        options: NinepOptions,
+    },
+    /// A host directory, directly.
+    Bind {
+        /// The directory.
+        source: PathBuf,
+    },
+    /// A filesystem written as a component (not built yet).
+    Plugin {
+        /// The component file.
+        component: PathBuf,
+    },
+}
+
+/// Why a mount could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// The SPEC itself is wrong.
+    #[error("bad mount {spec:?}: {why}")]
+    Spec {
+        /// The SPEC as given.
+        spec: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// The SPEC is fine but the mount failed (server unreachable, directory missing...).
+    #[error("cannot mount {target}: {why}")]
+    Mount {
+        /// The guest path.
+        target: String,
+        /// Why.
+        why: String,
+    },
+}
+
+fn spec_error(spec: &str, why: impl Into<String>) -> MountError {
+    MountError::Spec {
+        spec: spec.into(),
+        why: why.into(),
+    }
+}
+
+impl MountSpec {
+    /// Parses a `--mount` SPEC.
+    pub fn parse(spec: &str) -> Result<MountSpec, MountError> {
+        let mut ty = None;
+        let mut target = None;
+        let mut source = None;
+        let mut export = None;
+        let mut aname = String::new();
+        let mut component = None;
+        let mut options: Vec<(&str, Option<&str>)> = Vec::new();
+        let mut read_only = false;
+        for item in spec.split(',').filter(|s| !s.is_empty()) {
+            let (key, value) = match item.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (item, None),
+            };
+            let need = || {
+                value
+                    .filter(|v| !v.is_empty())
+                    .ok_or_else(|| spec_error(spec, format!("{key}= needs a value")))
+            };
+            match key {
+                "type" => ty = Some(need()?),
+                "target" | "destination" | "dst" => target = Some(need()?),
+                "source" | "src" => source = Some(need()?),
+                "export" => export = Some(need()?),
+                "aname" => aname = value.unwrap_or_default().to_owned(),
+                "component" => component = Some(need()?),
+                "ro" | "readonly" if value.is_none() => read_only = true,
+                "cache" | "negtimeout" | "msize" | "cache_size" => options.push((key, value)),
+                other => return Err(spec_error(spec, format!("unknown key {other:?}"))),
+            }
+        }
+        let target = target.ok_or_else(|| spec_error(spec, "target= is missing"))?;
+        if !target.starts_with('/') {
+            return Err(spec_error(spec, "target must be an absolute guest path"));
+        }
+        let ninep_options = |opts: &[(&str, Option<&str>)]| {
+            let mut opts = NinepOptions::parse(opts.iter().copied())
+                .map_err(|e: OptionError| spec_error(spec, e.to_string()))?;
+            opts.read_only |= read_only;
+            Ok::<_, MountError>(opts)
+        };
+        let no_cache_options = |what: &str| match options.first() {
+            Some((key, _)) => Err(spec_error(
+                spec,
+                format!("{key}= applies to 9p mounts, not {what}"),
+            )),
+            None => Ok(()),
+        };
+        let kind =
+            match ty.ok_or_else(|| spec_error(spec, "type= is missing (9p, bind or plugin)"))? {
+                "9p" => match (source, export) {
+                    (Some(addr), None) => MountKind::NinepRemote {
+                        source: addr.parse().map_err(|e: wasm9p_proto::AddrError| {
+                            spec_error(spec, e.to_string())
+                        })?,
+                        aname,
+                        options: ninep_options(&options)?,
+                    },
+                    (None, Some(dir)) => MountKind::NinepEmbedded {
+                        export: dir.into(),
+                        options: ninep_options(&options)?,
+                    },
+                    (Some(_), Some(_)) => return Err(spec_error(
+                        spec,
+                        "give either source= (a server) or export= (a host directory), not both",
+                    )),
+                    (None, None) => {
+                        return Err(spec_error(
+                            spec,
+                            "a 9p mount needs source=ADDR or export=HOSTDIR",
+                        ))
+                    }
+                },
+                "bind" => {
+                    no_cache_options("bind mounts")?;
+                    MountKind::Bind {
+                        source: source
+                            .ok_or_else(|| spec_error(spec, "a bind mount needs source=HOSTDIR"))?
+                            .into(),
+                    }
+                }
+                "plugin" => {
+                    no_cache_options("plugin mounts")?;
+                    MountKind::Plugin {
+                        component: component
+                            .ok_or_else(|| {
+                                spec_error(spec, "a plugin mount needs component=FILE.wasm")
+                            })?
+                            .into(),
+                    }
+                }
+                other => {
+                    return Err(spec_error(
+                        spec,
+                        format!("unknown type {other:?}: expected 9p, bind or plugin"),
+                    ))
+                }
+            };
+        Ok(MountSpec {
+            target: target.to_owned(),
+            kind,
+            read_only,
+        })
+    }
+
+    /// Parses a `--dir HOST::GUEST` (or `HOST`, mounted at the same path).
+    pub fn parse_dir(dir: &str) -> Result<MountSpec, MountError> {
+        let (host, guest) = dir.split_once("::").unwrap_or((dir, dir));
+        if host.is_empty() || !guest.starts_with('/') {
+            return Err(spec_error(dir, "expected HOSTDIR::/GUEST/PATH"));
+        }
+        Ok(MountSpec {
+            target: guest.into(),
+            kind: MountKind::Bind {
+                source: host.into(),
+            },
+            read_only: false,
+        })
+    }
+
+    /// The `type` name printed in stats.
+    pub fn type_name(&self) -> &'static str {
+        match self.kind {
+            MountKind::NinepRemote { .. } | MountKind::NinepEmbedded { .. } => "9p",
+            MountKind::Bind { .. } => "bind",
+            MountKind::Plugin { .. } => "plugin",
+        }
+    }
+}
+
+/// A made mount, kept for its counters.
+pub struct Mounted {
+    /// The spec it came from.
+    pub spec: MountSpec,
+    /// The 9p filesystem, for `--stats` (none for bind).
+    pub ninep: Option<Arc<NinepFs>>,
+}
+
+impl Mounted {
+    /// The mount's counters (zeros for a bind mount, which makes no RPCs).
+    pub fn stats(&self) -> Option<MountStats> {
+        self.ninep.as_ref().map(|fs| fs.stats())
+    }
+}
+
+/// Makes every mount and the namespace holding them. Must run inside a tokio runtime
+/// (9p sessions and the embedded server run on it).
+pub async fn build(specs: &[MountSpec]) -> Result<(Namespace, Vec<Mounted>), MountError> {
+    let mut ns = Namespace::new();
+    let mut made = Vec::new();
+    for spec in specs {
+        let fail = |why: String| MountError::Mount {
+            target: spec.target.clone(),
+            why,
+        };
+        let (backend, ninep): (Arc<dyn wasm9p_guest_fs::backend::Backend>, _) = match &spec.kind {
+            MountKind::Bind { source } => {
+                let fs =
+                    BindFs::open(source).map_err(|e| fail(format!("{}: {e}", source.display())))?;
+                (Arc::new(fs), None)
+            }
+            MountKind::NinepRemote {
+                source,
+                aname,
+                options,
+            } => {
+                let config = ClientConfig {
+                    msize: options.msize,
+                    ..ClientConfig::default()
+                };
+                let session = Session::connect(source, config)
+                    .await
+                    .map_err(|e| fail(e.to_string()))?;
+                let fs = NinepFs::attach(&session, aname, options)
+                    .await
+                    .map_err(|e| fail(format!("attach {aname:?}: {e}")))?;
+                let fs = Arc::new(fs);
+                (
+                    fs.clone() as Arc<dyn wasm9p_guest_fs::backend::Backend>,
+                    Some(fs),
+                )
+            }
+            MountKind::NinepEmbedded { export, options } => {
+                let server = Server::new(ServerConfig {
+                    exports: vec![ExportConfig {
+                        read_only: options.read_only,
+                        ..ExportConfig::new(export)
+                    }],
+                    msize: options.msize,
+                })
+                .map_err(|e| fail(e.to_string()))?;
+                let (client_end, server_end) = wasm9p_proto::transport::duplex();
+                tokio::spawn(async move {
+                    server.serve_connection(server_end, "embedded".into()).await
+                });
+                let config = ClientConfig {
+                    msize: options.msize,
+                    ..ClientConfig::default()
+                };
+                let session = Session::over(client_end, config)
+                    .await
+                    .map_err(|e| fail(e.to_string()))?;
+                let fs = Arc::new(
+                    NinepFs::attach(&session, "", options)
+                        .await
+                        .map_err(|e| fail(format!("attach: {e}")))?,
+                );
+                (
+                    fs.clone() as Arc<dyn wasm9p_guest_fs::backend::Backend>,
+                    Some(fs),
+                )
+            }
+            MountKind::Plugin { component } => {
+                return Err(fail(format!(
+                    "plugin mounts ({}) are not built yet; they come with the WIT plugin work",
+                    component.display()
+                )))
+            }
+        };
+        ns.mount(&spec.target, backend, spec.read_only)
+            .map_err(|e| fail(format!("{e}")))?;
+        made.push(Mounted {
+            spec: spec.clone(),
+            ninep,
+        });
+    }
+    Ok((ns, made))
+}
+
+/// The `--stats` JSON of the CLI contract.
+pub fn stats_json(mounts: &[Mounted], guests: u64, wall_ms: u64) -> serde_json::Value {
+    use serde_json::{json, Map, Value};
+    let mounts: Vec<Value> = mounts
+        .iter()
+        .map(|m| {
+            let stats = m.stats();
+            let mut rpc = Map::new();
+            let mut cache = json!({
+                "dentry_hits": 0, "dentry_misses": 0, "negative_hits": 0, "symlink_hits": 0,
+                "attr_hits": 0, "page_hits": 0, "page_misses": 0,
+            });
+            if let Some(s) = &stats {
+                for (name, n) in &s.rpc {
+                    rpc.insert((*name).to_owned(), json!(n));
+                }
+                let c = &s.cache;
+                cache = json!({
+                    "dentry_hits": c.dentry_hits, "dentry_misses": c.dentry_misses,
+                    "negative_hits": c.negative_hits, "symlink_hits": c.symlink_hits,
+                    "attr_hits": c.attr_hits, "page_hits": c.page_hits, "page_misses": c.page_misses,
+                });
+            }
+            rpc.insert("total".into(), json!(stats.as_ref().map_or(0, |s| s.rpc_total)));
+            json!({ "target": m.spec.target, "type": m.spec.type_name(), "rpc": rpc, "cache": cache })
+        })
+        .collect();
+    json!({ "mounts": mounts, "guests": guests, "wall_ms": wall_ms })
+}

@@ -1,0 +1,211 @@
+//! Mount SPECs as a user writes them, and the namespaces they build: embedded 9p (the
+//! zero-setup default), remote 9p over loopback, bind; one clear error per mistake;
+//! the `--stats` JSON of the CLI contract.
+
+use wasm9p_guest_fs::mount_options::CacheMode;
+use wasm9p_host::mounts::{build, stats_json, MountError, MountKind, MountSpec};
+use wasm9p_proto::Errno;
+use wasm9p_tests::{TestServer, Tree};
+
+fn tree() -> tempfile::TempDir {
+    Tree::build(&[Tree::Dir(
+        "include",
+        vec![Tree::file("stdio.h", "int printf(const char *, ...);\n")],
+    )])
+}
+
+#[test]
+fn specs_parse_as_documented() {
+    let s = MountSpec::parse(
+        "type=9p,source=tcp:127.0.0.1:564,aname=sysroot,target=/usr,cache=loose,negtimeout=-1,ro",
+    )
+    .unwrap();
+    assert_eq!(s.target, "/usr");
+    assert!(s.read_only);
+    let MountKind::NinepRemote {
+        source,
+        aname,
+        options,
+    } = &s.kind
+    else {
+        panic!("{s:?}")
+    };
+    assert_eq!(
+        (source.to_string().as_str(), aname.as_str()),
+        ("tcp:127.0.0.1:564", "sysroot")
+    );
+    assert_eq!(options.cache, CacheMode::LOOSE_MODE);
+    assert!(options.read_only);
+
+    let s = MountSpec::parse("type=9p,export=/srv/src,target=/src,cache=mmap,msize=65536").unwrap();
+    assert!(
+        matches!(&s.kind, MountKind::NinepEmbedded { export, options } if export.to_str() == Some("/srv/src") && options.msize == 65536)
+    );
+    assert_eq!(s.type_name(), "9p");
+
+    let s = MountSpec::parse("type=bind,source=/tmp,target=/scratch").unwrap();
+    assert_eq!(
+        s.kind,
+        MountKind::Bind {
+            source: "/tmp".into()
+        }
+    );
+    assert_eq!(MountSpec::parse_dir("/tmp::/scratch").unwrap(), s);
+    assert_eq!(MountSpec::parse_dir("/data").unwrap().target, "/data");
+}
+
+#[test]
+fn bad_specs_say_what_is_wrong() {
+    let cases = [
+        ("type=9p,target=/g", "needs source=ADDR or export=HOSTDIR"),
+        ("type=9p,source=tcp:h:1,export=/x,target=/g", "not both"),
+        (
+            "type=9p,source=carrier:pigeon,target=/g",
+            "unknown address scheme",
+        ),
+        (
+            "type=9p,export=/x,target=/g,cache=strict",
+            "unknown cache mode",
+        ),
+        ("type=9p,export=/x,target=/g,cache=fscache", "not built yet"),
+        ("type=9p,export=/x,target=relative", "absolute"),
+        ("type=9p,export=/x", "target= is missing"),
+        ("source=/x,target=/g", "type= is missing"),
+        ("type=nfs,source=/x,target=/g", "unknown type"),
+        (
+            "type=bind,source=/x,target=/g,cache=loose",
+            "applies to 9p mounts",
+        ),
+        ("type=bind,target=/g", "needs source=HOSTDIR"),
+        ("type=9p,export=/x,target=/g,colour=blue", "unknown key"),
+        ("type=9p,export=,target=/g", "needs a value"),
+    ];
+    for (spec, needle) in cases {
+        let err = MountSpec::parse(spec).unwrap_err().to_string();
+        assert!(
+            err.contains(needle) && err.contains(spec) && !err.contains('\n'),
+            "{spec}: {err}"
+        );
+    }
+    assert!(MountSpec::parse_dir("::/g").is_err());
+    assert!(MountSpec::parse_dir("/x::g").is_err());
+}
+
+#[tokio::test]
+async fn embedded_remote_and_bind_mounts_build_one_namespace() {
+    let embedded = tree();
+    let remote = tree();
+    let bound = tree();
+    let server = TestServer::tcp(remote.path());
+    let specs = [
+        MountSpec::parse(&format!(
+            "type=9p,export={},target=/usr,cache=loose",
+            embedded.path().display()
+        ))
+        .unwrap(),
+        MountSpec::parse(&format!(
+            "type=9p,source={},target=/remote,cache=none",
+            server.addr
+        ))
+        .unwrap(),
+        MountSpec::parse_dir(&format!("{}::/scratch", bound.path().display())).unwrap(),
+    ];
+    let (ns, mounted) = build(&specs).await.unwrap();
+    for dir in ["/usr", "/remote", "/scratch"] {
+        let text = ns.read(&format!("{dir}/include/stdio.h")).await.unwrap();
+        assert_eq!(&text[..], b"int printf(const char *, ...);\n", "{dir}");
+        for _ in 0..3 {
+            assert_eq!(
+                ns.resolve(&format!("{dir}/include/missing.h"), true)
+                    .await
+                    .unwrap_err(),
+                Errno::ENOENT
+            );
+        }
+    }
+    // Writes through the embedded mount land in the exported directory.
+    ns.write(
+        "/usr/include/new.h",
+        0,
+        bytes::Bytes::from_static(b"#pragma once\n"),
+    )
+    .await
+    .unwrap();
+    assert!(embedded.path().join("include/new.h").exists());
+
+    let json = stats_json(&mounted, 1, 42);
+    assert_eq!(
+        (json["guests"].as_u64(), json["wall_ms"].as_u64()),
+        (Some(1), Some(42))
+    );
+    let m = json["mounts"].as_array().unwrap();
+    assert_eq!(m.len(), 3);
+    assert_eq!(
+        (m[0]["target"].as_str(), m[0]["type"].as_str()),
+        (Some("/usr"), Some("9p"))
+    );
+    assert_eq!(
+        m[0]["cache"]["negative_hits"].as_u64(),
+        Some(2),
+        "loose: two of three probes cached"
+    );
+    assert_eq!(
+        m[1]["cache"]["negative_hits"].as_u64(),
+        Some(0),
+        "none: every probe asks"
+    );
+    assert!(
+        m[1]["rpc"]["walk"].as_u64().unwrap() >= 4 && m[1]["rpc"]["total"].as_u64().unwrap() > 0
+    );
+    assert_eq!(
+        (m[2]["type"].as_str(), m[2]["rpc"]["total"].as_u64()),
+        (Some("bind"), Some(0))
+    );
+    for key in [
+        "dentry_hits",
+        "dentry_misses",
+        "negative_hits",
+        "symlink_hits",
+        "attr_hits",
+        "page_hits",
+        "page_misses",
+    ] {
+        assert!(m[0]["cache"][key].is_u64(), "{key}");
+    }
+}
+
+#[tokio::test]
+async fn mounts_that_cannot_be_made_fail_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        format!(
+            "type=9p,source=unix:{},target=/g",
+            dir.path().join("nobody.sock").display()
+        ),
+        "type=9p,export=/no/such/dir,target=/g".to_string(),
+        "type=bind,source=/no/such/dir,target=/g".to_string(),
+        "type=plugin,component=fs.wasm,target=/g".to_string(),
+    ];
+    for spec in cases {
+        let parsed = MountSpec::parse(&spec).unwrap();
+        let err = match build(&[parsed]).await {
+            Err(e @ MountError::Mount { .. }) => e.to_string(),
+            Err(e) => panic!("{spec}: wrong kind of error {e}"),
+            Ok(_) => panic!("{spec}: mounted"),
+        };
+        assert!(
+            err.starts_with("cannot mount /g: ") && !err.contains('\n'),
+            "{spec}: {err}"
+        );
+    }
+    let two = [
+        MountSpec::parse_dir("/tmp::/g").unwrap(),
+        MountSpec::parse_dir("/tmp::/g").unwrap(),
+    ];
+    assert!(build(&two)
+        .await
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("File exists"));
+}
