@@ -64,7 +64,46 @@ pub(crate) enum Open {
         size: u64,
         flags: u32,
         value: BytesMut,
+        /// Its share of the connection's budget, returned when the fid goes.
+        _reserved: XattrReservation,
     },
+}
+
+/// Bytes of xattr values a connection may have announced (Txattrcreate) and not yet
+/// set: without a budget, 16,384 fids × 64 KiB would let one client pin 1 GiB.
+pub(crate) const MAX_PENDING_XATTR_BYTES: usize = 1 << 20;
+
+/// A claim on a connection's pending-xattr budget, released when dropped.
+#[derive(Debug)]
+pub(crate) struct XattrReservation {
+    budget: Arc<std::sync::atomic::AtomicUsize>,
+    bytes: usize,
+}
+
+impl XattrReservation {
+    /// Claims `bytes` of `budget`, or ENOSPC when that would pass the limit.
+    pub fn claim(
+        budget: &Arc<std::sync::atomic::AtomicUsize>,
+        bytes: usize,
+    ) -> Result<Self, Errno> {
+        use std::sync::atomic::Ordering;
+        let before = budget.fetch_add(bytes, Ordering::AcqRel);
+        if before + bytes > MAX_PENDING_XATTR_BYTES {
+            budget.fetch_sub(bytes, Ordering::AcqRel);
+            return Err(Errno::ENOSPC);
+        }
+        Ok(XattrReservation {
+            budget: budget.clone(),
+            bytes,
+        })
+    }
+}
+
+impl Drop for XattrReservation {
+    fn drop(&mut self) {
+        self.budget
+            .fetch_sub(self.bytes, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// One fid.

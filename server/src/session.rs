@@ -31,6 +31,8 @@ pub(crate) struct Session {
     pub shared: Arc<Shared>,
     pub fids: FidTable,
     pub msize: AtomicU32,
+    /// Bytes of xattr values announced and not yet set (see `XattrReservation`).
+    pub xattr_pending: Arc<std::sync::atomic::AtomicUsize>,
     versioned: AtomicBool,
     inflight: Mutex<HashMap<u16, watch::Receiver<bool>>>,
 }
@@ -72,6 +74,7 @@ pub(crate) async fn run(shared: Arc<Shared>, stream: BoxStream, peer: String) {
         msize: AtomicU32::new(shared.msize),
         shared: shared.clone(),
         fids: FidTable::default(),
+        xattr_pending: Arc::default(),
         versioned: AtomicBool::new(false),
         inflight: Mutex::new(HashMap::new()),
     });

@@ -1136,3 +1136,37 @@ async fn many_connections_at_once() {
         t.await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn pending_xattr_values_are_bounded_per_connection() {
+    let dir = fixture();
+    let (_s, mut c) = session(dir.path()).await;
+    let budget = 1 << 20;
+    let each = 64 * 1024u64;
+    let fits = (budget / each as usize) as u32;
+    for fid in 1..=fits + 1 {
+        c.walk(0, fid, "hello.txt").await.unwrap();
+        let create = Txattrcreate {
+            fid,
+            name: "user.big".into(),
+            attr_size: each,
+            flags: 0,
+        };
+        let r = c.rpc(create).await;
+        if fid <= fits {
+            expect_reply!(r, Rxattrcreate);
+        } else {
+            assert_eq!(r, Err(Errno::ENOSPC), "past the connection's budget");
+        }
+    }
+    // Clunking an unfinished one (its value never written: EINVAL) frees its share.
+    assert_eq!(c.clunk(1).await, Err(Errno::EINVAL));
+    c.walk(0, 1, "hello.txt").await.unwrap();
+    let again = Txattrcreate {
+        fid: 1,
+        name: "user.big".into(),
+        attr_size: each,
+        flags: 0,
+    };
+    expect_reply!(c.rpc(again).await, Rxattrcreate);
+}

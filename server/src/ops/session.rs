@@ -38,6 +38,7 @@ pub(super) fn clunk(s: &Session, t: Tclunk) -> Result<Message, Errno> {
         size,
         flags,
         value,
+        ..
     } = open
     {
         xattr::commit(&fid, &name, size, flags, &value)?;

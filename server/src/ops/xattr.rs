@@ -12,7 +12,7 @@ use rustix::fs::{Mode, OFlags, XattrFlags};
 use wasm9p_proto::{Errno, Message, Rxattrcreate, Rxattrwalk, Txattrcreate, Txattrwalk};
 
 use super::{sys, writable};
-use crate::fid::{Fid, Open};
+use crate::fid::{Fid, Open, XattrReservation};
 use crate::session::Session;
 
 /// Largest xattr value or name list handled (Linux XATTR_SIZE_MAX).
@@ -92,11 +92,14 @@ pub(super) fn xattrcreate(s: &Session, t: Txattrcreate) -> Result<Message, Errno
     if !matches!(*open, Open::None) {
         return Err(Errno::EINVAL);
     }
+    let reserved = XattrReservation::claim(&s.xattr_pending, t.attr_size as usize)?;
     *open = Open::XattrWrite {
         name: t.name,
         size: t.attr_size,
         flags: t.flags,
-        value: BytesMut::with_capacity(t.attr_size as usize),
+        // Grows with the data actually written, never ahead of it.
+        value: BytesMut::new(),
+        _reserved: reserved,
     };
     Ok(Rxattrcreate {}.into())
 }
