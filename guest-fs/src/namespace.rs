@@ -381,6 +381,11 @@ impl Namespace {
     /// Attributes of what `path` names (a final symlink followed with `follow`).
     pub async fn getattr(&self, path: &str, follow: bool) -> Result<Attr, Errno> {
         let at = self.resolve(path, follow).await?;
+        self.getattr_at(&at).await
+    }
+
+    /// Attributes of a resolved location.
+    pub async fn getattr_at(&self, at: &Location) -> Result<Attr, Errno> {
         match at.mount {
             Some(m) => self.mounts[m].backend.getattr(&at.node).await,
             None => Ok(Attr {
@@ -395,7 +400,12 @@ impl Namespace {
     /// Changes attributes of what `path` names.
     pub async fn setattr(&self, path: &str, attr: &SetAttr, follow: bool) -> Result<(), Errno> {
         let at = self.resolve(path, follow).await?;
-        self.writable(&at)?.setattr(&at.node, attr).await
+        self.setattr_at(&at, attr).await
+    }
+
+    /// Changes attributes of a resolved location.
+    pub async fn setattr_at(&self, at: &Location, attr: &SetAttr) -> Result<(), Errno> {
+        self.writable(at)?.setattr(&at.node, attr).await
     }
 
     /// Makes `to` a hard link to the file at `from`; EXDEV across mounts.
@@ -463,13 +473,22 @@ impl Namespace {
     /// read-only mount is EROFS.
     pub async fn open(&self, path: &str, flags: OpenFlags) -> Result<Box<dyn OpenFile>, Errno> {
         let file = self.resolve(path, true).await?;
+        self.open_at(&file, flags).await
+    }
+
+    /// Opens a resolved regular file.
+    pub async fn open_at(
+        &self,
+        file: &Location,
+        flags: OpenFlags,
+    ) -> Result<Box<dyn OpenFile>, Errno> {
         if file.is_dir() {
             return Err(Errno::EISDIR);
         }
         let backend = if flags.write || flags.truncate {
-            self.writable(&file)?
+            self.writable(file)?
         } else {
-            self.backend_of(&file)?
+            self.backend_of(file)?
         };
         backend.open(&file.node, flags).await
     }

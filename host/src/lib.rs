@@ -11,3 +11,4 @@
 
 pub mod cli;
 pub mod mounts;
+pub mod p1;

@@ -1,0 +1,1071 @@
+//! The preview1 calls.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use wasm9p_guest_fs::backend::{Kind, OpenFlags, SetAttr};
+use wasm9p_guest_fs::namespace::Location;
+use wiggle::{GuestMemory, GuestPtr};
+
+use super::fds::{Desc, DirDesc, FileDesc};
+use super::types::{self, Errno, Error};
+use super::{Output, WasiP1Ctx, MAX_IO};
+
+fn filetype(kind: Kind) -> types::Filetype {
+    match kind {
+        Kind::Dir => types::Filetype::Directory,
+        Kind::File => types::Filetype::RegularFile,
+        Kind::Symlink => types::Filetype::SymbolicLink,
+        Kind::Other => types::Filetype::Unknown,
+    }
+}
+
+fn nanos((sec, nsec): (u64, u32)) -> u64 {
+    sec.saturating_mul(1_000_000_000)
+        .saturating_add(nsec.into())
+}
+
+fn split_nanos(ns: u64) -> (u64, u64) {
+    (ns / 1_000_000_000, ns % 1_000_000_000)
+}
+
+/// Captured output is bounded; past it bytes are dropped (the guest still sees them
+/// written, as with a full pipe that is drained).
+const MAX_CAPTURE: usize = 16 << 20;
+
+impl WasiP1Ctx {
+    fn dir(&self, fd: types::Fd) -> Result<&DirDesc, Error> {
+        match self.fds.get(fd.into())? {
+            Desc::Dir(d) => Ok(d),
+            _ => Err(Errno::Notdir.into()),
+        }
+    }
+
+    fn file_mut(&mut self, fd: types::Fd) -> Result<&mut FileDesc, Error> {
+        match self.fds.get_mut(fd.into())? {
+            Desc::File(f) => Ok(f),
+            Desc::Dir(_) => Err(Errno::Isdir.into()),
+            _ => Err(Errno::Spipe.into()),
+        }
+    }
+
+    /// The guest path `path` names relative to directory `dirfd`.
+    fn path(
+        &self,
+        memory: &GuestMemory<'_>,
+        dirfd: types::Fd,
+        path: GuestPtr<str>,
+    ) -> Result<String, Error> {
+        let dir = self.dir(dirfd)?;
+        let rel = memory.as_cow_str(path)?;
+        if rel.starts_with('/') {
+            // Preview1 paths are relative to a directory capability.
+            return Err(Errno::Notcapable.into());
+        }
+        let base = dir.loc.path.to_vec().join("/");
+        Ok(format!("/{base}/{rel}"))
+    }
+
+    fn filestat(&self, loc: &Location) -> Result<types::Filestat, Error> {
+        let attr = self.block(self.ns.getattr_at(loc))?;
+        let mtim = nanos(attr.mtime);
+        Ok(types::Filestat {
+            dev: loc.mount.map_or(u64::MAX, |m| m as u64),
+            ino: attr.ino,
+            filetype: filetype(loc.node.kind),
+            nlink: attr.nlink,
+            size: attr.size,
+            atim: mtim,
+            mtim,
+            ctim: mtim,
+        })
+    }
+
+    fn times(
+        atim: types::Timestamp,
+        mtim: types::Timestamp,
+        flags: types::Fstflags,
+    ) -> Result<SetAttr, Error> {
+        use types::Fstflags as F;
+        if flags.contains(F::ATIM) && flags.contains(F::ATIM_NOW)
+            || flags.contains(F::MTIM) && flags.contains(F::MTIM_NOW)
+        {
+            return Err(Errno::Inval.into());
+        }
+        let pick = |set: F, now: F, t: u64| {
+            if flags.contains(set) {
+                Some(Some(split_nanos(t)))
+            } else if flags.contains(now) {
+                Some(None)
+            } else {
+                None
+            }
+        };
+        Ok(SetAttr {
+            atime: pick(F::ATIM, F::ATIM_NOW, atim),
+            mtime: pick(F::MTIM, F::MTIM_NOW, mtim),
+            ..SetAttr::default()
+        })
+    }
+
+    fn write_output(&self, out: &Output, data: &[u8]) -> Result<(), Error> {
+        use std::io::Write;
+        match out {
+            Output::Inherit => {
+                let result = if matches!(out, Output::Inherit) && std::ptr::eq(out, &self.stdout) {
+                    std::io::stdout()
+                        .lock()
+                        .write_all(data)
+                        .and_then(|()| std::io::stdout().flush())
+                } else {
+                    std::io::stderr().lock().write_all(data)
+                };
+                result.map_err(|_| Error::from(Errno::Io))
+            }
+            Output::Capture(buf) => {
+                let mut buf = buf.lock().unwrap_or_else(|e| e.into_inner());
+                let room = MAX_CAPTURE.saturating_sub(buf.len());
+                buf.extend_from_slice(&data[..data.len().min(room)]);
+                Ok(())
+            }
+        }
+    }
+
+    /// Gathers the bytes of `ciovs`, at most [`MAX_IO`].
+    fn gather(memory: &GuestMemory<'_>, ciovs: types::CiovecArray) -> Result<Vec<u8>, Error> {
+        let mut data = Vec::new();
+        for ciov in ciovs.iter() {
+            let ciov: types::Ciovec = memory.read(ciov?)?;
+            let room = MAX_IO - data.len();
+            let len = (ciov.buf_len as usize).min(room);
+            data.extend_from_slice(&memory.as_cow(ciov.buf.as_array(len as u32))?);
+            if data.len() == MAX_IO {
+                break;
+            }
+        }
+        Ok(data)
+    }
+
+    /// Scatters `data` into `iovs`; returns the count placed.
+    fn scatter(
+        memory: &mut GuestMemory<'_>,
+        iovs: types::IovecArray,
+        data: &[u8],
+    ) -> Result<u32, Error> {
+        let mut at = 0;
+        for iov in iovs.iter() {
+            if at == data.len() {
+                break;
+            }
+            let iov: types::Iovec = memory.read(iov?)?;
+            let n = (iov.buf_len as usize).min(data.len() - at);
+            memory.copy_from_slice(&data[at..at + n], iov.buf.as_array(n as u32))?;
+            at += n;
+        }
+        Ok(at as u32)
+    }
+
+    fn iovs_len(memory: &GuestMemory<'_>, iovs: types::IovecArray) -> Result<usize, Error> {
+        let mut total = 0usize;
+        for iov in iovs.iter() {
+            let iov: types::Iovec = memory.read(iov?)?;
+            total = total.saturating_add(iov.buf_len as usize);
+        }
+        Ok(total.min(MAX_IO))
+    }
+
+    fn read_file(
+        &mut self,
+        fd: types::Fd,
+        offset: Option<u64>,
+        len: usize,
+    ) -> Result<Bytes, Error> {
+        let rt = self.rt.clone();
+        let f = self.file_mut(fd)?;
+        if !f.rights.contains(types::Rights::FD_READ) {
+            return Err(Errno::Badf.into());
+        }
+        let at = offset.unwrap_or(f.pos);
+        let data = super::block_on_handle(&rt, f.file.read_at(at, len))?;
+        if offset.is_none() {
+            f.pos = at + data.len() as u64;
+        }
+        Ok(data)
+    }
+
+    fn write_file(
+        &mut self,
+        fd: types::Fd,
+        offset: Option<u64>,
+        data: Vec<u8>,
+    ) -> Result<u32, Error> {
+        let rt = self.rt.clone();
+        let f = self.file_mut(fd)?;
+        if !f.rights.contains(types::Rights::FD_WRITE) {
+            return Err(Errno::Badf.into());
+        }
+        let append = f.flags.contains(types::Fdflags::APPEND) && offset.is_none();
+        let at = match (offset, append) {
+            (Some(at), _) => at,
+            (None, true) => super::block_on_handle(&rt, f.file.size())?,
+            (None, false) => f.pos,
+        };
+        let n = super::block_on_handle(&rt, f.file.write_at(at, Bytes::from(data)))?;
+        if offset.is_none() {
+            f.pos = at + n as u64;
+        }
+        Ok(n as u32)
+    }
+
+    fn fd_event(&self, userdata: u64, fd: types::Fd, type_: types::Eventtype) -> types::Event {
+        let error = match self.fds.get(fd.into()) {
+            Ok(_) => Errno::Success,
+            Err(e) => e,
+        };
+        let fd_readwrite = types::EventFdReadwrite {
+            nbytes: 0,
+            flags: types::Eventrwflags::empty(),
+        };
+        types::Event {
+            userdata,
+            error,
+            type_,
+            fd_readwrite,
+        }
+    }
+
+    fn close(&self, desc: Desc) -> Result<(), Error> {
+        if let Desc::File(f) = desc {
+            // Write-back errors surface here, never silently.
+            self.block(f.file.flush())?;
+        }
+        Ok(())
+    }
+}
+
+impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
+    fn args_get(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        argv: GuestPtr<GuestPtr<u8>>,
+        argv_buf: GuestPtr<u8>,
+    ) -> Result<(), Error> {
+        write_strings(memory, self.args.iter().map(String::as_str), argv, argv_buf)
+    }
+
+    fn args_sizes_get(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+    ) -> Result<(types::Size, types::Size), Error> {
+        sizes(self.args.iter().map(String::as_str))
+    }
+
+    fn environ_get(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        environ: GuestPtr<GuestPtr<u8>>,
+        environ_buf: GuestPtr<u8>,
+    ) -> Result<(), Error> {
+        let pairs: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        write_strings(
+            memory,
+            pairs.iter().map(String::as_str),
+            environ,
+            environ_buf,
+        )
+    }
+
+    fn environ_sizes_get(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+    ) -> Result<(types::Size, types::Size), Error> {
+        let pairs: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        sizes(pairs.iter().map(String::as_str))
+    }
+
+    fn clock_res_get(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        id: types::Clockid,
+    ) -> Result<types::Timestamp, Error> {
+        match id {
+            types::Clockid::Realtime | types::Clockid::Monotonic => Ok(1),
+            types::Clockid::ProcessCputimeId | types::Clockid::ThreadCputimeId => Ok(1_000),
+        }
+    }
+
+    fn clock_time_get(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        id: types::Clockid,
+        _precision: types::Timestamp,
+    ) -> Result<types::Timestamp, Error> {
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        match id {
+            types::Clockid::Realtime => Ok(ns(SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default())),
+            types::Clockid::Monotonic => Ok(ns(self.started.elapsed())),
+            types::Clockid::ProcessCputimeId => {
+                let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+                Ok(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64)
+            }
+            types::Clockid::ThreadCputimeId => {
+                let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+                Ok(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64)
+            }
+        }
+    }
+
+    fn fd_advise(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        fd: types::Fd,
+        _offset: types::Filesize,
+        _len: types::Filesize,
+        _advice: types::Advice,
+    ) -> Result<(), Error> {
+        self.file_mut(fd).map(drop)
+    }
+
+    fn fd_allocate(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        fd: types::Fd,
+        _offset: types::Filesize,
+        _len: types::Filesize,
+    ) -> Result<(), Error> {
+        self.file_mut(fd)?;
+        // Removed from later WASI versions; 9P has no preallocation either.
+        Err(Errno::Notsup.into())
+    }
+
+    fn fd_close(&mut self, _memory: &mut GuestMemory<'_>, fd: types::Fd) -> Result<(), Error> {
+        let desc = self.fds.remove(fd.into())?;
+        self.close(desc)
+    }
+
+    fn fd_datasync(&mut self, _memory: &mut GuestMemory<'_>, fd: types::Fd) -> Result<(), Error> {
+        let rt = self.rt.clone();
+        let f = self.file_mut(fd)?;
+        super::block_on_handle(&rt, f.file.fsync(true)).map_err(Error::from)
+    }
+
+    fn fd_fdstat_get(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        fd: types::Fd,
+    ) -> Result<types::Fdstat, Error> {
+        use types::Rights as R;
+        Ok(match self.fds.get(fd.into())? {
+            Desc::Stdin => types::Fdstat {
+                fs_filetype: types::Filetype::CharacterDevice,
+                fs_flags: types::Fdflags::empty(),
+                fs_rights_base: R::FD_READ,
+                fs_rights_inheriting: R::empty(),
+            },
+            Desc::Stdout | Desc::Stderr => types::Fdstat {
+                fs_filetype: types::Filetype::CharacterDevice,
+                fs_flags: types::Fdflags::APPEND,
+                fs_rights_base: R::FD_WRITE,
+                fs_rights_inheriting: R::empty(),
+            },
+            Desc::Dir(d) => types::Fdstat {
+                fs_filetype: types::Filetype::Directory,
+                fs_flags: types::Fdflags::empty(),
+                fs_rights_base: d.rights,
+                fs_rights_inheriting: d.inheriting,
+            },
+            Desc::File(f) => types::Fdstat {
+                fs_filetype: types::Filetype::RegularFile,
+                fs_flags: f.flags,
+                fs_rights_base: f.rights,
+                fs_rights_inheriting: R::empty(),
+            },
+        })
+    }
+
+    fn fd_fdstat_set_flags(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        fd: types::Fd,
+        flags: types::Fdflags,
+    ) -> Result<(), Error> {
+        let f = self.file_mut(fd)?;
+        // Only append can change on an open file here; the others are fixed at open.
+        if !(flags - types::Fdflags::APPEND).is_empty() {
+            return Err(Errno::Notsup.into());
+        }
+        f.flags = (f.flags - types::Fdflags::APPEND) | flags;
+        Ok(())
+    }
+
+    fn fd_fdstat_set_rights(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        fd: types::Fd,
+        base: types::Rights,
+        inheriting: types::Rights,
+    ) -> Result<(), Error> {
+        // Rights can only be dropped.
+        match self.fds.get_mut(fd.into())? {
+            Desc::File(f) if f.rights.contains(base) => f.rights = base,
+            Desc::Dir(d) if d.rights.contains(base) && d.inheriting.contains(inheriting) => {
+                d.rights = base;
+                d.inheriting = inheriting;
+            }
+            Desc::File(_) | Desc::Dir(_) => return Err(Errno::Notcapable.into()),
+            _ => return Err(Errno::Badf.into()),
+        }
+        Ok(())
+    }
+
+    fn fd_filestat_get(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        fd: types::Fd,
+    ) -> Result<types::Filestat, Error> {
+        match self.fds.get(fd.into())? {
+            Desc::Dir(d) => self.filestat(&d.loc.clone()),
+            Desc::File(f) => {
+                let loc = f.loc.clone();
+                let size = self.block(f.file.size())?;
+                let mut stat = self.filestat(&loc)?;
+                stat.size = size; // what this open file sees, buffered writes included
+                Ok(stat)
+            }
+            _ => Ok(types::Filestat {
+                dev: 0,
+                ino: 0,
+                filetype: types::Filetype::CharacterDevice,
+                nlink: 1,
+                size: 0,
+                atim: 0,
+                mtim: 0,
+                ctim: 0,
+            }),
+        }
+    }
+
+    fn fd_filestat_set_size(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        fd: types::Fd,
+        size: types::Filesize,
+    ) -> Result<(), Error> {
+        let rt = self.rt.clone();
+        let f = self.file_mut(fd)?;
+        super::block_on_handle(&rt, f.file.flush())?;
+        let loc = f.loc.clone();
+        self.block(self.ns.setattr_at(
+            &loc,
+            &SetAttr {
+                size: Some(size),
+                ..SetAttr::default()
+            },
+        ))
+        .map_err(Error::from)
+    }
+
+    fn fd_filestat_set_times(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        fd: types::Fd,
+        atim: types::Timestamp,
+        mtim: types::Timestamp,
+        flags: types::Fstflags,
+    ) -> Result<(), Error> {
+        let loc = match self.fds.get(fd.into())? {
+            Desc::Dir(d) => d.loc.clone(),
+            Desc::File(f) => f.loc.clone(),
+            _ => return Err(Errno::Badf.into()),
+        };
+        let attr = Self::times(atim, mtim, flags)?;
+        self.block(self.ns.setattr_at(&loc, &attr))
+            .map_err(Error::from)
+    }
+
+    fn fd_read(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        fd: types::Fd,
+        iovs: types::IovecArray,
+    ) -> Result<types::Size, Error> {
+        let len = Self::iovs_len(memory, iovs)?;
+        let data = match self.fds.get(fd.into())? {
+            Desc::Stdin => {
+                use std::io::Read;
+                let mut buf = vec![0u8; len.min(64 * 1024)];
+                let n = std::io::stdin()
+                    .lock()
+                    .read(&mut buf)
+                    .map_err(|_| Error::from(Errno::Io))?;
+                buf.truncate(n);
+                Bytes::from(buf)
+            }
+            _ => self.read_file(fd, None, len)?,
+        };
+        Self::scatter(memory, iovs, &data)
+    }
+
+    fn fd_pread(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        fd: types::Fd,
+        iovs: types::IovecArray,
+        offset: types::Filesize,
+    ) -> Result<types::Size, Error> {
+        let len = Self::iovs_len(memory, iovs)?;
+        let data = self.read_file(fd, Some(offset), len)?;
+        Self::scatter(memory, iovs, &data)
+    }
+
+    fn fd_write(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        fd: types::Fd,
+        ciovs: types::CiovecArray,
+    ) -> Result<types::Size, Error> {
+        let data = Self::gather(memory, ciovs)?;
+        match self.fds.get(fd.into())? {
+            Desc::Stdout => {
+                self.write_output(&self.stdout.clone(), &data)?;
+                Ok(data.len() as u32)
+            }
+            Desc::Stderr => {
+                let out = self.stderr.clone();
+                match &out {
+                    Output::Inherit => {
+                        use std::io::Write;
+                        std::io::stderr()
+                            .lock()
+                            .write_all(&data)
+                            .map_err(|_| Error::from(Errno::Io))?;
+                    }
+                    capture => self.write_output(capture, &data)?,
+                }
+                Ok(data.len() as u32)
+            }
+            Desc::Stdin => Err(Errno::Badf.into()),
+            _ => self.write_file(fd, None, data),
+        }
+    }
+
+    fn fd_pwrite(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        fd: types::Fd,
+        ciovs: types::CiovecArray,
+        offset: types::Filesize,
+    ) -> Result<types::Size, Error> {
+        let data = Self::gather(memory, ciovs)?;
+        self.write_file(fd, Some(offset), data)
+    }
+
+    fn fd_prestat_get(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        fd: types::Fd,
+    ) -> Result<types::Prestat, Error> {
+        match self.fds.get(fd.into())? {
+            Desc::Dir(DirDesc {
+                preopen: Some(name),
+                ..
+            }) => Ok(types::Prestat::Dir(types::PrestatDir {
+                pr_name_len: u32::try_from(name.len())?,
+            })),
+            _ => Err(Errno::Badf.into()),
+        }
+    }
+
+    fn fd_prestat_dir_name(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        fd: types::Fd,
+        path: GuestPtr<u8>,
+        path_max_len: types::Size,
+    ) -> Result<(), Error> {
+        match self.fds.get(fd.into())? {
+            Desc::Dir(DirDesc {
+                preopen: Some(name),
+                ..
+            }) => {
+                if name.len() > path_max_len as usize {
+                    return Err(Errno::Nametoolong.into());
+                }
+                memory.copy_from_slice(name.as_bytes(), path.as_array(name.len() as u32))?;
+                Ok(())
+            }
+            _ => Err(Errno::Notsup.into()),
+        }
+    }
+
+    fn fd_renumber(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        from: types::Fd,
+        to: types::Fd,
+    ) -> Result<(), Error> {
+        if let Some(old) = self.fds.renumber(from.into(), to.into())? {
+            self.close(old)?;
+        }
+        Ok(())
+    }
+
+    fn fd_seek(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        fd: types::Fd,
+        offset: types::Filedelta,
+        whence: types::Whence,
+    ) -> Result<types::Filesize, Error> {
+        let rt = self.rt.clone();
+        let f = self.file_mut(fd)?;
+        let base = match whence {
+            types::Whence::Set => 0,
+            types::Whence::Cur => f.pos as i64,
+            types::Whence::End => super::block_on_handle(&rt, f.file.size())? as i64,
+        };
+        let pos = base
+            .checked_add(offset)
+            .filter(|p| *p >= 0)
+            .ok_or(Error::from(Errno::Inval))?;
+        f.pos = pos as u64;
+        Ok(f.pos)
+    }
+
+    fn fd_sync(&mut self, _memory: &mut GuestMemory<'_>, fd: types::Fd) -> Result<(), Error> {
+        let rt = self.rt.clone();
+        let f = self.file_mut(fd)?;
+        super::block_on_handle(&rt, f.file.fsync(false)).map_err(Error::from)
+    }
+
+    fn fd_tell(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        fd: types::Fd,
+    ) -> Result<types::Filesize, Error> {
+        Ok(self.file_mut(fd)?.pos)
+    }
+
+    fn fd_readdir(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        fd: types::Fd,
+        buf: GuestPtr<u8>,
+        buf_len: types::Size,
+        cookie: types::Dircookie,
+    ) -> Result<types::Size, Error> {
+        let loc = self.dir(fd)?.loc.clone();
+        // Cookie 0 starts a fresh listing; later cookies index the same one.
+        let needs_listing = cookie == 0 || self.dir(fd)?.listing.is_none();
+        if needs_listing {
+            let path = format!("/{}", loc.path.to_vec().join("/"));
+            let entries = self.block(self.ns.readdir(&path))?;
+            let parent_ino = loc.node.id;
+            let mut listing = vec![
+                (".".to_string(), types::Filetype::Directory, loc.node.id),
+                ("..".to_string(), types::Filetype::Directory, parent_ino),
+            ];
+            listing.extend(
+                entries
+                    .into_iter()
+                    .map(|e| (e.name, filetype(e.kind), e.id)),
+            );
+            if let Desc::Dir(d) = self.fds.get_mut(fd.into())? {
+                d.listing = Some(listing);
+            }
+        }
+        let Desc::Dir(d) = self.fds.get(fd.into())? else {
+            return Err(Errno::Badf.into());
+        };
+        let listing = d.listing.as_deref().unwrap_or_default();
+        let mut out = Vec::new();
+        let limit = buf_len as usize;
+        for (i, (name, ty, ino)) in listing
+            .iter()
+            .enumerate()
+            .skip(usize::try_from(cookie).unwrap_or(usize::MAX))
+        {
+            if out.len() >= limit {
+                break;
+            }
+            out.extend_from_slice(&(i as u64 + 1).to_le_bytes());
+            out.extend_from_slice(&ino.to_le_bytes());
+            out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            out.push(*ty as u8);
+            out.extend_from_slice(&[0, 0, 0]);
+            out.extend_from_slice(name.as_bytes());
+        }
+        // A full buffer tells the guest there may be more; the last entry may be cut.
+        let n = out.len().min(limit);
+        memory.copy_from_slice(&out[..n], buf.as_array(n as u32))?;
+        Ok(n as u32)
+    }
+
+    fn path_create_directory(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        dirfd: types::Fd,
+        path: GuestPtr<str>,
+    ) -> Result<(), Error> {
+        let path = self.path(memory, dirfd, path)?;
+        self.block(self.ns.mkdir(&path, 0o755))
+            .map(drop)
+            .map_err(Error::from)
+    }
+
+    fn path_filestat_get(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        dirfd: types::Fd,
+        flags: types::Lookupflags,
+        path: GuestPtr<str>,
+    ) -> Result<types::Filestat, Error> {
+        let path = self.path(memory, dirfd, path)?;
+        let loc = self.block(
+            self.ns
+                .resolve(&path, flags.contains(types::Lookupflags::SYMLINK_FOLLOW)),
+        )?;
+        self.filestat(&loc)
+    }
+
+    fn path_filestat_set_times(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        dirfd: types::Fd,
+        flags: types::Lookupflags,
+        path: GuestPtr<str>,
+        atim: types::Timestamp,
+        mtim: types::Timestamp,
+        fst_flags: types::Fstflags,
+    ) -> Result<(), Error> {
+        let path = self.path(memory, dirfd, path)?;
+        let attr = Self::times(atim, mtim, fst_flags)?;
+        let follow = flags.contains(types::Lookupflags::SYMLINK_FOLLOW);
+        self.block(self.ns.setattr(&path, &attr, follow))
+            .map_err(Error::from)
+    }
+
+    fn path_link(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        src_fd: types::Fd,
+        _src_flags: types::Lookupflags,
+        src_path: GuestPtr<str>,
+        target_fd: types::Fd,
+        target_path: GuestPtr<str>,
+    ) -> Result<(), Error> {
+        let from = self.path(memory, src_fd, src_path)?;
+        let to = self.path(memory, target_fd, target_path)?;
+        self.block(self.ns.link(&from, &to)).map_err(Error::from)
+    }
+
+    fn path_open(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        dirfd: types::Fd,
+        dirflags: types::Lookupflags,
+        path: GuestPtr<str>,
+        oflags: types::Oflags,
+        rights: types::Rights,
+        inheriting: types::Rights,
+        fdflags: types::Fdflags,
+    ) -> Result<types::Fd, Error> {
+        use types::{Oflags as O, Rights as R};
+        let dir_inheriting = self.dir(dirfd)?.inheriting;
+        let path = self.path(memory, dirfd, path)?;
+        let follow = dirflags.contains(types::Lookupflags::SYMLINK_FOLLOW);
+        let loc = if oflags.contains(O::CREAT) {
+            if oflags.contains(O::DIRECTORY) {
+                return Err(Errno::Inval.into());
+            }
+            self.block(self.ns.create(&path, 0o644, oflags.contains(O::EXCL)))?
+        } else {
+            self.block(self.ns.resolve(&path, follow))?
+        };
+        if oflags.contains(O::DIRECTORY) && !loc.is_dir() {
+            return Err(Errno::Notdir.into());
+        }
+        let rights = rights & dir_inheriting;
+        let desc = match loc.node.kind {
+            Kind::Dir => {
+                if oflags.contains(O::TRUNC)
+                    || rights.contains(R::FD_WRITE) && !rights.contains(R::FD_READDIR)
+                {
+                    return Err(Errno::Isdir.into());
+                }
+                Desc::Dir(DirDesc {
+                    loc,
+                    preopen: None,
+                    rights,
+                    inheriting: inheriting & dir_inheriting,
+                    listing: None,
+                })
+            }
+            Kind::Symlink => return Err(Errno::Loop.into()),
+            Kind::Other => return Err(Errno::Notsup.into()),
+            Kind::File => {
+                let flags = OpenFlags {
+                    read: rights.contains(R::FD_READ),
+                    write: rights.contains(R::FD_WRITE) || oflags.contains(O::TRUNC),
+                    truncate: oflags.contains(O::TRUNC),
+                    append: fdflags.contains(types::Fdflags::APPEND),
+                };
+                let file = self.block(self.ns.open_at(&loc, flags))?;
+                Desc::File(FileDesc {
+                    loc,
+                    file,
+                    pos: 0,
+                    flags: fdflags,
+                    rights,
+                })
+            }
+        };
+        Ok(types::Fd::from(self.fds.push(desc)?))
+    }
+
+    fn path_readlink(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        dirfd: types::Fd,
+        path: GuestPtr<str>,
+        buf: GuestPtr<u8>,
+        buf_len: types::Size,
+    ) -> Result<types::Size, Error> {
+        let path = self.path(memory, dirfd, path)?;
+        let target = self.block(self.ns.readlink(&path))?;
+        let n = target.len().min(buf_len as usize);
+        memory.copy_from_slice(&target.as_bytes()[..n], buf.as_array(n as u32))?;
+        Ok(n as u32)
+    }
+
+    fn path_remove_directory(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        dirfd: types::Fd,
+        path: GuestPtr<str>,
+    ) -> Result<(), Error> {
+        let path = self.path(memory, dirfd, path)?;
+        self.block(self.ns.unlink(&path, true)).map_err(Error::from)
+    }
+
+    fn path_rename(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        src_fd: types::Fd,
+        src_path: GuestPtr<str>,
+        dest_fd: types::Fd,
+        dest_path: GuestPtr<str>,
+    ) -> Result<(), Error> {
+        let from = self.path(memory, src_fd, src_path)?;
+        let to = self.path(memory, dest_fd, dest_path)?;
+        self.block(self.ns.rename(&from, &to)).map_err(Error::from)
+    }
+
+    fn path_symlink(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        src_path: GuestPtr<str>,
+        dirfd: types::Fd,
+        dest_path: GuestPtr<str>,
+    ) -> Result<(), Error> {
+        let target = memory.as_cow_str(src_path)?.into_owned();
+        let path = self.path(memory, dirfd, dest_path)?;
+        self.block(self.ns.symlink(&target, &path))
+            .map_err(Error::from)
+    }
+
+    fn path_unlink_file(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        dirfd: types::Fd,
+        path: GuestPtr<str>,
+    ) -> Result<(), Error> {
+        let path = self.path(memory, dirfd, path)?;
+        if path.ends_with('/') {
+            return Err(Errno::Notdir.into());
+        }
+        self.block(self.ns.unlink(&path, false))
+            .map_err(Error::from)
+    }
+
+    fn poll_oneoff(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        subs: GuestPtr<types::Subscription>,
+        events: GuestPtr<types::Event>,
+        nsubscriptions: types::Size,
+    ) -> Result<types::Size, Error> {
+        if nsubscriptions == 0 {
+            return Err(Errno::Inval.into());
+        }
+        let subs = subs.as_array(nsubscriptions);
+        let events = events.as_array(nsubscriptions);
+        let mut ready = Vec::new();
+        let mut sleep: Option<(Duration, u64)> = None;
+        for sub in subs.iter() {
+            let sub: types::Subscription = memory.read(sub?)?;
+            match sub.u {
+                types::SubscriptionU::Clock(clock) => {
+                    let now = match clock.id {
+                        types::Clockid::Realtime => SystemTime::now()
+                            .duration_since(UNIX_EPOCH)
+                            .unwrap_or_default()
+                            .as_nanos() as u64,
+                        _ => self.started.elapsed().as_nanos() as u64,
+                    };
+                    let wait = if clock
+                        .flags
+                        .contains(types::Subclockflags::SUBSCRIPTION_CLOCK_ABSTIME)
+                    {
+                        clock.timeout.saturating_sub(now)
+                    } else {
+                        clock.timeout
+                    };
+                    if sleep.is_none_or(|(d, _)| Duration::from_nanos(wait) < d) {
+                        sleep = Some((Duration::from_nanos(wait), sub.userdata));
+                    }
+                }
+                // Files and stdio are always ready.
+                types::SubscriptionU::FdRead(rw) => ready.push(self.fd_event(
+                    sub.userdata,
+                    rw.file_descriptor,
+                    types::Eventtype::FdRead,
+                )),
+                types::SubscriptionU::FdWrite(rw) => ready.push(self.fd_event(
+                    sub.userdata,
+                    rw.file_descriptor,
+                    types::Eventtype::FdWrite,
+                )),
+            }
+        }
+        if ready.is_empty() {
+            if let Some((wait, userdata)) = sleep {
+                std::thread::sleep(wait);
+                ready.push(types::Event {
+                    userdata,
+                    error: Errno::Success,
+                    type_: types::Eventtype::Clock,
+                    fd_readwrite: types::EventFdReadwrite {
+                        nbytes: 0,
+                        flags: types::Eventrwflags::empty(),
+                    },
+                });
+            }
+        }
+        for (i, event) in ready.iter().enumerate() {
+            memory.write(
+                events.get(i as u32).ok_or(Error::from(Errno::Fault))?,
+                event.clone(),
+            )?;
+        }
+        Ok(ready.len() as u32)
+    }
+
+    fn proc_exit(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        status: types::Exitcode,
+    ) -> wasmtime::Error {
+        wasmtime::Error::new(super::GuestExit(status as i32))
+    }
+
+    fn proc_raise(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        _sig: types::Signal,
+    ) -> Result<(), Error> {
+        Err(Errno::Notsup.into())
+    }
+
+    fn sched_yield(&mut self, _memory: &mut GuestMemory<'_>) -> Result<(), Error> {
+        std::thread::yield_now();
+        Ok(())
+    }
+
+    fn random_get(
+        &mut self,
+        memory: &mut GuestMemory<'_>,
+        buf: GuestPtr<u8>,
+        buf_len: types::Size,
+    ) -> Result<(), Error> {
+        let mut bytes = vec![0u8; (buf_len as usize).min(MAX_IO)];
+        let mut filled = 0;
+        while filled < bytes.len() {
+            filled += rustix::rand::getrandom(
+                &mut bytes[filled..],
+                rustix::rand::GetRandomFlags::empty(),
+            )
+            .map_err(|_| Error::from(Errno::Io))?;
+        }
+        memory.copy_from_slice(&bytes, buf.as_array(bytes.len() as u32))?;
+        Ok(())
+    }
+
+    fn sock_accept(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        _fd: types::Fd,
+        _flags: types::Fdflags,
+    ) -> Result<types::Fd, Error> {
+        Err(Errno::Notsup.into())
+    }
+
+    fn sock_recv(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        _fd: types::Fd,
+        _ri_data: types::IovecArray,
+        _ri_flags: types::Riflags,
+    ) -> Result<(types::Size, types::Roflags), Error> {
+        Err(Errno::Notsup.into())
+    }
+
+    fn sock_send(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        _fd: types::Fd,
+        _si_data: types::CiovecArray,
+        _si_flags: types::Siflags,
+    ) -> Result<types::Size, Error> {
+        Err(Errno::Notsup.into())
+    }
+
+    fn sock_shutdown(
+        &mut self,
+        _memory: &mut GuestMemory<'_>,
+        _fd: types::Fd,
+        _how: types::Sdflags,
+    ) -> Result<(), Error> {
+        Err(Errno::Notsup.into())
+    }
+}
+
+fn sizes<'a>(strings: impl Iterator<Item = &'a str>) -> Result<(types::Size, types::Size), Error> {
+    let (mut count, mut bytes) = (0u32, 0u32);
+    for s in strings {
+        count += 1;
+        bytes = bytes
+            .checked_add(u32::try_from(s.len() + 1)?)
+            .ok_or(Error::from(Errno::Overflow))?;
+    }
+    Ok((count, bytes))
+}
+
+fn write_strings<'a>(
+    memory: &mut GuestMemory<'_>,
+    strings: impl Iterator<Item = &'a str>,
+    ptrs: GuestPtr<GuestPtr<u8>>,
+    mut buf: GuestPtr<u8>,
+) -> Result<(), Error> {
+    let mut ptrs = ptrs;
+    for s in strings {
+        memory.write(ptrs, buf)?;
+        let bytes = [s.as_bytes(), &[0]].concat();
+        memory.copy_from_slice(&bytes, buf.as_array(bytes.len() as u32))?;
+        buf = buf.add(bytes.len() as u32)?;
+        ptrs = ptrs.add(1)?;
+    }
+    Ok(())
+}
