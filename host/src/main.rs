@@ -13,17 +13,15 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return cli::fail(1, &format!("cannot start the runtime: {e}")),
-    };
-    runtime.block_on(async {
-        match cli.command {
-            Command::Serve(args) => cli::serve(args).await,
-        }
-    })
+    match Cli::parse().command {
+        // The guest runs on this thread; `run` makes its own runtime for the mounts.
+        Command::Run(args) => cli::run(args),
+        Command::Serve(args) => match tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime.block_on(cli::serve(args)),
+            Err(e) => cli::fail(1, &format!("cannot start the runtime: {e}")),
+        },
+    }
 }

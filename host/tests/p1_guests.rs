@@ -3,27 +3,19 @@
 //! embedded 9p mounts in several cache modes, must print the same thing.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use wasm9p_host::mounts::{build, MountSpec};
 use wasm9p_host::p1::{run_module, Output, WasiP1Ctx};
-use wasm9p_tests::Tree;
+use wasm9p_tests::{compile_c_guest, Tree};
 
 /// Compiles `tests/guests/NAME.c` to wasm32-wasi.
 fn guest(name: &str) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/guests")
-        .join(format!("{name}.c"));
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.wasm"));
-    let status = Command::new("clang-14")
-        .args(["--target=wasm32-wasi", "--sysroot=/usr", "-O1", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("clang-14 for wasm32-wasi (scripts/test installs clang-14, lld-14, wasi-libc, libclang-rt-14-dev-wasm32)");
-    assert!(status.success(), "compiling {name}.c");
-    out
+    compile_c_guest(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/guests")
+            .join(format!("{name}.c")),
+    )
 }
 
 struct Run {

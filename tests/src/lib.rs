@@ -10,12 +10,14 @@
 mod conn;
 mod diod;
 mod fixture;
+mod guests;
 pub mod linux_vm;
 mod server;
 
 pub use conn::Conn;
 pub use diod::{diod_available, Diod};
 pub use fixture::Tree;
+pub use guests::compile_c_guest;
 pub use server::TestServer;
 
 /// Upper bound on anything a test waits for.

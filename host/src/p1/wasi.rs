@@ -108,19 +108,14 @@ impl WasiP1Ctx {
         })
     }
 
-    fn write_output(&self, out: &Output, data: &[u8]) -> Result<(), Error> {
+    /// Writes guest output to stdout (`err == false`) or stderr, as configured.
+    fn write_output(&self, err: bool, data: &[u8]) -> Result<(), Error> {
         use std::io::Write;
-        match out {
+        match if err { &self.stderr } else { &self.stdout } {
+            Output::Inherit if err => std::io::stderr().lock().write_all(data),
             Output::Inherit => {
-                let result = if matches!(out, Output::Inherit) && std::ptr::eq(out, &self.stdout) {
-                    std::io::stdout()
-                        .lock()
-                        .write_all(data)
-                        .and_then(|()| std::io::stdout().flush())
-                } else {
-                    std::io::stderr().lock().write_all(data)
-                };
-                result.map_err(|_| Error::from(Errno::Io))
+                let mut out = std::io::stdout().lock();
+                out.write_all(data).and_then(|()| out.flush())
             }
             Output::Capture(buf) => {
                 let mut buf = buf.lock().unwrap_or_else(|e| e.into_inner());
@@ -129,6 +124,7 @@ impl WasiP1Ctx {
                 Ok(())
             }
         }
+        .map_err(|_| Error::from(Errno::Io))
     }
 
     /// Gathers the bytes of `ciovs`, at most [`MAX_IO`].
@@ -528,22 +524,9 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
     ) -> Result<types::Size, Error> {
         let data = Self::gather(memory, ciovs)?;
         match self.fds.get(fd.into())? {
-            Desc::Stdout => {
-                self.write_output(&self.stdout.clone(), &data)?;
-                Ok(data.len() as u32)
-            }
-            Desc::Stderr => {
-                let out = self.stderr.clone();
-                match &out {
-                    Output::Inherit => {
-                        use std::io::Write;
-                        std::io::stderr()
-                            .lock()
-                            .write_all(&data)
-                            .map_err(|_| Error::from(Errno::Io))?;
-                    }
-                    capture => self.write_output(capture, &data)?,
-                }
+            Desc::Stdout | Desc::Stderr => {
+                let err = matches!(self.fds.get(fd.into())?, Desc::Stderr);
+                self.write_output(err, &data)?;
                 Ok(data.len() as u32)
             }
             Desc::Stdin => Err(Errno::Badf.into()),
