@@ -1,0 +1,1 @@
+#define CONFIG 1

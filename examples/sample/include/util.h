@@ -1,0 +1,1 @@
+#define UTIL 1
