@@ -37,10 +37,15 @@ pub(crate) struct Session {
     inflight: Mutex<HashMap<u16, watch::Receiver<bool>>>,
 }
 
-struct Reply {
-    tag: u16,
-    msg: Message,
-    _permit: Option<OwnedSemaphorePermit>,
+enum Reply {
+    /// A reply to encode.
+    Message {
+        tag: u16,
+        msg: Message,
+        _permit: Option<OwnedSemaphorePermit>,
+    },
+    /// Frames the reader had already encoded, handed over to keep their order.
+    Encoded(Bytes),
 }
 
 type ReplySender = mpsc::UnboundedSender<Reply>;
@@ -181,8 +186,16 @@ fn handle_frame(
         }
         _ if !session.versioned.load(Ordering::Acquire) => out.now(tag, error_reply(Errno::EPROTO)),
         Message::Tflush(flush) => match session.inflight_lock().get(&flush.oldtag).cloned() {
-            // Nothing running under that tag: any reply it had is already queued ahead.
-            None => out.now(tag, Rflush {}.into()),
+            // Nothing running under that tag. Its reply, if any, is either among the
+            // reader's own encoded replies or already in the writer's queue (a task
+            // queues its reply before it stops counting as running). Hand the reader's
+            // replies to the queue too, then Rflush behind them: it can overtake neither.
+            None => {
+                if !out.inline.is_empty() {
+                    let _ = out.tx.send(Reply::Encoded(out.inline.split().freeze()));
+                }
+                send(out.tx, tag, Rflush {}.into(), permit)
+            }
             // Running as a task: its reply goes through the writer task, so Rflush
             // follows it there once it is queued.
             Some(mut done) => {
@@ -244,7 +257,7 @@ impl Session {
 
 fn send(tx: &ReplySender, tag: u16, msg: Message, permit: OwnedSemaphorePermit) {
     // A send error means the writer is gone with the connection; nothing to tell.
-    let _ = tx.send(Reply {
+    let _ = tx.send(Reply::Message {
         tag,
         msg,
         _permit: Some(permit),
@@ -260,10 +273,18 @@ async fn write_loop(writer: SharedWriter, mut rx: mpsc::UnboundedReceiver<Reply>
         let mut batched = 0;
         let mut next = Some(first);
         while let Some(reply) = next.take() {
-            if let Some(payload) = encode_frame_head(reply.tag, &reply.msg, &mut head) {
-                batched += payload.len();
-                segments.push(head.split().freeze());
-                segments.push(payload);
+            match &reply {
+                Reply::Message { tag, msg, .. } => {
+                    if let Some(payload) = encode_frame_head(*tag, msg, &mut head) {
+                        batched += payload.len();
+                        segments.push(head.split().freeze());
+                        segments.push(payload);
+                    }
+                }
+                Reply::Encoded(frames) => {
+                    batched += frames.len();
+                    head.extend_from_slice(frames);
+                }
             }
             drop(reply);
             if batched + head.len() < 1024 * 1024 {

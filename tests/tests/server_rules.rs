@@ -1170,3 +1170,47 @@ async fn pending_xattr_values_are_bounded_per_connection() {
     };
     expect_reply!(c.rpc(again).await, Rxattrcreate);
 }
+
+#[tokio::test]
+async fn rflush_never_overtakes_the_reply_it_flushes() {
+    // Small reads finish fast: the race between a request's reply still queued for
+    // writing and the Rflush that follows it is hit often here.
+    let dir = Tree::build(&[Tree::File("f", vec![1u8; 4096])]);
+    let server = TestServer::tcp(dir.path());
+    let (mut c, _) = Conn::attached(&server.addr, MSIZE, "").await;
+    c.walk(0, 1, "f").await.unwrap();
+    c.lopen(1, open::RDONLY).await.unwrap();
+    for round in 0..200u16 {
+        for i in 0..50u16 {
+            c.send(
+                i,
+                Tread {
+                    fid: 1,
+                    offset: 0,
+                    count: 16,
+                },
+            )
+            .await;
+            c.send(1000 + i, Tflush { oldtag: i }).await;
+        }
+        let mut flushed = std::collections::HashSet::new();
+        while flushed.len() < 50 {
+            let f = c.recv().await.unwrap();
+            match f.body.unwrap() {
+                Message::Rflush(_) => {
+                    flushed.insert(f.tag - 1000);
+                }
+                Message::Rread(_) => {
+                    assert!(
+                        !flushed.contains(&f.tag),
+                        "round {round}: Rread {} after its Rflush",
+                        f.tag
+                    );
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        // Tags may be reused now; make sure no late reply is still on its way.
+        assert!(c.getattr(1).await.is_ok());
+    }
+}
