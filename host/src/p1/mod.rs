@@ -16,6 +16,7 @@
 
 mod errno;
 mod fds;
+mod support;
 mod wasi;
 
 use std::future::Future;
