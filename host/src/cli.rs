@@ -211,6 +211,11 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             Err(e) => return fail(EXIT_USAGE, &format!("cannot listen on {addr}: {e}")),
         }
     }
+    // Before anything says "serving": a signal from then on must stop us cleanly.
+    let shutdown = match Shutdown::register() {
+        Ok(shutdown) => shutdown,
+        Err(e) => return fail(1, &format!("cannot handle signals: {e}")),
+    };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
     for listener in listeners {
@@ -235,7 +240,7 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
                 .await
         }));
     }
-    wait_for_signal().await;
+    shutdown.wait().await;
     let _ = stop_tx.send(true);
     for task in tasks {
         let _ = task.await;
@@ -244,19 +249,27 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut int), Ok(mut term)) => {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
+/// SIGINT and SIGTERM, registered at once (so a signal that comes right after the
+/// "serving" line is caught, not fatal); `wait` resolves on the first of them.
+struct Shutdown {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Shutdown {
+    fn register() -> std::io::Result<Shutdown> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Shutdown {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+        })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
         }
-        _ => std::future::pending().await,
     }
 }
 
