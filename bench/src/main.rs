@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use wasm9p_proto::consts::{getattr, open, IOHDRSZ};
 use wasm9p_proto::*;
-use wasm9p_tests::{Conn, Diod};
+use wasm9p_tests::{free_port, Conn, Diod};
 
 const DIRS: usize = 64;
 const FILES: usize = 32;
@@ -203,14 +203,6 @@ async fn measure(
         read1,
         read4,
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn default_binary() -> PathBuf {

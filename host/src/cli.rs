@@ -218,18 +218,18 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
+    let exports: Vec<_> = server
+        .exports()
+        .iter()
+        .map(|e| e.path.display().to_string())
+        .collect();
     for listener in listeners {
-        let exports: Vec<_> = server
-            .exports()
-            .iter()
-            .map(|e| e.path.display().to_string())
-            .collect();
         // Scripts wait for this line to know the server is up.
-        eprintln!(
-            "wasm9p: serving {} on {}",
+        say(&format!(
+            "serving {} on {}",
             exports.join(", "),
             listener.local_addr()
-        );
+        ));
         let server = server.clone();
         let mut stop = stop_rx.clone();
         tasks.push(tokio::spawn(async move {

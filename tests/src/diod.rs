@@ -18,7 +18,8 @@ pub struct Diod {
     pub port: u16,
 }
 
-fn free_port() -> u16 {
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

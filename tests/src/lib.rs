@@ -15,7 +15,7 @@ pub mod linux_vm;
 mod server;
 
 pub use conn::Conn;
-pub use diod::{diod_available, Diod};
+pub use diod::{diod_available, free_port, Diod};
 pub use fixture::Tree;
 pub use guests::compile_c_guest;
 pub use server::TestServer;
