@@ -393,3 +393,72 @@ async fn large_reads_keep_at_most_io_depth_requests_in_flight() {
     );
     assert_eq!(max_seen, 3, "io_depth bounds the reads in flight");
 }
+
+/// A request answered but never looked at (a pipelined read past the end of file) is
+/// dropped after its tag went to someone else: that someone must not be flushed. (Two
+/// guests reading at once on one mount hit this: the other guest's walk was flushed,
+/// and its fid number freed while the server still held it.)
+#[tokio::test]
+async fn dropping_an_answered_request_leaves_the_next_user_of_its_tag_alone() {
+    let (session, root, mut server) = attached(Duration::from_secs(10)).await;
+    let root = std::sync::Arc::new(root);
+    let getattr = |root: &std::sync::Arc<Fid>| {
+        let r = root.clone();
+        tokio::spawn(async move { r.getattr().await })
+    };
+    let chunk = (ASKED - consts::IOHDRSZ) as usize;
+    let r = root.clone();
+    let read = tokio::spawn(async move { r.read_at(0, 3 * chunk).await });
+    let mut reads = Vec::new();
+    for _ in 0..3 {
+        let f = server.recv().await.unwrap();
+        assert!(matches!(f.body, Ok(Message::Tread(_))));
+        reads.push(f.tag);
+    }
+    // Answer the 2nd and 3rd reads, then a probe: once the probe is answered, the
+    // client has taken in both replies (it reads in order) and freed their tags.
+    let probe = getattr(&root);
+    let p = server.recv().await.unwrap();
+    let full = Rread {
+        data: Data(Bytes::from(vec![7u8; chunk])),
+    };
+    server.send(reads[1], full.clone()).await;
+    server.send(reads[2], full).await;
+    server.send(p.tag, Rgetattr::default()).await;
+    probe.await.unwrap().unwrap();
+    // New requests draw those tags (and the probe's) again.
+    let mut waiting = Vec::new();
+    let mut reused = HashSet::new();
+    for _ in 0..3 {
+        let call = getattr(&root);
+        let f = server.recv().await.unwrap();
+        assert!(matches!(f.body, Ok(Message::Tgetattr(_))), "{:?}", f.body);
+        if reads.contains(&f.tag) {
+            reused.insert(f.tag);
+        }
+        waiting.push((call, f.tag));
+    }
+    assert_eq!(reused.len(), 2, "the answered reads' tags are in use again");
+    // The first read comes back short (end of file): the read ends, dropping the two
+    // answered calls behind it.
+    server
+        .send(
+            reads[0],
+            Rread {
+                data: Data(Bytes::from_static(b"short")),
+            },
+        )
+        .await;
+    assert_eq!(read.await.unwrap().unwrap().len(), 5);
+    for (call, tag) in waiting {
+        server.send(tag, Rgetattr::default()).await;
+        assert_eq!(call.await.unwrap().map(drop), Ok(()), "tag {tag}");
+    }
+    // Nothing was flushed: the next frame the server sees is the next request.
+    let next = getattr(&root);
+    let f = server.recv().await.unwrap();
+    assert!(matches!(f.body, Ok(Message::Tgetattr(_))), "{:?}", f.body);
+    server.send(f.tag, Rgetattr::default()).await;
+    next.await.unwrap().unwrap();
+    assert!(!session.is_dead());
+}

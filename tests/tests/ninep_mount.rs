@@ -568,3 +568,68 @@ async fn cached_9p_lookups_complete_without_suspending() {
     assert!(via_link.is_ok());
     assert_eq!(rpcs(&fs, "walk"), walks);
 }
+
+/// Several readers at once on one mount, every file read in small pieces while
+/// readahead pipelines and abandons larger reads: what each reads is the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_readers_with_readahead_read_every_file_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for i in 0..120usize {
+        let len = (i * 7919) % 70_000;
+        let data: Vec<u8> = (0..len).map(|j| (j * 31 + i) as u8).collect();
+        std::fs::write(dir.path().join(format!("f{i}")), &data).unwrap();
+        files.push((format!("/f{i}"), data));
+    }
+    let files = Arc::new(files);
+    let server = TestServer::tcp(dir.path());
+    for spec in [
+        "cache=none,msize=8192",
+        "cache=readahead,msize=8192",
+        "cache=loose,msize=8192",
+    ] {
+        let (ns, _fs) = mount(&server, spec).await;
+        let ns = Arc::new(ns);
+        let mut tasks = Vec::new();
+        for t in 0..4usize {
+            let (ns, files) = (ns.clone(), files.clone());
+            tasks.push(tokio::spawn(async move {
+                for round in 0..3 {
+                    for k in 0..files.len() {
+                        let (path, want) = &files[(k * 7 + t * 13 + round) % files.len()];
+                        let file = ns
+                            .open(
+                                path,
+                                OpenFlags {
+                                    read: true,
+                                    ..Default::default()
+                                },
+                            )
+                            .await
+                            .unwrap_or_else(|e| panic!("{spec}: open {path}: {e}"));
+                        let mut got = Vec::new();
+                        loop {
+                            let piece = file
+                                .read_at(got.len() as u64, 4096)
+                                .await
+                                .unwrap_or_else(|e| panic!("{spec}: read {path}: {e}"));
+                            if piece.is_empty() {
+                                break;
+                            }
+                            got.extend_from_slice(&piece);
+                        }
+                        assert!(
+                            got == *want,
+                            "{spec}: {path} read {} bytes, not its {}",
+                            got.len(),
+                            want.len()
+                        );
+                    }
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+    }
+}

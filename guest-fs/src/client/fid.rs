@@ -166,8 +166,10 @@ impl Fid {
             newfid,
             wnames: names.to_vec(),
         };
-        let result = self.session.call(msg.into()).await;
+        // Made before the call: if this future is dropped while the walk is on the
+        // wire, the server may have bound newfid, and dropping `new` clunks it.
         let new = Fid::new(self.session.clone(), newfid, self.qid);
+        let result = self.session.call(msg.into()).await;
         match result {
             Ok(Message::Rwalk(r)) if r.wqids.len() == names.len() => {
                 let qid = r.wqids.last().copied().unwrap_or(self.qid);
@@ -184,7 +186,14 @@ impl Fid {
                 drop(new);
                 Err(fail(0, Errno::EIO, Vec::new()))
             }
+            Err(errno @ (Errno::ETIMEDOUT | Errno::EIO)) => {
+                // No answer (or a lost session): newfid may be bound; clunk it. A
+                // server that never bound it answers EBADF, which is harmless.
+                drop(new);
+                Err(fail(0, errno, Vec::new()))
+            }
             Err(errno) => {
+                // The server refused the walk: newfid was not bound.
                 new.forget();
                 Err(fail(0, errno, Vec::new()))
             }

@@ -145,14 +145,18 @@ struct State {
     pending: HashMap<u16, Pending>,
     free_tags: Vec<u16>,
     next_tag: u16,
+    /// Numbers requests, for [`Pending::Waiting::call`].
+    calls: u64,
     dead: bool,
 }
 
 #[derive(Debug)]
 enum Pending {
-    /// A caller waits for the reply of type `expect` (or Rlerror).
+    /// A caller waits for the reply of type `expect` (or Rlerror). `call` tells this
+    /// request from a later one that reuses its tag once it is answered.
     Waiting {
         expect: u8,
+        call: u64,
         tx: oneshot::Sender<Result<Message, Errno>>,
     },
     /// The caller went away and a Tflush was sent; the tag stays reserved until Rflush.
@@ -348,20 +352,23 @@ impl Session {
 
     fn start_with(&self, msg: Message, permit: OwnedSemaphorePermit) -> Result<Call, Errno> {
         let (tx, rx) = oneshot::channel();
-        let tag = {
+        let (tag, id) = {
             let mut st = lock(&self.inner.state);
             if st.dead {
                 return Err(Errno::EIO);
             }
             let tag = st.alloc_tag().ok_or(Errno::EAGAIN)?;
+            st.calls += 1;
+            let id = st.calls;
             st.pending.insert(
                 tag,
                 Pending::Waiting {
                     expect: msg.type_id() + 1,
+                    call: id,
                     tx,
                 },
             );
-            tag
+            (tag, id)
         };
         self.inner.counts.bump(msg.type_id());
         let mut frame = BytesMut::new();
@@ -369,6 +376,7 @@ impl Session {
         let call = Call {
             inner: self.inner.clone(),
             tag,
+            id,
             rx,
             done: false,
             _permit: permit,
@@ -384,6 +392,7 @@ impl Session {
 pub(crate) struct Call {
     inner: Arc<Inner>,
     tag: u16,
+    id: u64,
     rx: oneshot::Receiver<Result<Message, Errno>>,
     done: bool,
     _permit: OwnedSemaphorePermit,
@@ -409,7 +418,7 @@ impl Call {
 impl Drop for Call {
     fn drop(&mut self) {
         if !self.done {
-            self.inner.abandon(self.tag);
+            self.inner.abandon(self.tag, self.id);
         }
     }
 }
@@ -434,11 +443,13 @@ impl Inner {
         lock(&self.state).dead
     }
 
-    /// The caller of `tag` went away: flush it, keeping the tag until Rflush.
-    fn abandon(&self, tag: u16) {
+    /// The caller of request `id` under `tag` went away: flush it, keeping the tag
+    /// until Rflush. If it was answered meanwhile, its tag is free and may already
+    /// carry another request, which must be left alone.
+    fn abandon(&self, tag: u16, id: u64) {
         let mut st = lock(&self.state);
-        if !matches!(st.pending.get(&tag), Some(Pending::Waiting { .. })) {
-            return; // answered meanwhile; its tag is already free
+        if !matches!(st.pending.get(&tag), Some(Pending::Waiting { call, .. }) if *call == id) {
+            return;
         }
         st.pending.insert(tag, Pending::Abandoned);
         if st.dead {
@@ -464,7 +475,7 @@ impl Inner {
         let mut st = lock(&self.state);
         match st.pending.remove(&tag) {
             None => Err(format!("reply with unknown tag {tag}")),
-            Some(Pending::Waiting { expect, tx }) => {
+            Some(Pending::Waiting { expect, tx, .. }) => {
                 st.free_tag(tag);
                 drop(st);
                 let result = match body {
