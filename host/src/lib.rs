@@ -10,5 +10,6 @@
 //! those are `wasm9p-proto` and `wasm9p-server`.
 
 pub mod cli;
+pub mod module_cache;
 pub mod mounts;
 pub mod p1;

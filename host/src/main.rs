@@ -16,6 +16,7 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         // The guest runs on this thread; `run` makes its own runtime for the mounts.
         Command::Run(args) => cli::run(args),
+        Command::Batch(args) => cli::batch(args),
         Command::Serve(args) => match tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

@@ -8,6 +8,17 @@ use wasm9p_tests::{compile_c_guest, Tree};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
 
+/// The binary, with compiled modules cached in this crate's target tmpdir (not the
+/// user's cache).
+fn wasm9p() -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env(
+        "WASM9P_CACHE_DIR",
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("module-cache"),
+    );
+    cmd
+}
+
 fn guest() -> PathBuf {
     compile_c_guest(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests/fileops.c"))
 }
@@ -17,7 +28,7 @@ fn runs_a_guest_on_an_embedded_9p_mount_with_stats() {
     let wasm = guest();
     let dir = Tree::build(&[Tree::file("hello.txt", "hello\n")]);
     let stats = dir.path().join("stats.json");
-    let out = Command::new(BIN)
+    let out = wasm9p()
         .args([
             "run",
             "--mount",
@@ -67,7 +78,7 @@ fn runs_a_guest_on_an_embedded_9p_mount_with_stats() {
 fn with_no_mounts_the_current_directory_is_served_at_the_root() {
     let wasm = guest();
     let dir = Tree::build(&[Tree::file("hello.txt", "from cwd\n")]);
-    let out = Command::new(BIN)
+    let out = wasm9p()
         .current_dir(dir.path())
         .arg("run")
         .arg(&wasm)
@@ -118,7 +129,7 @@ fn setup_errors_are_one_line_and_exit_2() {
         ),
         (
             vec![dir.path().join("missing.wasm").display().to_string()],
-            "cannot load",
+            "cannot read",
         ),
         (
             vec![
@@ -130,7 +141,7 @@ fn setup_errors_are_one_line_and_exit_2() {
         ),
     ];
     for (args, needle) in cases {
-        let out = Command::new(BIN)
+        let out = wasm9p()
             .current_dir(dir.path())
             .arg("run")
             .args(&args)
@@ -141,6 +152,93 @@ fn setup_errors_are_one_line_and_exit_2() {
         assert!(
             stderr.contains(needle) && !stderr.contains("panicked"),
             "{args:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn batch_runs_one_guest_per_line_on_shared_mounts_and_sums_up_exit_codes() {
+    let wasm = guest();
+    let hello = || vec![Tree::file("hello.txt", "hello\n")];
+    let dir = Tree::build(&[
+        Tree::Dir("a", hello()),
+        Tree::Dir("b", hello()),
+        Tree::Dir("c d", hello()),
+    ]);
+    let commands = dir.path().join("commands");
+    std::fs::write(
+        &commands,
+        "# three guests\nfileops /data/a\n\nfileops /data/b 3\nfileops '/data/c d'\n",
+    )
+    .unwrap();
+    let stats = dir.path().join("stats.json");
+    let out = wasm9p()
+        .args(["batch", "--jobs", "2", "--mount"])
+        .arg(format!(
+            "type=9p,export={},target=/data,cache=loose",
+            dir.path().display()
+        ))
+        .arg(format!("--stats={}", stats.display()))
+        .arg("--module")
+        .arg(&wasm)
+        .arg(&commands)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "one guest exited 3: {stderr}");
+    assert!(stderr.contains("line 4: exit 3"), "{stderr}");
+    assert!(
+        stderr.contains("line 2: exit 0") && stderr.contains("line 5: exit 0"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("3 guests, 2 exited 0, 1 did not"),
+        "{stderr}"
+    );
+    // Each guest's output comes out whole, never interleaved with another's.
+    let blocks: Vec<&str> = stdout.split("args ").skip(1).collect();
+    assert_eq!(blocks.len(), 3, "{stdout}");
+    for block in blocks {
+        assert_eq!(block.matches("read 6 bytes: hello").count(), 1, "{block}");
+        assert_eq!(block.matches("rmdir again:").count(), 1, "{block}");
+    }
+    // argv[0] is the line's first word; '/data/c d' arrived as one word (the guest
+    // read hello.txt in it).
+    assert_eq!(stdout.matches("args 2 fileops env").count(), 2, "{stdout}");
+    assert_eq!(stdout.matches("args 3 fileops env").count(), 1, "{stdout}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(json["guests"].as_u64(), Some(3));
+    assert_eq!(
+        json["mounts"].as_array().unwrap().len(),
+        1,
+        "one shared mount"
+    );
+}
+
+#[test]
+fn batch_with_unreadable_or_malformed_commands_is_one_line_and_exit_2() {
+    let wasm = guest();
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad");
+    std::fs::write(&bad, "fileops /\nfileops 'unbalanced\n").unwrap();
+    for (commands, needle) in [
+        (dir.path().join("missing"), "bad COMMANDS"),
+        (bad, "line 2: unbalanced"),
+    ] {
+        let out = wasm9p()
+            .current_dir(dir.path())
+            .args(["batch", "--module"])
+            .arg(&wasm)
+            .arg(&commands)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(needle) && stderr.lines().count() == 1,
+            "{stderr}"
         );
     }
 }

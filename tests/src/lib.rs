@@ -7,6 +7,7 @@
 //! the product's client, which lives in `wasm9p-guest-fs`. [`Tree`] builds a declarative
 //! file tree in a tempdir.
 
+mod clang;
 mod conn;
 mod diod;
 mod fixture;
@@ -14,6 +15,7 @@ mod guests;
 pub mod linux_vm;
 mod server;
 
+pub use clang::{clang_wasm, parse_cc1_line, ClangWasm};
 pub use conn::Conn;
 pub use diod::{diod_available, free_port, Diod};
 pub use fixture::Tree;

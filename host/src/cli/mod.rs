@@ -11,6 +11,10 @@ use wasm9p_proto::transport::Listener;
 use wasm9p_proto::Addr;
 use wasm9p_server::{ExportConfig, Server, ServerConfig};
 
+mod guests;
+
+pub use guests::{batch, run, BatchArgs, GuestArgs, RunArgs};
+
 /// Exit code for bad usage or configuration.
 pub const EXIT_USAGE: u8 = 2;
 
@@ -30,34 +34,11 @@ pub enum Command {
     Serve(ServeArgs),
     /// Run a WASI preview1 module on a namespace of 9p, bind and embedded mounts.
     Run(RunArgs),
+    /// Run one guest per COMMANDS line, up to --jobs at once, on shared mounts.
+    Batch(BatchArgs),
 }
 
-/// `wasm9p run`.
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    /// A mount: type=9p,source=ADDR|export=HOSTDIR,target=/g[,cache=..][,negtimeout=..]
-    /// [,msize=..][,cache_size=..][,ro] or type=bind,source=HOSTDIR,target=/g[,ro].
-    /// Repeatable. With no --mount and no --dir, the current directory is served at /
-    /// by the embedded 9p server with cache=loose.
-    #[arg(long = "mount", value_name = "SPEC")]
-    pub mounts: Vec<String>,
-    /// A host directory bound at a guest path (HOSTDIR::/GUEST, or HOSTDIR at itself).
-    #[arg(long = "dir", value_name = "HOST::GUEST")]
-    pub dirs: Vec<String>,
-    /// An environment variable for the guest (repeatable).
-    #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
-    pub env: Vec<(String, String)>,
-    /// Print mount statistics as JSON when the guest ends: to FILE, or stderr.
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-", require_equals = true)]
-    pub stats: Option<String>,
-    /// The WASI preview1 module (.wasm).
-    pub module: PathBuf,
-    /// Arguments for the guest (its argv[0] is the module's file name).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub args: Vec<String>,
-}
-
-fn parse_env(s: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.into(), v.into())),
         _ => Err(format!("{s:?} is not K=V")),
@@ -96,91 +77,6 @@ fn parse_msize(s: &str) -> Result<u32, String> {
         return Err(format!("msize must be between {MIN_MSIZE} and {MAX_MSIZE}"));
     }
     Ok(n)
-}
-
-/// Runs a guest: builds the mounts on a runtime, then runs the module on this thread
-/// (outside the runtime, as the preview1 host requires). Returns the guest's exit code;
-/// 2 for a setup error (bad SPEC, unreachable server, unloadable module), 1 for a trap.
-pub fn run(args: RunArgs) -> ExitCode {
-    use crate::mounts::{build, stats_json, MountSpec};
-    use std::sync::Arc;
-    let started = std::time::Instant::now();
-    let mut specs = Vec::new();
-    for spec in &args.mounts {
-        match MountSpec::parse(spec) {
-            Ok(s) => specs.push(s),
-            Err(e) => return fail(EXIT_USAGE, &e.to_string()),
-        }
-    }
-    for dir in &args.dirs {
-        match MountSpec::parse_dir(dir) {
-            Ok(s) => specs.push(s),
-            Err(e) => return fail(EXIT_USAGE, &e.to_string()),
-        }
-    }
-    if specs.is_empty() {
-        let default = "type=9p,export=.,target=/,cache=loose";
-        specs.push(MountSpec::parse(default).expect("the default SPEC parses"));
-    }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return fail(1, &format!("cannot start the runtime: {e}")),
-    };
-    let (ns, mounted) = match runtime.block_on(build(&specs)) {
-        Ok(made) => made,
-        Err(e) => return fail(EXIT_USAGE, &e.to_string()),
-    };
-    let engine = wasmtime::Engine::default();
-    let module = match wasmtime::Module::from_file(&engine, &args.module) {
-        Ok(m) => m,
-        Err(e) => {
-            return fail(
-                EXIT_USAGE,
-                &format!(
-                    "cannot load {}: {}",
-                    args.module.display(),
-                    first_line(&e.to_string())
-                ),
-            )
-        }
-    };
-    let argv0 = args
-        .module
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let argv = std::iter::once(argv0)
-        .chain(args.args.iter().cloned())
-        .collect();
-    let ctx = crate::p1::WasiP1Ctx::new(
-        Arc::new(ns),
-        runtime.handle().clone(),
-        argv,
-        args.env.clone(),
-    );
-    let code = match crate::p1::run_module(&engine, &module, ctx) {
-        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
-        Err(e) => fail(
-            1,
-            &format!("guest trapped: {}", first_line(&format!("{e:#}"))),
-        ),
-    };
-    if let Some(target) = &args.stats {
-        let json = stats_json(&mounted, 1, started.elapsed().as_millis() as u64).to_string();
-        let written = if target == "-" {
-            use std::io::Write;
-            writeln!(std::io::stderr().lock(), "{json}")
-        } else {
-            std::fs::write(target, json + "\n")
-        };
-        if let Err(e) = written {
-            say(&format!("cannot write stats to {target}: {e}"));
-        }
-    }
-    code
 }
 
 fn first_line(text: &str) -> &str {

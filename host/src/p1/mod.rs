@@ -63,6 +63,15 @@ pub enum Output {
     Capture(Arc<Mutex<Vec<u8>>>),
 }
 
+/// Where a guest's standard input comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// The host process's own.
+    Inherit,
+    /// Nothing: reads see end of file at once.
+    Empty,
+}
+
 /// One guest's WASI state.
 pub struct WasiP1Ctx {
     pub(crate) ns: Arc<Namespace>,
@@ -70,6 +79,7 @@ pub struct WasiP1Ctx {
     pub(crate) args: Vec<String>,
     pub(crate) env: Vec<(String, String)>,
     pub(crate) fds: FdTable,
+    pub(crate) stdin: Input,
     pub(crate) stdout: Output,
     pub(crate) stderr: Output,
     pub(crate) started: std::time::Instant,
@@ -106,6 +116,7 @@ impl WasiP1Ctx {
             args,
             env,
             fds,
+            stdin: Input::Inherit,
             stdout: Output::Inherit,
             stderr: Output::Inherit,
             started: std::time::Instant::now(),
@@ -116,6 +127,12 @@ impl WasiP1Ctx {
     pub fn with_output(mut self, stdout: Output, stderr: Output) -> Self {
         self.stdout = stdout;
         self.stderr = stderr;
+        self
+    }
+
+    /// Gives the guest this standard input.
+    pub fn with_input(mut self, stdin: Input) -> Self {
+        self.stdin = stdin;
         self
     }
 
@@ -137,33 +154,57 @@ fn block_on_handle<F: Future>(rt: &tokio::runtime::Handle, f: F) -> F::Output {
     rt.block_on(f)
 }
 
-/// Instantiates `module` with WASI preview1 over `ctx` and runs `_start` on this thread
-/// (which must not be inside a tokio runtime). Returns the guest's exit status.
+/// A core module linked against WASI preview1 once, instantiated per guest: the
+/// linking work is shared by every guest of a batch.
+#[derive(Clone)]
+pub struct P1Program {
+    pre: wasmtime::InstancePre<WasiP1Ctx>,
+}
+
+impl P1Program {
+    /// Links `module`'s imports; fails when it imports something preview1 lacks.
+    pub fn new(engine: &wasmtime::Engine, module: &wasmtime::Module) -> wasmtime::Result<Self> {
+        let mut linker = wasmtime::Linker::new(engine);
+        wasi_snapshot_preview1::add_to_linker(&mut linker, |cx: &mut WasiP1Ctx| cx)?;
+        Ok(P1Program {
+            pre: linker.instantiate_pre(module)?,
+        })
+    }
+
+    /// Instantiates the module over `ctx` and runs `_start` on this thread (which must
+    /// not be inside a tokio runtime). Returns the guest's exit status; files the guest
+    /// left open are flushed first.
+    pub fn run(&self, ctx: WasiP1Ctx) -> wasmtime::Result<i32> {
+        let mut store = wasmtime::Store::new(self.pre.module().engine(), ctx);
+        let result = self
+            .pre
+            .instantiate(&mut store)
+            .and_then(|instance| instance.get_typed_func::<(), ()>(&mut store, "_start"))
+            .and_then(|start| start.call(&mut store, ()));
+        // Files the guest left open are flushed now, while the runtime can still send.
+        let ctx = store.data_mut();
+        for (_, desc) in ctx.fds.drain() {
+            if let fds::Desc::File(f) = desc {
+                if let Err(e) = ctx.block(f.file.flush()) {
+                    tracing::warn!("a file the guest left open could not be written back: {e}");
+                }
+            }
+        }
+        match result {
+            Ok(()) => Ok(0),
+            Err(e) => match e.downcast_ref::<GuestExit>() {
+                Some(exit) => Ok(exit.0),
+                None => Err(e),
+            },
+        }
+    }
+}
+
+/// Links, instantiates and runs `module` once (see [`P1Program`]).
 pub fn run_module(
     engine: &wasmtime::Engine,
     module: &wasmtime::Module,
     ctx: WasiP1Ctx,
 ) -> wasmtime::Result<i32> {
-    let mut linker = wasmtime::Linker::new(engine);
-    wasi_snapshot_preview1::add_to_linker(&mut linker, |cx: &mut WasiP1Ctx| cx)?;
-    let mut store = wasmtime::Store::new(engine, ctx);
-    let instance = linker.instantiate(&mut store, module)?;
-    let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
-    let result = start.call(&mut store, ());
-    // Files the guest left open are flushed now, while the runtime can still send.
-    let ctx = store.data_mut();
-    for (_, desc) in ctx.fds.drain() {
-        if let fds::Desc::File(f) = desc {
-            if let Err(e) = ctx.block(f.file.flush()) {
-                tracing::warn!("a file the guest left open could not be written back: {e}");
-            }
-        }
-    }
-    match result {
-        Ok(()) => Ok(0),
-        Err(e) => match e.downcast_ref::<GuestExit>() {
-            Some(exit) => Ok(exit.0),
-            None => Err(e),
-        },
-    }
+    P1Program::new(engine, module)?.run(ctx)
 }

@@ -261,6 +261,7 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
     ) -> Result<types::Size, Error> {
         let len = Self::iovs_len(memory, iovs)?;
         let data = match self.fds.get(fd.into())? {
+            Desc::Stdin if self.stdin == super::Input::Empty => Bytes::new(),
             Desc::Stdin => {
                 use std::io::Read;
                 let mut buf = vec![0u8; len.min(64 * 1024)];

@@ -1,0 +1,400 @@
+//! `wasm9p run` and `wasm9p batch`: guests on a namespace built from mount SPECs.
+//!
+//! Both go the same way: parse every SPEC (a mistake is one line and exit 2), start a
+//! runtime for the mounts and build them (an unreachable server is exit 2 too), load
+//! the module through the compiled-module cache (progress on stderr when it has to be
+//! compiled), link it once, then run guests on plain threads outside the runtime, as
+//! the preview1 host requires. `batch` runs one guest per COMMANDS line, up to `--jobs`
+//! at once, all on the same mounts and caches.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use wasm9p_guest_fs::namespace::Namespace;
+
+use super::{fail, first_line, parse_env, say, EXIT_USAGE};
+use crate::module_cache::{ModuleCache, Program, Progress};
+use crate::mounts::{build, stats_json, MountSpec, Mounted};
+use crate::p1::{Input, Output, P1Program, WasiP1Ctx};
+
+/// Options every way of running guests shares.
+#[derive(Debug, Args)]
+pub struct GuestArgs {
+    /// A mount: type=9p,source=ADDR|export=HOSTDIR,target=/g[,cache=..][,negtimeout=..]
+    /// [,msize=..][,cache_size=..][,ro] or type=bind,source=HOSTDIR,target=/g[,ro].
+    /// Repeatable. With no --mount and no --dir, the current directory is served at /
+    /// by the embedded 9p server with cache=loose.
+    #[arg(long = "mount", value_name = "SPEC")]
+    pub mounts: Vec<String>,
+    /// A host directory bound at a guest path (HOSTDIR::/GUEST, or HOSTDIR at itself).
+    #[arg(long = "dir", value_name = "HOST::GUEST")]
+    pub dirs: Vec<String>,
+    /// An environment variable for the guest (repeatable).
+    #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// Print mount statistics as JSON when the guests end: to FILE, or stderr.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-", require_equals = true)]
+    pub stats: Option<String>,
+    /// Where compiled modules are kept (default: $WASM9P_CACHE_DIR, else
+    /// $XDG_CACHE_HOME/wasm9p/modules, else ~/.cache/wasm9p/modules).
+    #[arg(long, value_name = "DIR", conflicts_with = "no_module_cache")]
+    pub module_cache: Option<PathBuf>,
+    /// Compile the module every time instead.
+    #[arg(long)]
+    pub no_module_cache: bool,
+}
+
+/// `wasm9p run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub guest: GuestArgs,
+    /// The WASI preview1 module (.wasm).
+    pub module: PathBuf,
+    /// Arguments for the guest (its argv[0] is the module's file name).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
+}
+
+/// `wasm9p batch`.
+#[derive(Debug, Args)]
+pub struct BatchArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub guest: GuestArgs,
+    /// The WASI preview1 module every guest runs.
+    #[arg(long, value_name = "MODULE")]
+    pub module: PathBuf,
+    /// How many guests run at once (default: the number of CPUs).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub jobs: Option<u16>,
+    /// A file with one guest per line: its argv words, argv[0] first, shell-quoted
+    /// (`-` reads standard input). Blank lines and lines starting with `#` are skipped.
+    pub commands: PathBuf,
+}
+
+/// Everything the guests of one invocation share.
+struct Host {
+    runtime: tokio::runtime::Runtime,
+    ns: Arc<Namespace>,
+    mounted: Vec<Mounted>,
+    program: P1Program,
+    started: Instant,
+}
+
+impl Host {
+    /// Mounts and module, or the exit code of a setup failure (already reported).
+    fn prepare(args: &GuestArgs, path: &Path) -> Result<Host, ExitCode> {
+        let started = Instant::now();
+        let mut specs = Vec::new();
+        let parsed = args
+            .mounts
+            .iter()
+            .map(|s| MountSpec::parse(s))
+            .chain(args.dirs.iter().map(|d| MountSpec::parse_dir(d)));
+        for spec in parsed {
+            specs.push(spec.map_err(|e| fail(EXIT_USAGE, &e.to_string()))?);
+        }
+        if specs.is_empty() {
+            let default = "type=9p,export=.,target=/,cache=loose";
+            specs.push(MountSpec::parse(default).expect("the default SPEC parses"));
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| fail(1, &format!("cannot start the runtime: {e}")))?;
+        let (ns, mounted) = runtime
+            .block_on(build(&specs))
+            .map_err(|e| fail(EXIT_USAGE, &e.to_string()))?;
+        let engine = wasmtime::Engine::default();
+        let cache = match (&args.module_cache, args.no_module_cache) {
+            (_, true) => ModuleCache::disabled(),
+            (Some(dir), false) => ModuleCache::at(dir),
+            (None, false) => ModuleCache::user_default(),
+        };
+        let module = match cache.load(&engine, path, &report_progress(&cache)) {
+            Ok(Program::Module(m)) => m,
+            Ok(Program::Component(_)) => {
+                return Err(fail(
+                    EXIT_USAGE,
+                    &format!(
+                        "cannot run {}: it is a component, and WASI preview2 is not built yet",
+                        path.display()
+                    ),
+                ))
+            }
+            Err(e) => return Err(fail(EXIT_USAGE, &e.to_string())),
+        };
+        let program = P1Program::new(&engine, &module).map_err(|e| {
+            let why = format!("{e:#}");
+            fail(
+                EXIT_USAGE,
+                &format!("cannot link {}: {}", path.display(), first_line(&why)),
+            )
+        })?;
+        Ok(Host {
+            runtime,
+            ns: Arc::new(ns),
+            mounted,
+            program,
+            started,
+        })
+    }
+
+    fn context(&self, argv: Vec<String>, env: &[(String, String)]) -> WasiP1Ctx {
+        WasiP1Ctx::new(
+            self.ns.clone(),
+            self.runtime.handle().clone(),
+            argv,
+            env.to_vec(),
+        )
+    }
+
+    /// Writes `--stats` if asked.
+    fn report_stats(&self, target: Option<&str>, guests: u64) {
+        let Some(target) = target else {
+            return;
+        };
+        let wall_ms = self.started.elapsed().as_millis() as u64;
+        let json = stats_json(&self.mounted, guests, wall_ms).to_string();
+        let written = if target == "-" {
+            writeln!(std::io::stderr().lock(), "{json}")
+        } else {
+            std::fs::write(target, json + "\n")
+        };
+        if let Err(e) = written {
+            say(&format!("cannot write stats to {target}: {e}"));
+        }
+    }
+}
+
+/// Progress of a first compile on stderr: announced for modules big enough to take a
+/// while (a few MB and up), ticks and the end whenever they come.
+fn report_progress(cache: &ModuleCache) -> impl Fn(Progress) + Sync + '_ {
+    const ANNOUNCE_FROM: u64 = 4 << 20;
+    let announced = std::sync::atomic::AtomicBool::new(false);
+    move |progress| match progress {
+        Progress::Compiling { name, bytes } if bytes >= ANNOUNCE_FROM => {
+            announced.store(true, Ordering::Relaxed);
+            let kept = match cache.dir() {
+                Some(dir) => format!("kept in {} for later runs", dir.display()),
+                None => "not cached (--no-module-cache)".into(),
+            };
+            say(&format!(
+                "compiling {name} ({:.1} MB) for this machine; {kept}",
+                bytes as f64 / 1e6
+            ));
+        }
+        Progress::Compiling { .. } => {}
+        Progress::StillCompiling(t) => say(&format!("still compiling ({} s)", t.as_secs())),
+        Progress::Compiled(t) if announced.load(Ordering::Relaxed) => {
+            say(&format!("compiled in {:.1} s", t.as_secs_f64()))
+        }
+        Progress::Compiled(_) => {}
+        Progress::NotStored(why) => say(&format!("compiled module not cached: {why}")),
+    }
+}
+
+/// Runs one guest: its exit code, or 1 after a one-line report of its trap.
+fn exit_code(result: wasmtime::Result<i32>) -> (u8, Option<String>) {
+    match result {
+        Ok(code) => (code.clamp(0, 255) as u8, None),
+        Err(e) => (1, Some(first_line(&format!("{e:#}")).to_string())),
+    }
+}
+
+/// `wasm9p run`: the guest's exit code; 2 for a setup error, 1 for a trap.
+pub fn run(args: RunArgs) -> ExitCode {
+    let host = match Host::prepare(&args.guest, &args.module) {
+        Ok(host) => host,
+        Err(code) => return code,
+    };
+    let argv0 = args
+        .module
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let argv = std::iter::once(argv0)
+        .chain(args.args.iter().cloned())
+        .collect();
+    let (code, trap) = exit_code(host.program.run(host.context(argv, &args.guest.env)));
+    if let Some(trap) = trap {
+        say(&format!("guest trapped: {trap}"));
+    }
+    host.report_stats(args.guest.stats.as_deref(), 1);
+    ExitCode::from(code)
+}
+
+/// One COMMANDS line.
+#[derive(Debug)]
+struct Job {
+    line: usize,
+    argv: Vec<String>,
+}
+
+/// Parses COMMANDS: one guest per line, shell-quoted words, argv[0] first.
+fn parse_commands(text: &str) -> Result<Vec<Job>, String> {
+    let mut jobs = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let argv = shlex::split(trimmed)
+            .ok_or_else(|| format!("line {}: unbalanced quotes or a trailing backslash", i + 1))?;
+        jobs.push(Job { line: i + 1, argv });
+    }
+    Ok(jobs)
+}
+
+/// `wasm9p batch`: 0 when every guest exited 0, 1 when any did not, 2 for a setup error.
+pub fn batch(args: BatchArgs) -> ExitCode {
+    let text = if args.commands == Path::new("-") {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(&args.commands)
+    };
+    let jobs = match text
+        .map_err(|e| e.to_string())
+        .and_then(|t| parse_commands(&t))
+    {
+        Ok(jobs) => jobs,
+        Err(e) => {
+            return fail(
+                EXIT_USAGE,
+                &format!("bad COMMANDS {}: {e}", args.commands.display()),
+            )
+        }
+    };
+    let host = match Host::prepare(&args.guest, &args.module) {
+        Ok(host) => host,
+        Err(code) => return code,
+    };
+    let workers = args
+        .jobs
+        .map(usize::from)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .min(jobs.len().max(1));
+    let next = AtomicUsize::new(0);
+    let finished = AtomicUsize::new(0);
+    let failed = AtomicUsize::new(0);
+    let console = Mutex::new(());
+    let total = jobs.len();
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let outcome = run_captured(&host, job, &args.guest.env);
+                    if outcome.code != 0 {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let _guard = console.lock().unwrap_or_else(|e| e.into_inner());
+                    let done = finished.fetch_add(1, Ordering::Relaxed) + 1;
+                    outcome.print(job, done, total);
+                }
+            });
+        }
+    });
+    let failed = failed.load(Ordering::Relaxed);
+    say(&format!(
+        "batch: {total} guests, {} exited 0, {failed} did not, in {:.1} s",
+        total - failed,
+        host.started.elapsed().as_secs_f64()
+    ));
+    host.report_stats(args.guest.stats.as_deref(), total as u64);
+    ExitCode::from(u8::from(failed > 0))
+}
+
+/// How one batch guest ended, with what it printed.
+struct Outcome {
+    code: u8,
+    trap: Option<String>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    took: Duration,
+}
+
+/// Runs one batch guest with its output captured (printed whole when it ends, so the
+/// output of guests running at once never interleaves) and an empty stdin.
+fn run_captured(host: &Host, job: &Job, env: &[(String, String)]) -> Outcome {
+    let started = Instant::now();
+    let stdout = Arc::new(Mutex::new(Vec::new()));
+    let stderr = Arc::new(Mutex::new(Vec::new()));
+    let ctx = host
+        .context(job.argv.clone(), env)
+        .with_input(Input::Empty)
+        .with_output(
+            Output::Capture(stdout.clone()),
+            Output::Capture(stderr.clone()),
+        );
+    let (code, trap) = exit_code(host.program.run(ctx));
+    let take =
+        |b: &Mutex<Vec<u8>>| std::mem::take(&mut *b.lock().unwrap_or_else(|e| e.into_inner()));
+    Outcome {
+        code,
+        trap,
+        stdout: take(&stdout),
+        stderr: take(&stderr),
+        took: started.elapsed(),
+    }
+}
+
+impl Outcome {
+    /// The guest's output, then one summary line on stderr:
+    /// `batch [done/total] line N: exit C in T s: argv...`.
+    fn print(&self, job: &Job, done: usize, total: usize) {
+        let _ = std::io::stdout().lock().write_all(&self.stdout);
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().lock().write_all(&self.stderr);
+        let mut command = shlex::try_join(job.argv.iter().map(String::as_str))
+            .unwrap_or_else(|_| job.argv.join(" "));
+        if command.len() > 100 {
+            let cut = command.floor_char_boundary(97);
+            command.truncate(cut);
+            command.push_str("...");
+        }
+        let how = match &self.trap {
+            Some(trap) => format!("trapped ({trap})"),
+            None => format!("exit {}", self.code),
+        };
+        say(&format!(
+            "batch [{done}/{total}] line {}: {how} in {:.2} s: {command}",
+            job.line,
+            self.took.as_secs_f64()
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_shell_words_one_guest_per_line() {
+        let jobs = parse_commands("# a comment\n\nclang -c 'a b.c' -o \"a b.o\"\n  cc1 x\\ y  \n")
+            .unwrap();
+        let got: Vec<(usize, Vec<&str>)> = jobs
+            .iter()
+            .map(|j| (j.line, j.argv.iter().map(String::as_str).collect()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (3, vec!["clang", "-c", "a b.c", "-o", "a b.o"]),
+                (4, vec!["cc1", "x y"]),
+            ]
+        );
+    }
+
+    #[test]
+    fn unbalanced_quotes_name_the_line() {
+        let err = parse_commands("ok\nbad 'quote\n").unwrap_err();
+        assert!(err.starts_with("line 2:"), "{err}");
+    }
+}

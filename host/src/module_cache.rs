@@ -1,0 +1,491 @@
+//! Loading guests, with compiled code cached on disk.
+//!
+//! Compiling clang.wasm (75 MB) takes about 40 s on two cores; a user running it a
+//! hundred times must pay that once. [`ModuleCache::load`] keys the compiled artifact by
+//! the SHA-256 of the guest's bytes together with the engine's compatibility hash
+//! (wasmtime version, target, compiler settings), so a changed module, a new wasmtime
+//! or a different configuration never picks up a stale artifact. A hit is mapped from
+//! disk (`deserialize_file`, no copy); a miss compiles once, reports progress while it
+//! does, and stores the artifact by writing a temporary file and renaming it into
+//! place, so concurrent first runs cannot see half a file.
+//!
+//! Trust: a cached artifact is native code. The cache directory is created private
+//! (mode 0700) and only artifacts this module wrote are ever loaded; the guest's own
+//! file, on the other hand, is never accepted in precompiled form, since its origin is
+//! unknown.
+//!
+//! Size: after a store, artifacts beyond [`ModuleCache::limit_bytes`] in total are
+//! removed, least recently used first (a hit refreshes its file's mtime).
+
+use std::hash::Hasher;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
+use wasmtime::{Engine, Module};
+
+/// A loaded guest: a core module (WASI preview1) or a component (preview2).
+#[derive(Clone)]
+pub enum Program {
+    /// A core wasm module.
+    Module(Module),
+    /// A component.
+    Component(Component),
+}
+
+/// Why a guest could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The guest's file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not wasm wasmtime accepts.
+    #[error("cannot load {path}: {why}")]
+    Invalid {
+        /// The guest's file.
+        path: PathBuf,
+        /// wasmtime's first line.
+        why: String,
+    },
+}
+
+/// What [`ModuleCache::load`] reports while it works.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// Compiling started (nothing usable was cached).
+    Compiling {
+        /// The guest's file name.
+        name: String,
+        /// Its size.
+        bytes: u64,
+    },
+    /// Still compiling, this long so far.
+    StillCompiling(Duration),
+    /// Compiled in this time (and stored when the cache is enabled).
+    Compiled(Duration),
+    /// The artifact could not be stored; the guest runs anyway.
+    NotStored(String),
+}
+
+/// Compiled artifacts on disk, or none.
+#[derive(Debug, Clone)]
+pub struct ModuleCache {
+    dir: Option<PathBuf>,
+    limit_bytes: u64,
+}
+
+/// How often a long compile says it is still going.
+const TICK: Duration = Duration::from_secs(10);
+
+impl ModuleCache {
+    /// The default total size of the artifacts kept.
+    pub const DEFAULT_LIMIT: u64 = 4 << 30;
+
+    /// A cache in `dir` (created on first store).
+    pub fn at(dir: impl Into<PathBuf>) -> Self {
+        ModuleCache {
+            dir: Some(dir.into()),
+            limit_bytes: Self::DEFAULT_LIMIT,
+        }
+    }
+
+    /// No cache: every load compiles.
+    pub fn disabled() -> Self {
+        ModuleCache {
+            dir: None,
+            limit_bytes: 0,
+        }
+    }
+
+    /// The user's cache: `$WASM9P_CACHE_DIR`, else `$XDG_CACHE_HOME/wasm9p/modules`,
+    /// else `$HOME/.cache/wasm9p/modules`; disabled when none of these is set.
+    pub fn user_default() -> Self {
+        let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+        if let Some(dir) = var("WASM9P_CACHE_DIR") {
+            return Self::at(dir);
+        }
+        if let Some(xdg) = var("XDG_CACHE_HOME") {
+            return Self::at(Path::new(&xdg).join("wasm9p/modules"));
+        }
+        match var("HOME") {
+            Some(home) => Self::at(Path::new(&home).join(".cache/wasm9p/modules")),
+            None => Self::disabled(),
+        }
+    }
+
+    /// Keeps at most `bytes` of artifacts (least recently used go first).
+    pub fn with_limit(mut self, bytes: u64) -> Self {
+        self.limit_bytes = bytes;
+        self
+    }
+
+    /// The directory, when enabled.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// The size limit.
+    pub fn limit_bytes(&self) -> u64 {
+        self.limit_bytes
+    }
+
+    /// Loads the guest at `path` for `engine`: from the cache when an artifact for these
+    /// exact bytes and this engine exists, else by compiling (calling `progress` at the
+    /// start, every 10 s, and at the end) and storing the result.
+    pub fn load(
+        &self,
+        engine: &Engine,
+        path: &Path,
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<Program, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.into(),
+            source,
+        })?;
+        let invalid = |why: String| LoadError::Invalid {
+            path: path.into(),
+            why,
+        };
+        if Engine::detect_precompiled(&bytes).is_some() {
+            return Err(invalid(
+                "precompiled artifacts are not accepted as guests; give the .wasm".into(),
+            ));
+        }
+        let component = is_component(&bytes);
+        let artifact = self
+            .dir
+            .as_ref()
+            .map(|dir| dir.join(format!("{}.cwasm", cache_key(engine, &bytes))));
+        if let Some(artifact) = &artifact {
+            if let Some(program) = load_artifact(engine, artifact, component) {
+                touch(artifact);
+                return Ok(program);
+            }
+        }
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let started = Instant::now();
+        progress(Progress::Compiling {
+            name,
+            bytes: bytes.len() as u64,
+        });
+        let serialized = with_ticks(progress, || {
+            if component {
+                engine.precompile_component(&bytes)
+            } else {
+                engine.precompile_module(&bytes)
+            }
+        })
+        .map_err(|e| invalid(first_line(&format!("{e:#}"))))?;
+        progress(Progress::Compiled(started.elapsed()));
+        drop(bytes);
+        if let Some(artifact) = &artifact {
+            match self.store(artifact, &serialized) {
+                Ok(()) => {
+                    if let Some(program) = load_artifact(engine, artifact, component) {
+                        return Ok(program);
+                    }
+                }
+                Err(e) => progress(Progress::NotStored(e.to_string())),
+            }
+        }
+        deserialize_fresh(engine, &serialized, component).map_err(|e| invalid(first_line(&e)))
+    }
+
+    fn store(&self, artifact: &Path, serialized: &[u8]) -> std::io::Result<()> {
+        let dir = artifact
+            .parent()
+            .expect("artifacts live in the cache directory");
+        create_private_dir(dir)?;
+        let mut tmp = tempfile_in(dir)?;
+        tmp.1.write_all(serialized)?;
+        tmp.1.sync_all()?;
+        std::fs::rename(&tmp.0, artifact).inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp.0);
+        })?;
+        self.evict(dir, artifact);
+        Ok(())
+    }
+
+    /// Removes the least recently used artifacts until the total fits the limit, never
+    /// the one just stored.
+    fn evict(&self, dir: &Path, keep: &Path) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut artifacts: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+            .filter_map(|e| {
+                let meta = e.metadata().ok()?;
+                Some((meta.modified().ok()?, meta.len(), e.path()))
+            })
+            .collect();
+        let mut total: u64 = artifacts.iter().map(|a| a.1).sum();
+        artifacts.sort();
+        for (_, len, path) in artifacts {
+            if total <= self.limit_bytes {
+                break;
+            }
+            if path != keep && std::fs::remove_file(&path).is_ok() {
+                total -= len;
+            }
+        }
+    }
+}
+
+/// Runs `work`, reporting every [`TICK`] until it returns.
+fn with_ticks<T>(progress: &(dyn Fn(Progress) + Sync), work: impl FnOnce() -> T) -> T {
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let started = Instant::now();
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(TICK) {
+                progress(Progress::StillCompiling(started.elapsed()));
+            }
+        });
+        let out = work();
+        drop(done);
+        out
+    })
+}
+
+/// Whether `bytes` is a component rather than a core module (the layer field of the
+/// preamble; wasmtime itself reports anything else that is wrong).
+fn is_component(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[6..8] == [1, 0]
+}
+
+/// The hex SHA-256 of the bytes and the engine's compatibility hash.
+fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
+    struct ShaHasher(Sha256);
+    impl Hasher for ShaHasher {
+        fn finish(&self) -> u64 {
+            unreachable!("only written to")
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            self.0.update(bytes);
+        }
+    }
+    let mut hasher = ShaHasher(Sha256::new());
+    hasher.0.update(bytes);
+    std::hash::Hash::hash(&engine.precompile_compatibility_hash(), &mut hasher);
+    hasher
+        .0
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Maps an artifact this cache wrote; `None` when it is missing or unusable (it is then
+/// compiled again and overwritten).
+fn load_artifact(engine: &Engine, artifact: &Path, component: bool) -> Option<Program> {
+    if !artifact.is_file() {
+        return None;
+    }
+    // SAFETY: the file is one this cache stored (a private directory, named by the hash
+    // of the guest and the engine, written in full before being renamed into place);
+    // wasmtime checks its header, version and engine settings before mapping it.
+    #[allow(unsafe_code)]
+    let loaded = unsafe {
+        if component {
+            Component::deserialize_file(engine, artifact).map(Program::Component)
+        } else {
+            Module::deserialize_file(engine, artifact).map(Program::Module)
+        }
+    };
+    loaded
+        .inspect_err(|e| tracing::warn!("ignoring cached {}: {e}", artifact.display()))
+        .ok()
+}
+
+/// Loads what was just compiled in this process.
+fn deserialize_fresh(
+    engine: &Engine,
+    serialized: &[u8],
+    component: bool,
+) -> Result<Program, String> {
+    // SAFETY: `serialized` came from this engine's own precompile call just now.
+    #[allow(unsafe_code)]
+    let loaded = unsafe {
+        if component {
+            Component::deserialize(engine, serialized).map(Program::Component)
+        } else {
+            Module::deserialize(engine, serialized).map(Program::Module)
+        }
+    };
+    loaded.map_err(|e| format!("{e:#}"))
+}
+
+fn touch(path: &Path) {
+    if let Ok(file) = std::fs::File::options().append(true).open(path) {
+        let _ = file.set_modified(std::time::SystemTime::now());
+    }
+}
+
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// A new file in `dir` with a unique name, opened for writing.
+fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    for attempt in 0u32..100 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let path = dir.join(format!(".tmp-{}-{nanos}-{attempt}", std::process::id()));
+        match std::fs::File::options()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
+            Ok(file) => return Ok((path, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other("no free temporary name"))
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or(text).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ADD_WAT: &str = r#"(module (func (export "add") (param i32 i32) (result i32)
+        local.get 0 local.get 1 i32.add))"#;
+
+    fn wasm(dir: &Path, name: &str, wat: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, wat::parse_str(wat).unwrap()).unwrap();
+        path
+    }
+
+    fn quiet() -> impl Fn(Progress) + Sync {
+        |_| {}
+    }
+
+    fn artifacts(dir: &Path) -> Vec<PathBuf> {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map(|rd| rd.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        found.sort();
+        found
+    }
+
+    #[test]
+    fn second_load_maps_the_stored_artifact_and_runs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let guest = wasm(tmp.path(), "add.wasm", ADD_WAT);
+        let cache = ModuleCache::at(tmp.path().join("cache"));
+        let engine = Engine::default();
+        let events = std::sync::Mutex::new(Vec::new());
+        let record = |p: Progress| events.lock().unwrap().push(p);
+        cache.load(&engine, &guest, &record).unwrap();
+        let first = events.lock().unwrap().len();
+        assert!(first >= 2, "a miss reports compiling and compiled");
+        let stored = artifacts(&tmp.path().join("cache"));
+        assert_eq!(stored.len(), 1, "{stored:?}");
+        let Program::Module(module) = cache.load(&engine, &guest, &record).unwrap() else {
+            panic!("a core module loads as a module");
+        };
+        assert_eq!(
+            events.lock().unwrap().len(),
+            first,
+            "a hit compiles nothing"
+        );
+        let mut store = wasmtime::Store::new(&engine, ());
+        let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
+        let add = instance
+            .get_typed_func::<(i32, i32), i32>(&mut store, "add")
+            .unwrap();
+        assert_eq!(add.call(&mut store, (2, 40)).unwrap(), 42);
+    }
+
+    #[test]
+    fn changed_bytes_or_engine_settings_compile_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("cache");
+        let cache = ModuleCache::at(&dir);
+        let engine = Engine::default();
+        let guest = wasm(tmp.path(), "g.wasm", ADD_WAT);
+        cache.load(&engine, &guest, &quiet()).unwrap();
+        wasm(tmp.path(), "g.wasm", "(module (func (export \"f\")))");
+        cache.load(&engine, &guest, &quiet()).unwrap();
+        assert_eq!(artifacts(&dir).len(), 2);
+        let mut config = wasmtime::Config::new();
+        config.cranelift_opt_level(wasmtime::OptLevel::None);
+        let other = Engine::new(&config).unwrap();
+        cache.load(&other, &guest, &quiet()).unwrap();
+        assert_eq!(artifacts(&dir).len(), 3);
+    }
+
+    #[test]
+    fn a_corrupt_artifact_is_compiled_again_and_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("cache");
+        let cache = ModuleCache::at(&dir);
+        let engine = Engine::default();
+        let guest = wasm(tmp.path(), "g.wasm", ADD_WAT);
+        cache.load(&engine, &guest, &quiet()).unwrap();
+        let artifact = artifacts(&dir).remove(0);
+        std::fs::write(&artifact, b"not an artifact").unwrap();
+        cache.load(&engine, &guest, &quiet()).unwrap();
+        assert!(std::fs::metadata(&artifact).unwrap().len() > 100);
+    }
+
+    #[test]
+    fn eviction_keeps_the_total_under_the_limit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("cache");
+        let engine = Engine::default();
+        let cache = ModuleCache::at(&dir).with_limit(1);
+        for i in 0..3 {
+            let guest = wasm(
+                tmp.path(),
+                "g.wasm",
+                &format!("(module (func (export \"f{i}\")))"),
+            );
+            cache.load(&engine, &guest, &quiet()).unwrap();
+            assert_eq!(artifacts(&dir).len(), 1, "only the newest is kept");
+        }
+    }
+
+    #[test]
+    fn bad_input_is_a_clear_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = ModuleCache::at(tmp.path().join("cache"));
+        let engine = Engine::default();
+        let missing = cache.load(&engine, &tmp.path().join("nope.wasm"), &quiet());
+        assert!(matches!(missing, Err(LoadError::Read { .. })));
+        let junk = tmp.path().join("junk.wasm");
+        std::fs::write(&junk, b"\0asm\x01\0\0\0\x7f").unwrap();
+        let err = cache.load(&engine, &junk, &quiet()).err().unwrap();
+        assert!(matches!(err, LoadError::Invalid { .. }), "{err}");
+        let precompiled = tmp.path().join("p.cwasm");
+        let wasm_bytes = wat::parse_str(ADD_WAT).unwrap();
+        std::fs::write(&precompiled, engine.precompile_module(&wasm_bytes).unwrap()).unwrap();
+        let err = cache.load(&engine, &precompiled, &quiet()).err().unwrap();
+        assert!(err.to_string().contains("precompiled"), "{err}");
+    }
+}
