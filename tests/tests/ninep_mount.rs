@@ -633,3 +633,42 @@ async fn concurrent_readers_with_readahead_read_every_file_whole() {
         }
     }
 }
+
+/// Writes an open file still buffers count for a stat by path, and land before a
+/// truncate by path (v9fs writes dirty pages back before getattr and setattr).
+#[tokio::test]
+async fn buffered_writes_are_sent_before_a_stat_or_truncate_by_path() {
+    let dir = tree();
+    let server = TestServer::tcp(dir.path());
+    for spec in ["cache=mmap", "cache=loose"] {
+        let (ns, fs) = mount(&server, spec).await;
+        ns.create("/grow", 0o644, true).await.unwrap();
+        let file = ns
+            .open(
+                "/grow",
+                OpenFlags {
+                    write: true,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        file.write_at(0, Bytes::from_static(b"0123456789")).await.unwrap();
+        assert_eq!(rpcs(&fs, "write"), 0, "{spec}: buffered");
+        assert_eq!(ns.getattr("/grow", true).await.unwrap().size, 10, "{spec}");
+        file.write_at(20, Bytes::from_static(b"tail")).await.unwrap();
+        let truncate = wasm9p_guest_fs::backend::SetAttr {
+            size: Some(5),
+            ..Default::default()
+        };
+        ns.setattr("/grow", &truncate, true).await.unwrap();
+        file.flush().await.unwrap();
+        drop(file);
+        assert_eq!(
+            std::fs::read(dir.path().join("grow")).unwrap(),
+            b"01234",
+            "{spec}: the truncate came after the buffered writes"
+        );
+        std::fs::remove_file(dir.path().join("grow")).unwrap();
+    }
+}

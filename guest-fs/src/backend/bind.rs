@@ -180,6 +180,8 @@ impl Backend for BindFs {
             nlink: m.nlink(),
             ino: m.ino(),
             mtime: (m.mtime() as u64, m.mtime_nsec() as u32),
+            atime: (m.atime() as u64, m.atime_nsec() as u32),
+            ctime: (m.ctime() as u64, m.ctime_nsec() as u32),
         });
         Box::pin(ready(result))
     }

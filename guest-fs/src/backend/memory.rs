@@ -28,6 +28,8 @@ struct Inode {
     mode: u32,
     nlink: u64,
     mtime: (u64, u32),
+    atime: (u64, u32),
+    ctime: (u64, u32),
 }
 
 impl Inode {
@@ -71,6 +73,8 @@ impl Default for MemoryFs {
                 mode: 0o755,
                 nlink: 2,
                 mtime: now(),
+                atime: now(),
+                ctime: now(),
             },
         );
         MemoryFs {
@@ -124,6 +128,8 @@ impl Table {
                 mode: mode & 0o7777,
                 nlink: if is_dir { 2 } else { 1 },
                 mtime: now(),
+                atime: now(),
+                ctime: now(),
             },
         );
         self.dir_mut(dir)?.insert(name.to_owned(), id);
@@ -134,6 +140,7 @@ impl Table {
     fn touch(&mut self, id: u64) {
         if let Some(inode) = self.inodes.get_mut(&id) {
             inode.mtime = now();
+            inode.ctime = inode.mtime;
         }
     }
 
@@ -165,6 +172,7 @@ impl Table {
         }
         contents[offset as usize..end as usize].copy_from_slice(data);
         inode.mtime = now();
+        inode.ctime = inode.mtime;
         Ok(data.len())
     }
 
@@ -323,6 +331,8 @@ impl Backend for MemoryFs {
             nlink: i.nlink,
             ino: node.id,
             mtime: i.mtime,
+            atime: i.atime,
+            ctime: i.ctime,
         })))
     }
 
@@ -442,6 +452,10 @@ impl Backend for MemoryFs {
             if let Some(mtime) = attr.mtime {
                 inode.mtime = mtime.map(|(s, n)| (s, n as u32)).unwrap_or_else(now);
             }
+            if let Some(atime) = attr.atime {
+                inode.atime = atime.map(|(s, n)| (s, n as u32)).unwrap_or_else(now);
+            }
+            inode.ctime = now();
             Ok(())
         })();
         Box::pin(ready(result))

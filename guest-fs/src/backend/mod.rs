@@ -84,6 +84,10 @@ pub struct Attr {
     pub ino: u64,
     /// Modification time, seconds and nanoseconds.
     pub mtime: (u64, u32),
+    /// Access time.
+    pub atime: (u64, u32),
+    /// Status change time.
+    pub ctime: (u64, u32),
 }
 
 /// File system statistics.

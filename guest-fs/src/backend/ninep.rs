@@ -21,7 +21,7 @@ use tokio::sync::OnceCell;
 use wasm9p_proto::consts::{open, qid, AT_REMOVEDIR};
 use wasm9p_proto::{Errno, Qid, Rgetattr};
 
-use super::ninep_file::NinepFile;
+use super::ninep_file::{NinepFile, Writers};
 use super::{Attr, Backend, BoxFuture, Entry, Kind, Node, OpenFile, OpenFlags, SetAttr, StatFs};
 use crate::cache::{CacheStats, Lookup, MountCache};
 use crate::client::{Fid, Session};
@@ -57,6 +57,7 @@ pub struct NinepFs {
     mode: CacheMode,
     meta: bool,
     inflight: Mutex<HashMap<(u64, String), Flight>>,
+    writers: Writers,
 }
 
 impl std::fmt::Debug for NinepFs {
@@ -112,6 +113,8 @@ fn attr_of(a: &Rgetattr) -> Attr {
         nlink: a.nlink,
         ino: a.qid.path,
         mtime: (a.mtime_sec, a.mtime_nsec as u32),
+        atime: (a.atime_sec, a.atime_nsec as u32),
+        ctime: (a.ctime_sec, a.ctime_nsec as u32),
     }
 }
 
@@ -129,6 +132,7 @@ impl NinepFs {
             mode: options.cache,
             meta: options.cache.has(CacheMode::META),
             inflight: Mutex::new(HashMap::new()),
+            writers: Writers::default(),
         })
     }
 
@@ -258,6 +262,8 @@ impl Backend for NinepFs {
                     return Ok(attr_of(&a));
                 }
             }
+            // Writes still buffered by open files count: send them first.
+            self.writers.push_out(n.id).await;
             let a = self.walk(&parts(n)?.path).await?.getattr().await?;
             let attr = attr_of(&a);
             if self.meta {
@@ -422,6 +428,8 @@ impl Backend for NinepFs {
         attr: &'a SetAttr,
     ) -> BoxFuture<'a, Result<(), Errno>> {
         Box::pin(async move {
+            // Buffered writes land before a truncate, not after it.
+            self.writers.push_out(node.id).await;
             let result = self.walk(&parts(node)?.path).await?.setattr(attr).await;
             self.cache.forget_attr(node.id);
             result
@@ -471,8 +479,17 @@ impl Backend for NinepFs {
             let fid = self.walk(&n.path).await?;
             // The walk's qid is fresh: pages are keyed by the version the file has now.
             let qid = fid.qid;
-            let open: Box<dyn OpenFile> =
-                Box::new(NinepFile::open(fid, qid, flags, self.mode, self.cache.clone()).await?);
+            let open: Box<dyn OpenFile> = Box::new(
+                NinepFile::open(
+                    fid,
+                    qid,
+                    flags,
+                    self.mode,
+                    self.cache.clone(),
+                    &self.writers,
+                )
+                .await?,
+            );
             if flags.truncate && flags.write {
                 self.cache.forget_attr(file.id);
             }

@@ -14,8 +14,9 @@
 //! it sees what was written. Append-mode files are never buffered (only the server
 //! knows where the end is).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use wasm9p_proto::consts::{open, IOHDRSZ};
@@ -48,6 +49,81 @@ struct WriteState {
     error: Option<Errno>,
 }
 
+/// The write-back side of an open file: its buffer and the fid it goes out through.
+/// Shared with the mount's [`Writers`], so that a stat or truncate of the file by path
+/// sends what is buffered first (as v9fs writes dirty pages back before a getattr).
+pub(crate) struct WriteBack {
+    fid: Arc<Fid>,
+    state: tokio::sync::Mutex<WriteState>,
+}
+
+impl WriteBack {
+    /// Sends pieces; the first error wins.
+    async fn send(&self, pieces: Vec<(u64, Bytes)>) -> Result<(), Errno> {
+        let mut first = Ok(());
+        for (offset, data) in pieces {
+            if let Err(e) = self.fid.write_all_at(offset, data).await {
+                first = first.and(Err(e));
+            }
+        }
+        first
+    }
+
+    /// Sends everything buffered; returns the first error since the last flush.
+    async fn flush(&self) -> Result<(), Errno> {
+        let mut state = self.state.lock().await;
+        let pieces = state.buffer.drain();
+        let sent = self.send(pieces).await;
+        match state.error.take() {
+            Some(earlier) => Err(earlier),
+            None => sent,
+        }
+    }
+
+    /// Sends everything buffered for someone else (a stat by path); an error is kept
+    /// for the file's own next flush or fsync to report.
+    async fn push_out(&self) {
+        let mut state = self.state.lock().await;
+        let pieces = state.buffer.drain();
+        if let Err(e) = self.send(pieces).await {
+            state.error.get_or_insert(e);
+        }
+    }
+}
+
+/// The open files of a mount that buffer writes, by qid path.
+#[derive(Default)]
+pub(crate) struct Writers(Mutex<HashMap<u64, Vec<Weak<WriteBack>>>>);
+
+impl Writers {
+    fn register(&self, file: u64, writer: &Arc<WriteBack>) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let list = map.entry(file).or_default();
+        list.retain(|w| w.strong_count() > 0);
+        list.push(Arc::downgrade(writer));
+    }
+
+    /// Sends what every open file of `file` has buffered, before the server is asked
+    /// about its size or told to change it.
+    pub(crate) async fn push_out(&self, file: u64) {
+        let live: Vec<Arc<WriteBack>> = {
+            let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(list) = map.get_mut(&file) else {
+                return;
+            };
+            list.retain(|w| w.strong_count() > 0);
+            let live = list.iter().filter_map(Weak::upgrade).collect();
+            if list.is_empty() {
+                map.remove(&file);
+            }
+            live
+        };
+        for writer in live {
+            writer.push_out().await;
+        }
+    }
+}
+
 pub(crate) struct NinepFile {
     fid: Arc<Fid>,
     qid: Qid,
@@ -57,7 +133,7 @@ pub(crate) struct NinepFile {
     pages: bool,
     sequential: Mutex<Sequential>,
     wrote: AtomicBool,
-    writeback: Option<tokio::sync::Mutex<WriteState>>,
+    writeback: Option<Arc<WriteBack>>,
 }
 
 impl NinepFile {
@@ -67,6 +143,7 @@ impl NinepFile {
         flags: OpenFlags,
         mode: CacheMode,
         cache: Arc<MountCache>,
+        writers: &Writers,
     ) -> Result<NinepFile, Errno> {
         let mut p9 = match (flags.read, flags.write) {
             (true, true) => open::RDWR,
@@ -82,8 +159,20 @@ impl NinepFile {
         fid.lopen(p9).await?;
         let chunk = (fid.session().msize() - IOHDRSZ) as usize;
         let buffered = mode.has(CacheMode::WRITEBACK) && flags.write && !flags.append;
+        let fid = Arc::new(fid);
+        let writeback = buffered.then(|| {
+            let writer = Arc::new(WriteBack {
+                fid: fid.clone(),
+                state: tokio::sync::Mutex::new(WriteState {
+                    buffer: WriteBuffer::new(chunk, WRITEBACK_LIMIT),
+                    error: None,
+                }),
+            });
+            writers.register(qid.path, &writer);
+            writer
+        });
         Ok(NinepFile {
-            fid: Arc::new(fid),
+            fid,
             qid,
             flags,
             chunk,
@@ -91,12 +180,7 @@ impl NinepFile {
             pages: mode.has(CacheMode::FILE),
             sequential: Mutex::new(Sequential::default()),
             wrote: AtomicBool::new(false),
-            writeback: buffered.then(|| {
-                tokio::sync::Mutex::new(WriteState {
-                    buffer: WriteBuffer::new(chunk, WRITEBACK_LIMIT),
-                    error: None,
-                })
-            }),
+            writeback,
         })
     }
 
@@ -178,27 +262,10 @@ impl NinepFile {
         Ok(out)
     }
 
-    /// Sends pieces; the first error wins.
-    async fn send(&self, pieces: Vec<(u64, Bytes)>) -> Result<(), Errno> {
-        let mut first = Ok(());
-        for (offset, data) in pieces {
-            if let Err(e) = self.fid.write_all_at(offset, data).await {
-                first = first.and(Err(e));
-            }
-        }
-        first
-    }
-
     async fn flush_buffer(&self) -> Result<(), Errno> {
-        let Some(state) = &self.writeback else {
-            return Ok(());
-        };
-        let mut state = state.lock().await;
-        let pieces = state.buffer.drain();
-        let sent = self.send(pieces).await;
-        match state.error.take() {
-            Some(earlier) => Err(earlier),
-            None => sent,
+        match &self.writeback {
+            Some(writer) => writer.flush().await,
+            None => Ok(()),
         }
     }
 
@@ -234,11 +301,11 @@ impl OpenFile for NinepFile {
             self.wrote.store(true, Ordering::Relaxed);
             self.cache.forget_attr(self.qid.path);
             match &self.writeback {
-                Some(state) => {
-                    let mut state = state.lock().await;
+                Some(writer) => {
+                    let mut state = writer.state.lock().await;
                     state.buffer.write(offset, &data);
                     let ready = state.buffer.take_ready();
-                    if let Err(e) = self.send(ready).await {
+                    if let Err(e) = writer.send(ready).await {
                         state.error.get_or_insert(e);
                     }
                 }
@@ -263,7 +330,7 @@ impl OpenFile for NinepFile {
         Box::pin(async move {
             let on_server = self.fid.getattr().await?.size;
             let buffered = match &self.writeback {
-                Some(state) => state.lock().await.buffer.end().unwrap_or(0),
+                Some(writer) => writer.state.lock().await.buffer.end().unwrap_or(0),
                 None => 0,
             };
             Ok(on_server.max(buffered))
@@ -275,10 +342,13 @@ impl Drop for NinepFile {
     fn drop(&mut self) {
         // Closed without a flush: still send what is buffered (nobody can hear an
         // error any more; the host flushes on close so that it can).
-        let Some(state) = self.writeback.as_mut() else {
+        let Some(writer) = self.writeback.as_ref() else {
             return;
         };
-        let pieces = state.get_mut().buffer.drain();
+        let pieces = match writer.state.try_lock() {
+            Ok(mut state) => state.buffer.drain(),
+            Err(_) => return, // being pushed out by a stat right now
+        };
         if pieces.is_empty() {
             return;
         }

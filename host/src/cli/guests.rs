@@ -80,12 +80,16 @@ pub struct BatchArgs {
 }
 
 /// Everything the guests of one invocation share.
+///
+/// Fields drop in order: the mounts (and their 9p sessions) go before the runtime that
+/// runs the embedded servers, so that no session sees its server vanish first and
+/// reports a lost connection at exit.
 struct Host {
-    runtime: tokio::runtime::Runtime,
     ns: Arc<Namespace>,
     mounted: Vec<Mounted>,
     program: P1Program,
     started: Instant,
+    runtime: tokio::runtime::Runtime,
 }
 
 impl Host {

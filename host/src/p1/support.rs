@@ -67,16 +67,15 @@ impl WasiP1Ctx {
 
     pub(super) fn filestat(&self, loc: &Location) -> Result<types::Filestat, Error> {
         let attr = self.block(self.ns.getattr_at(loc))?;
-        let mtim = nanos(attr.mtime);
         Ok(types::Filestat {
             dev: loc.mount.map_or(u64::MAX, |m| m as u64),
             ino: attr.ino,
             filetype: filetype(loc.node.kind),
             nlink: attr.nlink,
             size: attr.size,
-            atim: mtim,
-            mtim,
-            ctim: mtim,
+            atim: nanos(attr.atime),
+            mtim: nanos(attr.mtime),
+            ctim: nanos(attr.ctime),
         })
     }
 

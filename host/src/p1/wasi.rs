@@ -223,6 +223,11 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
     ) -> Result<(), Error> {
         let rt = self.rt.clone();
         let f = self.file_mut(fd)?;
+        if !f.rights.contains(types::Rights::FD_FILESTAT_SET_SIZE) {
+            // Not opened for writing (as wasmtime's own preview1 answers, and close
+            // to Linux's EINVAL for ftruncate on a read-only fd).
+            return Err(Errno::Badf.into());
+        }
         super::block_on_handle(&rt, f.file.flush())?;
         let loc = f.loc.clone();
         self.block(self.ns.setattr_at(

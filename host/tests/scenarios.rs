@@ -1,0 +1,303 @@
+//! One C guest per filesystem scenario (`tests/guests/*.c`, built with Debian's clang-14
+//! for wasm32-wasi), each run by the real `wasm9p run` on a bind mount (the host kernel
+//! is the oracle), on the embedded 9p server in several cache modes, and over tcp to a
+//! separate `wasm9p serve` process. Every run must print exactly what the bind run
+//! prints and leave exactly the same files behind; a few lines of the bind run are
+//! checked by hand too, so that agreeing on a wrong answer does not pass.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use wasm9p_tests::compile_c_guest;
+
+const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
+
+/// How the guest's /data and /other are mounted.
+#[derive(Clone, Copy, Debug)]
+enum Variant {
+    Bind,
+    Embedded(&'static str),
+    Tcp(&'static str),
+}
+
+const VARIANTS: [Variant; 5] = [
+    Variant::Bind,
+    Variant::Embedded("loose"),
+    Variant::Embedded("none"),
+    Variant::Tcp("loose"),
+    Variant::Tcp("mmap"),
+];
+
+/// `wasm9p serve` exporting `dirs` on an ephemeral loopback port; killed on drop.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(dirs: &[&Path]) -> Server {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve");
+        for dir in dirs {
+            cmd.arg("--export").arg(dir);
+        }
+        let mut child = cmd
+            .args(["--listen", "tcp:127.0.0.1:0"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        stderr.read_line(&mut line).unwrap();
+        let addr = line
+            .trim()
+            .rsplit_once(" on ")
+            .map(|(_, addr)| addr.to_string())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        Server { child, addr }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `guest` with /data and /other mounted per `variant` on fresh directories;
+/// returns what it printed (stdout, then its exit code) and the trees it left.
+fn run(guest: &Path, variant: Variant) -> (String, String) {
+    let root = tempfile::tempdir().unwrap();
+    let (data, other) = (root.path().join("data"), root.path().join("other"));
+    std::fs::create_dir(&data).unwrap();
+    std::fs::create_dir(&other).unwrap();
+    let mut server = None;
+    let mounts: Vec<String> = match variant {
+        Variant::Bind => vec![
+            format!("type=bind,source={},target=/data", data.display()),
+            format!("type=bind,source={},target=/other", other.display()),
+        ],
+        Variant::Embedded(cache) => vec![
+            format!(
+                "type=9p,export={},target=/data,cache={cache}",
+                data.display()
+            ),
+            format!(
+                "type=9p,export={},target=/other,cache={cache}",
+                other.display()
+            ),
+        ],
+        Variant::Tcp(cache) => {
+            let s = Server::start(&[&data, &other]);
+            let mounts = ["data", "other"]
+                .map(|name| {
+                    format!(
+                        "type=9p,source={},aname={name},target=/{name},cache={cache}",
+                        s.addr
+                    )
+                })
+                .to_vec();
+            server = Some(s);
+            mounts
+        }
+    };
+    let mut cmd = Command::new(BIN);
+    cmd.env(
+        "WASM9P_CACHE_DIR",
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("module-cache"),
+    )
+    .arg("run");
+    for m in &mounts {
+        cmd.arg("--mount").arg(m);
+    }
+    let out = cmd.arg(guest).args(["/data", "/other"]).output().unwrap();
+    drop(server);
+    let printed = format!(
+        "{}exit {:?}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (printed, snapshot(root.path()))
+}
+
+/// Every file, directory and symlink under `root`: kind, contents, link target, size.
+fn snapshot(root: &Path) -> String {
+    fn walk(dir: &Path, rel: &str, out: &mut BTreeMap<String, String>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = format!("{rel}/{}", e.file_name().to_string_lossy());
+            let meta = std::fs::symlink_metadata(e.path()).unwrap();
+            let what = if meta.is_symlink() {
+                format!(
+                    "symlink -> {}",
+                    std::fs::read_link(e.path()).unwrap().display()
+                )
+            } else if meta.is_dir() {
+                walk(&e.path(), &name, out);
+                "dir".to_string()
+            } else {
+                let data = std::fs::read(e.path()).unwrap();
+                let sum = data
+                    .iter()
+                    .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(*b)));
+                format!("file {} bytes, sum {sum:x}", data.len())
+            };
+            out.insert(name, what);
+        }
+    }
+    let mut entries = BTreeMap::new();
+    walk(root, "", &mut entries);
+    entries.iter().map(|(k, v)| format!("{k}: {v}\n")).collect()
+}
+
+/// Runs the scenario everywhere; checks agreement and the bind run's `expected` lines.
+fn scenario(name: &str, expected: &[&str]) {
+    let src: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/guests")
+        .join(format!("{name}.c"));
+    let guest = compile_c_guest(&src);
+    let (reference, tree) = run(&guest, Variant::Bind);
+    for line in expected {
+        assert!(
+            reference.lines().any(|l| l == *line),
+            "{name} on bind lacks {line:?}:\n{reference}"
+        );
+    }
+    assert!(reference.contains("exit Some(0)"), "{name}:\n{reference}");
+    for variant in &VARIANTS[1..] {
+        let (printed, left) = run(&guest, *variant);
+        if printed != reference {
+            let diff: Vec<String> = reference
+                .lines()
+                .zip(printed.lines())
+                .filter(|(a, b)| a != b)
+                .map(|(a, b)| format!("  bind: {a}\n  {variant:?}: {b}"))
+                .collect();
+            panic!(
+                "{name}: {variant:?} prints differently:\n{}\n--- bind:\n{reference}\n--- {variant:?}:\n{printed}",
+                diff.join("\n")
+            );
+        }
+        assert_eq!(left, tree, "{name}: {variant:?} leaves other files");
+    }
+}
+
+#[test]
+fn open_read_write_seek() {
+    scenario(
+        "rw_seek",
+        &[
+            "got \"world\"",
+            "seek before start: -1 Invalid argument",
+            "Jello world000000000!",
+            "create excl existing: File exists",
+            "read write-only: -1 Bad file descriptor",
+            "contents: 25 \"Jello world\"",
+            "truncated: 3 \"new\"",
+            "open dir for writing: Is a directory",
+            "read back 300000 bytes, checksum 71672832",
+        ],
+    );
+}
+
+#[test]
+fn readdir_of_300_entries() {
+    scenario(
+        "readdir300",
+        &[
+            "listed 300",
+            "duplicates 0 missing 0",
+            "seekdir returns the same entry: yes",
+            "after rewind 302",
+            "after unlinking 100: 200",
+            "wrong entries 0",
+            "opendir file: Not a directory",
+        ],
+    );
+}
+
+#[test]
+fn symlinks_and_readlink() {
+    scenario(
+        "symlinks",
+        &[
+            "readlink abs: 20 /data/sub/target.txt",
+            "  stat: Symbolic link loop",
+            "read via chain: 11 \"target text\"",
+            "open nofollow: Symbolic link loop",
+            "target now: 5 \"later\"",
+            "chain now dangling: No such file or directory",
+            "read replaced: 5 \"later\"",
+        ],
+    );
+}
+
+#[test]
+fn rename_link_unlink_rmdir() {
+    scenario(
+        "rename_unlink",
+        &[
+            "replaced: 1 \"B\"",
+            "rename dir over non-empty dir: -1 Directory not empty",
+            "rename across mounts: -1 Cross-device link",
+            "link across mounts: -1 Cross-device link",
+            "nlink 2",
+            "rmdir non-empty: -1 Directory not empty",
+            "read after unlink: 1",
+        ],
+    );
+}
+
+#[test]
+fn stat_of_missing_paths() {
+    scenario(
+        "stat_missing",
+        &[
+            "  missing file: No such file or directory",
+            "  file as dir: Not a directory",
+            "created: file size 9",
+            "gone again: No such file or directory",
+            "renamed in: file size 1",
+            "via new link: file size 13",
+        ],
+    );
+}
+
+#[test]
+fn utimes_and_truncate() {
+    scenario(
+        "utimes_truncate",
+        &[
+            "set: mtime 1234567890.987654321 atime 1000000000.123456789",
+            "mtime only: mtime 1500000000.000000005 atime 1000000000.123456789",
+            "now is recent: yes",
+            "target untouched by nofollow: mtime 1700000000.000000000 atime 1600000000.000000000",
+            "012300000000",
+            "01000Z",
+            "truncate a dir: -1 Is a directory",
+            "ftruncate read-only: -1 Bad file descriptor",
+        ],
+    );
+}
+
+#[test]
+fn escape_attempts_stay_inside() {
+    scenario(
+        "escapes",
+        &[
+            "dotdot past mount: open No such file or directory",
+            "dotdot back in: 6 \"inside\"",
+            "via abs: open No such file or directory",
+            "via rel: open No such file or directory",
+            "readlink keeps the text: ../../../../../etc",
+            "create through abs link: No such file or directory",
+            "still inside: 6 \"inside\"",
+        ],
+    );
+}
