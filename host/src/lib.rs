@@ -1,10 +1,18 @@
 //! # wasm9p-host: the `wasm9p` command and the wasmtime embedding
 //!
-//! What it is now: the command-line front end ([`cli`]: `wasm9p serve` and `wasm9p
-//! run`); [`mounts`], which turns `--mount` / `--dir` SPECs into a guest-fs namespace
-//! (9p remote, 9p embedded in process, bind) and renders the `--stats` JSON; and [`p1`],
-//! our own WASI preview1 over that namespace. Not built yet: preview2, `wasm9p batch`,
-//! the compiled-module cache and a builder-style embedding API.
+//! What it is: the command-line front end ([`cli`]: `wasm9p serve`, `wasm9p run`,
+//! `wasm9p batch`); [`mounts`], which turns `--mount` / `--dir` SPECs into a guest-fs
+//! namespace (9p remote, 9p embedded in process, bind) held by a [`mounts::MountTable`]
+//! and renders the `--stats` JSON; [`p1`], our own WASI preview1 over that namespace
+//! (a context builder, the [`p1::WasiP1View`] trait and [`p1::add_to_linker`] for
+//! embedders); and [`module_cache`], compiled modules kept on disk. Not built yet:
+//! preview2 for components.
+//!
+//! The embedding, in order: build a [`mounts::MountTable`] inside a tokio runtime; add
+//! preview1 to a `wasmtime::Linker<T>` where `T: WasiP1View`; per guest, build a
+//! [`p1::WasiP1Ctx`] over the table's namespace and that runtime's handle, run
+//! `_start` on a thread outside the runtime, then [`p1::WasiP1Ctx::close_all`] and
+//! [`p1::exit_status`]. `examples/embed.rs` is the whole program.
 //!
 //! What it is not: a library other crates depend on for the protocol or the server;
 //! those are `wasm9p-proto` and `wasm9p-server`.

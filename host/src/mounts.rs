@@ -353,3 +353,75 @@ pub fn stats_json(mounts: &[Mounted], guests: u64, wall_ms: u64) -> serde_json::
         .collect();
     json!({ "mounts": mounts, "guests": guests, "wall_ms": wall_ms })
 }
+
+/// A host's mounts: the namespace guests see, and what was mounted (for counters).
+/// Cheap to share: every guest of a host gets the same namespace, and with it the 9p
+/// mounts' caches.
+pub struct MountTable {
+    ns: Arc<Namespace>,
+    mounted: Vec<Mounted>,
+}
+
+impl MountTable {
+    /// Starts an empty table.
+    pub fn builder() -> MountTableBuilder {
+        MountTableBuilder::default()
+    }
+
+    /// The namespace, for [`crate::p1::WasiP1Ctx::builder`].
+    pub fn namespace(&self) -> &Arc<Namespace> {
+        &self.ns
+    }
+
+    /// Every mount made, in SPEC order.
+    pub fn mounted(&self) -> &[Mounted] {
+        &self.mounted
+    }
+
+    /// The `--stats` JSON for these mounts, `guests` guests and `wall_ms` of wall time.
+    pub fn stats_json(&self, guests: u64, wall_ms: u64) -> serde_json::Value {
+        stats_json(&self.mounted, guests, wall_ms)
+    }
+}
+
+/// Collects mount SPECs; [`MountTableBuilder::build`] makes them.
+#[derive(Debug, Default, Clone)]
+pub struct MountTableBuilder {
+    specs: Vec<MountSpec>,
+}
+
+impl MountTableBuilder {
+    /// Adds a `--mount` SPEC (`type=9p,export=DIR,target=/`, ...).
+    pub fn mount(mut self, spec: &str) -> Result<Self, MountError> {
+        self.specs.push(MountSpec::parse(spec)?);
+        Ok(self)
+    }
+
+    /// Adds a `--dir` bind (`HOSTDIR::/GUEST`, or `HOSTDIR` at itself).
+    pub fn dir(mut self, dir: &str) -> Result<Self, MountError> {
+        self.specs.push(MountSpec::parse_dir(dir)?);
+        Ok(self)
+    }
+
+    /// Adds an already parsed SPEC.
+    pub fn spec(mut self, spec: MountSpec) -> Self {
+        self.specs.push(spec);
+        self
+    }
+
+    /// Whether nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.specs.is_empty()
+    }
+
+    /// Makes every mount (connecting to 9p servers, starting embedded ones). Must run
+    /// inside the tokio runtime that guests' contexts will be given: the sessions and
+    /// embedded servers live on it.
+    pub async fn build(self) -> Result<MountTable, MountError> {
+        let (ns, mounted) = build(&self.specs).await?;
+        Ok(MountTable {
+            ns: Arc::new(ns),
+            mounted,
+        })
+    }
+}

@@ -653,10 +653,14 @@ async fn buffered_writes_are_sent_before_a_stat_or_truncate_by_path() {
             )
             .await
             .unwrap();
-        file.write_at(0, Bytes::from_static(b"0123456789")).await.unwrap();
+        file.write_at(0, Bytes::from_static(b"0123456789"))
+            .await
+            .unwrap();
         assert_eq!(rpcs(&fs, "write"), 0, "{spec}: buffered");
         assert_eq!(ns.getattr("/grow", true).await.unwrap().size, 10, "{spec}");
-        file.write_at(20, Bytes::from_static(b"tail")).await.unwrap();
+        file.write_at(20, Bytes::from_static(b"tail"))
+            .await
+            .unwrap();
         let truncate = wasm9p_guest_fs::backend::SetAttr {
             size: Some(5),
             ..Default::default()

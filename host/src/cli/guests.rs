@@ -15,12 +15,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use wasm9p_guest_fs::namespace::Namespace;
 
 use super::{fail, first_line, parse_env, say, EXIT_USAGE};
 use crate::module_cache::{ModuleCache, Program, Progress};
-use crate::mounts::{build, stats_json, MountSpec, Mounted};
-use crate::p1::{Input, Output, P1Program, WasiP1Ctx};
+use crate::mounts::{MountSpec, MountTable};
+use crate::p1::{Input, Output, P1Program, WasiP1Ctx, WasiP1CtxBuilder};
 
 /// Options every way of running guests shares.
 #[derive(Debug, Args)]
@@ -85,8 +84,7 @@ pub struct BatchArgs {
 /// runs the embedded servers, so that no session sees its server vanish first and
 /// reports a lost connection at exit.
 struct Host {
-    ns: Arc<Namespace>,
-    mounted: Vec<Mounted>,
+    mounts: MountTable,
     program: P1Program,
     started: Instant,
     runtime: tokio::runtime::Runtime,
@@ -96,25 +94,26 @@ impl Host {
     /// Mounts and module, or the exit code of a setup failure (already reported).
     fn prepare(args: &GuestArgs, path: &Path) -> Result<Host, ExitCode> {
         let started = Instant::now();
-        let mut specs = Vec::new();
+        let mut table = MountTable::builder();
         let parsed = args
             .mounts
             .iter()
             .map(|s| MountSpec::parse(s))
             .chain(args.dirs.iter().map(|d| MountSpec::parse_dir(d)));
         for spec in parsed {
-            specs.push(spec.map_err(|e| fail(EXIT_USAGE, &e.to_string()))?);
+            table = table.spec(spec.map_err(|e| fail(EXIT_USAGE, &e.to_string()))?);
         }
-        if specs.is_empty() {
-            let default = "type=9p,export=.,target=/,cache=loose";
-            specs.push(MountSpec::parse(default).expect("the default SPEC parses"));
+        if table.is_empty() {
+            table = table
+                .mount("type=9p,export=.,target=/,cache=loose")
+                .expect("the default SPEC parses");
         }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
             .map_err(|e| fail(1, &format!("cannot start the runtime: {e}")))?;
-        let (ns, mounted) = runtime
-            .block_on(build(&specs))
+        let mounts = runtime
+            .block_on(table.build())
             .map_err(|e| fail(EXIT_USAGE, &e.to_string()))?;
         let engine = wasmtime::Engine::default();
         let cache = match (&args.module_cache, args.no_module_cache) {
@@ -144,20 +143,22 @@ impl Host {
         })?;
         Ok(Host {
             runtime,
-            ns: Arc::new(ns),
-            mounted,
+            mounts,
             program,
             started,
         })
     }
 
-    fn context(&self, argv: Vec<String>, env: &[(String, String)]) -> WasiP1Ctx {
-        WasiP1Ctx::new(
-            self.ns.clone(),
+    fn context(&self, argv: Vec<String>, env: &[(String, String)]) -> WasiP1CtxBuilder {
+        let mut ctx = WasiP1Ctx::builder(
+            self.mounts.namespace().clone(),
             self.runtime.handle().clone(),
-            argv,
-            env.to_vec(),
         )
+        .args(argv);
+        for (k, v) in env {
+            ctx = ctx.env(k, v);
+        }
+        ctx
     }
 
     /// Writes `--stats` if asked.
@@ -166,7 +167,7 @@ impl Host {
             return;
         };
         let wall_ms = self.started.elapsed().as_millis() as u64;
-        let json = stats_json(&self.mounted, guests, wall_ms).to_string();
+        let json = self.mounts.stats_json(guests, wall_ms).to_string();
         let written = if target == "-" {
             writeln!(std::io::stderr().lock(), "{json}")
         } else {
@@ -227,7 +228,8 @@ pub fn run(args: RunArgs) -> ExitCode {
     let argv = std::iter::once(argv0)
         .chain(args.args.iter().cloned())
         .collect();
-    let (code, trap) = exit_code(host.program.run(host.context(argv, &args.guest.env)));
+    let ctx = host.context(argv, &args.guest.env).build();
+    let (code, trap) = exit_code(host.program.run(ctx));
     if let Some(trap) = trap {
         say(&format!("guest trapped: {trap}"));
     }
@@ -332,11 +334,10 @@ fn run_captured(host: &Host, job: &Job, env: &[(String, String)]) -> Outcome {
     let stderr = Arc::new(Mutex::new(Vec::new()));
     let ctx = host
         .context(job.argv.clone(), env)
-        .with_input(Input::Empty)
-        .with_output(
-            Output::Capture(stdout.clone()),
-            Output::Capture(stderr.clone()),
-        );
+        .stdin(Input::Empty)
+        .stdout(Output::Capture(stdout.clone()))
+        .stderr(Output::Capture(stderr.clone()))
+        .build();
     let (code, trap) = exit_code(host.program.run(ctx));
     let take =
         |b: &Mutex<Vec<u8>>| std::mem::take(&mut *b.lock().unwrap_or_else(|e| e.into_inner()));

@@ -123,6 +123,32 @@ impl WasiP1Ctx {
         }
     }
 
+    /// A context over `ns` (usually [`crate::mounts::MountTable::namespace`]) whose
+    /// namespace futures run on `rt`: set arguments, environment and stdio, then build.
+    pub fn builder(ns: Arc<Namespace>, rt: tokio::runtime::Handle) -> WasiP1CtxBuilder {
+        WasiP1CtxBuilder {
+            ns,
+            rt,
+            args: Vec::new(),
+            env: Vec::new(),
+            stdin: Input::Inherit,
+            stdout: Output::Inherit,
+            stderr: Output::Inherit,
+        }
+    }
+
+    /// Flushes and closes every file the guest left open (write-back buffers go out
+    /// now, while the runtime can still send them); call it when the guest is done.
+    pub fn close_all(&mut self) {
+        for (_, desc) in self.fds.drain() {
+            if let fds::Desc::File(f) = desc {
+                if let Err(e) = block_on_handle(&self.rt, f.file.flush()) {
+                    tracing::warn!("a file the guest left open could not be written back: {e}");
+                }
+            }
+        }
+    }
+
     /// Sends the guest's stdout and stderr somewhere else.
     pub fn with_output(mut self, stdout: Output, stderr: Output) -> Self {
         self.stdout = stdout;
@@ -139,6 +165,92 @@ impl WasiP1Ctx {
     /// Runs a namespace future: inline when it is ready at once, else blocking.
     pub(crate) fn block<F: Future>(&self, f: F) -> F::Output {
         block_on_handle(&self.rt, f)
+    }
+}
+
+/// Builds a [`WasiP1Ctx`] (see [`WasiP1Ctx::builder`]).
+pub struct WasiP1CtxBuilder {
+    ns: Arc<Namespace>,
+    rt: tokio::runtime::Handle,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    stdin: Input,
+    stdout: Output,
+    stderr: Output,
+}
+
+impl WasiP1CtxBuilder {
+    /// Appends one argument (the first is the guest's argv[0]).
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Appends arguments.
+    pub fn args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets an environment variable.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Where stdin comes from (default: the host's).
+    pub fn stdin(mut self, stdin: Input) -> Self {
+        self.stdin = stdin;
+        self
+    }
+
+    /// Where stdout goes (default: the host's).
+    pub fn stdout(mut self, stdout: Output) -> Self {
+        self.stdout = stdout;
+        self
+    }
+
+    /// Where stderr goes (default: the host's).
+    pub fn stderr(mut self, stderr: Output) -> Self {
+        self.stderr = stderr;
+        self
+    }
+
+    /// The context, with the namespace's mount points preopened.
+    pub fn build(self) -> WasiP1Ctx {
+        WasiP1Ctx::new(self.ns, self.rt, self.args, self.env)
+            .with_input(self.stdin)
+            .with_output(self.stdout, self.stderr)
+    }
+}
+
+/// What a store's data gives the preview1 functions: its [`WasiP1Ctx`]. Implement it
+/// for your own store data to keep state of your own next to the guest's WASI state.
+pub trait WasiP1View: 'static {
+    /// The guest's WASI state.
+    fn wasi_p1(&mut self) -> &mut WasiP1Ctx;
+}
+
+impl WasiP1View for WasiP1Ctx {
+    fn wasi_p1(&mut self) -> &mut WasiP1Ctx {
+        self
+    }
+}
+
+/// Adds every WASI preview1 function (module `wasi_snapshot_preview1`) to `linker`.
+pub fn add_to_linker<T: WasiP1View>(linker: &mut wasmtime::Linker<T>) -> wasmtime::Result<()> {
+    wasi_snapshot_preview1::add_to_linker(linker, |data: &mut T| data.wasi_p1())
+}
+
+/// The guest's exit status from what calling `_start` returned: 0 when it returned,
+/// the status it gave `proc_exit`, or the trap as an error.
+pub fn exit_status(result: wasmtime::Result<()>) -> wasmtime::Result<i32> {
+    match result {
+        Ok(()) => Ok(0),
+        Err(e) => match e.downcast_ref::<GuestExit>() {
+            Some(exit) => Ok(exit.0),
+            None => Err(e),
+        },
     }
 }
 
@@ -165,7 +277,7 @@ impl P1Program {
     /// Links `module`'s imports; fails when it imports something preview1 lacks.
     pub fn new(engine: &wasmtime::Engine, module: &wasmtime::Module) -> wasmtime::Result<Self> {
         let mut linker = wasmtime::Linker::new(engine);
-        wasi_snapshot_preview1::add_to_linker(&mut linker, |cx: &mut WasiP1Ctx| cx)?;
+        add_to_linker(&mut linker)?;
         Ok(P1Program {
             pre: linker.instantiate_pre(module)?,
         })
@@ -181,22 +293,8 @@ impl P1Program {
             .instantiate(&mut store)
             .and_then(|instance| instance.get_typed_func::<(), ()>(&mut store, "_start"))
             .and_then(|start| start.call(&mut store, ()));
-        // Files the guest left open are flushed now, while the runtime can still send.
-        let ctx = store.data_mut();
-        for (_, desc) in ctx.fds.drain() {
-            if let fds::Desc::File(f) = desc {
-                if let Err(e) = ctx.block(f.file.flush()) {
-                    tracing::warn!("a file the guest left open could not be written back: {e}");
-                }
-            }
-        }
-        match result {
-            Ok(()) => Ok(0),
-            Err(e) => match e.downcast_ref::<GuestExit>() {
-                Some(exit) => Ok(exit.0),
-                None => Err(e),
-            },
-        }
+        store.data_mut().close_all();
+        exit_status(result)
     }
 }
 
