@@ -24,9 +24,9 @@ use crate::p1::{Input, Output, P1Program, WasiP1Ctx, WasiP1CtxBuilder};
 /// Options every way of running guests shares.
 #[derive(Debug, Args)]
 pub struct GuestArgs {
-    /// A mount: type=9p,source=ADDR|export=HOSTDIR,target=/g[,cache=..][,negtimeout=..]
-    /// [,msize=..][,cache_size=..][,ro] or type=bind,source=HOSTDIR,target=/g[,ro].
-    /// Repeatable. With no --mount and no --dir, the current directory is served at /
+    /// A mount: `type=9p,source=ADDR,target=/g` or `type=9p,export=HOSTDIR,target=/g`,
+    /// optionally with `cache=`, `negtimeout=`, `msize=`, `cache_size=`, `ro`; or
+    /// `type=bind,source=HOSTDIR,target=/g`, optionally `ro`. Repeatable. With no --mount and no --dir, the current directory is served at /
     /// by the embedded 9p server with cache=loose.
     #[arg(long = "mount", value_name = "SPEC")]
     pub mounts: Vec<String>,
