@@ -124,6 +124,19 @@ impl Namespace {
         &self.mounts
     }
 
+    /// Every mount point as a guest path (`/`, `/usr`, ...), sorted, each once: what
+    /// a WASI host preopens.
+    pub fn mount_points(&self) -> Vec<String> {
+        let mut points: Vec<String> = self
+            .mounts
+            .iter()
+            .map(|m| format!("/{}", m.path.join("/")))
+            .collect();
+        points.sort();
+        points.dedup();
+        points
+    }
+
     fn mount_at(&self, path: &SharedPath) -> Option<usize> {
         self.mounts.iter().position(|m| path.equals(&m.path))
     }

@@ -5,8 +5,9 @@
 //! namespace (9p remote, 9p embedded in process, bind) held by a [`mounts::MountTable`]
 //! and renders the `--stats` JSON; [`p1`], our own WASI preview1 over that namespace
 //! (a context builder, the [`p1::WasiP1View`] trait and [`p1::add_to_linker`] for
-//! embedders); and [`module_cache`], compiled modules kept on disk. Not built yet:
-//! preview2 for components.
+//! embedders); [`p2`], WASI preview2 for components (our `wasi:filesystem` over the
+//! same namespace, wasmtime-wasi for the rest); and [`module_cache`], compiled modules
+//! and components kept on disk.
 //!
 //! The embedding, in order: build a [`mounts::MountTable`] inside a tokio runtime; add
 //! preview1 to a `wasmtime::Linker<T>` where `T: WasiP1View`; per guest, build a
@@ -21,3 +22,4 @@ pub mod cli;
 pub mod module_cache;
 pub mod mounts;
 pub mod p1;
+pub mod p2;

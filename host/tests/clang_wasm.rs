@@ -96,6 +96,25 @@ fn wasm9p(args: &[String]) -> Output {
         .unwrap()
 }
 
+/// Compiles clang.wasm into the module cache once, so that the tests (which run in
+/// parallel) do not each compile it on a cold cache.
+fn warm_module_cache() {
+    static WARM: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    WARM.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let out = wasm9p(&[
+            "run".into(),
+            "--dir".into(),
+            format!("{}::/", dir.path().display()),
+            clang_wasm().module.display().to_string(),
+            "clang".into(),
+            "--version".into(),
+        ]);
+        assert_ok("clang --version", &out);
+        assert!(String::from_utf8_lossy(&out.stdout).contains("clang version 22"));
+    });
+}
+
 fn assert_ok(what: &str, out: &Output) {
     assert_eq!(
         out.status.code(),
@@ -173,16 +192,19 @@ fn assert_same_object_on_bind_and_9p(driver: &str, source: &str, flags: &[&str])
 
 #[test]
 fn a_c_file_compiles_to_the_same_object_on_9p_and_bind() {
+    warm_module_cache();
     assert_same_object_on_bind_and_9p("clang", "/src/main.c", &["-O2"]);
 }
 
 #[test]
 fn a_cxx_file_with_iostream_vector_map_compiles_to_the_same_object_on_9p_and_bind() {
+    warm_module_cache();
     assert_same_object_on_bind_and_9p("clang++", "/src/main.cc", &["-std=c++17"]);
 }
 
 #[test]
 fn batch_compiles_several_units_on_one_shared_9p_mount() {
+    warm_module_cache();
     let tmp = project();
     let out_dir = tempfile::tempdir().unwrap();
     let c = cc1_words("clang", "/src/main.c", "/out/a.o", &[]);

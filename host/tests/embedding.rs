@@ -83,3 +83,72 @@ fn an_embedder_runs_guests_with_its_own_store_data_on_a_shared_mount_table() {
         "walks after each guest: {walks:?}"
     );
 }
+
+/// The preview2 side: the embedder's store data implements wasmtime-wasi's `WasiView`
+/// and our `WasiP2View`; `wasm9p_host::p2::add_to_linker` links every interface with
+/// our filesystem; the component runs as a future on the mounts' runtime.
+struct ComponentEmbedder {
+    wasi: wasmtime_wasi::WasiCtx,
+    table: wasmtime::component::ResourceTable,
+    fs: wasm9p_host::p2::WasiP2Fs,
+}
+
+impl wasmtime_wasi::WasiView for ComponentEmbedder {
+    fn ctx(&mut self) -> wasmtime_wasi::WasiCtxView<'_> {
+        wasmtime_wasi::WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl wasm9p_host::p2::WasiP2View for ComponentEmbedder {
+    fn filesystem(&mut self) -> wasm9p_host::p2::FsView<'_> {
+        wasm9p_host::p2::FsView {
+            fs: &self.fs,
+            table: &mut self.table,
+        }
+    }
+}
+
+#[test]
+fn an_embedder_runs_a_component_on_the_same_mount_table() {
+    let module =
+        compile_c_guest(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests/fileops.c"));
+    let component = wasm9p_tests::componentize(&module);
+    let dir = Tree::build(&[Tree::file("hello.txt", "hello\n")]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let spec = format!("type=9p,export={},target=/data", dir.path().display());
+    let mounts = runtime
+        .block_on(MountTable::builder().mount(&spec).unwrap().build())
+        .unwrap();
+    let engine = Engine::default();
+    let component = wasmtime::component::Component::from_file(&engine, &component).unwrap();
+    let mut linker = wasmtime::component::Linker::new(&engine);
+    wasm9p_host::p2::add_to_linker(&mut linker).unwrap();
+    let out = wasmtime_wasi::p2::pipe::MemoryOutputPipe::new(1 << 20);
+    let status = runtime.block_on(async {
+        let mut wasi = wasmtime_wasi::WasiCtx::builder();
+        wasi.args(&["guest", "/data"]).stdout(out.clone());
+        let data = ComponentEmbedder {
+            wasi: wasi.build(),
+            table: Default::default(),
+            fs: wasm9p_host::p2::WasiP2Fs::new(mounts.namespace().clone()).await,
+        };
+        let mut store = Store::new(&engine, data);
+        let command = wasmtime_wasi::p2::bindings::Command::instantiate_async(
+            &mut store, &component, &linker,
+        )
+        .await
+        .unwrap();
+        let result = command.wasi_cli_run().call_run(&mut store).await.unwrap();
+        store.data().fs.close_all().await;
+        result
+    });
+    let text = String::from_utf8(out.contents().to_vec()).unwrap();
+    assert_eq!(status, Ok(()), "{text}");
+    assert!(text.contains("read 6 bytes: hello"), "{text}");
+    assert!(text.contains("rmdir: 0"), "{text}");
+    let walks = mounts.stats_json(1, 0)["mounts"][0]["rpc"]["walk"].as_u64();
+    assert!(walks.unwrap() > 0, "the component's files came over 9p");
+}

@@ -1,16 +1,16 @@
 //! One C guest per filesystem scenario (`tests/guests/*.c`, built with Debian's clang-14
 //! for wasm32-wasi), each run by the real `wasm9p run` on a bind mount (the host kernel
 //! is the oracle), on the embedded 9p server in several cache modes, and over tcp to a
-//! separate `wasm9p serve` process. Every run must print exactly what the bind run
+//! separate `wasm9p serve` process; and the same guest made a WASI preview2 component
+//! (with the preview1 adapter) on bind and on embedded 9p. Every run must print exactly what the bind run
 //! prints and leave exactly the same files behind; a few lines of the bind run are
 //! checked by hand too, so that agreeing on a wrong answer does not pass.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
-use wasm9p_tests::compile_c_guest;
+use wasm9p_tests::{compile_c_guest, componentize, served_addr, spawn_serve};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
 
@@ -30,6 +30,9 @@ const VARIANTS: [Variant; 5] = [
     Variant::Tcp("mmap"),
 ];
 
+/// The variants the component runs on.
+const COMPONENT_VARIANTS: [Variant; 2] = [Variant::Bind, Variant::Embedded("loose")];
+
 /// `wasm9p serve` exporting `dirs` on an ephemeral loopback port; killed on drop.
 struct Server {
     child: Child,
@@ -38,26 +41,16 @@ struct Server {
 
 impl Server {
     fn start(dirs: &[&Path]) -> Server {
-        let mut cmd = Command::new(BIN);
-        cmd.arg("serve");
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
         for dir in dirs {
-            cmd.arg("--export").arg(dir);
+            args.extend(["--export".into(), dir.as_os_str().to_owned()]);
         }
-        let mut child = cmd
-            .args(["--listen", "tcp:127.0.0.1:0"])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        stderr.read_line(&mut line).unwrap();
-        let addr = line
-            .trim()
-            .rsplit_once(" on ")
-            .map(|(_, addr)| addr.to_string())
-            .unwrap_or_else(|| panic!("no address in {line:?}"));
-        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-        Server { child, addr }
+        args.extend(["--listen".into(), "tcp:127.0.0.1:0".into()]);
+        let (child, line) = spawn_serve(BIN, args);
+        Server {
+            child,
+            addr: served_addr(&line),
+        }
     }
 }
 
@@ -170,21 +163,28 @@ fn scenario(name: &str, expected: &[&str]) {
         );
     }
     assert!(reference.contains("exit Some(0)"), "{name}:\n{reference}");
-    for variant in &VARIANTS[1..] {
-        let (printed, left) = run(&guest, *variant);
+    let component = componentize(&guest);
+    let runs = VARIANTS[1..].iter().map(|v| (&guest, *v, "module")).chain(
+        COMPONENT_VARIANTS
+            .iter()
+            .map(|v| (&component, *v, "component")),
+    );
+    for (wasm, variant, what) in runs {
+        let (printed, left) = run(wasm, variant);
+        let variant = format!("{what} on {variant:?}");
         if printed != reference {
             let diff: Vec<String> = reference
                 .lines()
                 .zip(printed.lines())
                 .filter(|(a, b)| a != b)
-                .map(|(a, b)| format!("  bind: {a}\n  {variant:?}: {b}"))
+                .map(|(a, b)| format!("  bind: {a}\n  {variant}: {b}"))
                 .collect();
             panic!(
-                "{name}: {variant:?} prints differently:\n{}\n--- bind:\n{reference}\n--- {variant:?}:\n{printed}",
+                "{name}: {variant} prints differently:\n{}\n--- bind:\n{reference}\n--- {variant}:\n{printed}",
                 diff.join("\n")
             );
         }
-        assert_eq!(left, tree, "{name}: {variant:?} leaves other files");
+        assert_eq!(left, tree, "{name}: {variant} leaves other files");
     }
 }
 

@@ -8,25 +8,13 @@ use std::process::{Child, Command, Stdio};
 use tokio::io::AsyncWriteExt;
 use wasm9p_proto::transport::fc_vsock_accept_handshake;
 use wasm9p_proto::Addr;
-use wasm9p_tests::{Conn, Tree};
+use wasm9p_tests::{spawn_serve, Conn, Tree};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
 
 /// Starts `wasm9p serve` and waits for its "serving" line on stderr.
 fn serve(args: &[&str]) -> Child {
-    let mut child = Command::new(BIN)
-        .arg("serve")
-        .args(args)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
-    assert!(line.contains("serving"), "unexpected first line: {line:?}");
-    // Keep reading so the server's later lines have somewhere to go.
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    child
+    spawn_serve(BIN, args).0
 }
 
 fn terminate(child: Child) -> std::process::ExitStatus {

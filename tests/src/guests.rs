@@ -31,3 +31,23 @@ pub fn compile_c_guest(src: &Path) -> PathBuf {
     );
     out
 }
+
+/// Turns a wasm32-wasi core module into a WASI preview2 component with the preview1
+/// command adapter (what `wasm-tools component new --adapt` does); the component is
+/// written next to the module.
+pub fn componentize(module: &Path) -> PathBuf {
+    let bytes = std::fs::read(module).unwrap();
+    let component = wit_component::ComponentEncoder::default()
+        .module(&bytes)
+        .and_then(|e| {
+            e.validate(true).adapter(
+                "wasi_snapshot_preview1",
+                wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_COMMAND_ADAPTER,
+            )
+        })
+        .and_then(|e| e.encode())
+        .unwrap_or_else(|e| panic!("componentizing {}: {e:#}", module.display()));
+    let out = module.with_extension("component.wasm");
+    std::fs::write(&out, component).unwrap();
+    out
+}

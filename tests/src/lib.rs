@@ -13,13 +13,15 @@ mod diod;
 mod fixture;
 mod guests;
 pub mod linux_vm;
+mod serve_process;
 mod server;
 
 pub use clang::{clang_wasm, parse_cc1_line, ClangWasm};
 pub use conn::Conn;
 pub use diod::{diod_available, free_port, Diod};
 pub use fixture::Tree;
-pub use guests::compile_c_guest;
+pub use guests::{compile_c_guest, componentize};
+pub use serve_process::{served_addr, spawn_serve};
 pub use server::TestServer;
 
 /// Upper bound on anything a test waits for.

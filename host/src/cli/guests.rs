@@ -19,7 +19,28 @@ use clap::Args;
 use super::{fail, first_line, parse_env, say, EXIT_USAGE};
 use crate::module_cache::{ModuleCache, Program, Progress};
 use crate::mounts::{MountSpec, MountTable};
-use crate::p1::{Input, Output, P1Program, WasiP1Ctx, WasiP1CtxBuilder};
+use crate::p1::{Input, Output, P1Program, WasiP1Ctx};
+use crate::p2::{P2Program, WasiP2Ctx, WasiP2Fs};
+
+/// What a guest runs as.
+enum Runner {
+    /// A core module on our preview1.
+    P1(P1Program),
+    /// A component on preview2 (an async engine).
+    P2(P2Program),
+}
+
+/// Where one guest's stdio goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stdio {
+    /// The host's own.
+    Inherit,
+    /// Captured (stdout and stderr kept, stdin empty).
+    Capture,
+}
+
+/// Most bytes of one guest's stdout or stderr kept when captured.
+const MAX_CAPTURE: usize = 16 << 20;
 
 /// Options every way of running guests shares.
 #[derive(Debug, Args)]
@@ -54,7 +75,7 @@ pub struct RunArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub guest: GuestArgs,
-    /// The WASI preview1 module (.wasm).
+    /// The guest: a WASI preview1 module or a WASI preview2 component (.wasm).
     pub module: PathBuf,
     /// Arguments for the guest (its argv[0] is the module's file name).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -67,7 +88,7 @@ pub struct BatchArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub guest: GuestArgs,
-    /// The WASI preview1 module every guest runs.
+    /// The module or component every guest runs.
     #[arg(long, value_name = "MODULE")]
     pub module: PathBuf,
     /// How many guests run at once (default: the number of CPUs).
@@ -85,7 +106,7 @@ pub struct BatchArgs {
 /// reports a lost connection at exit.
 struct Host {
     mounts: MountTable,
-    program: P1Program,
+    program: Runner,
     started: Instant,
     runtime: tokio::runtime::Runtime,
 }
@@ -115,32 +136,30 @@ impl Host {
         let mounts = runtime
             .block_on(table.build())
             .map_err(|e| fail(EXIT_USAGE, &e.to_string()))?;
+        // One engine for both: components run as futures on the mounts' runtime, core
+        // modules on plain threads.
         let engine = wasmtime::Engine::default();
         let cache = match (&args.module_cache, args.no_module_cache) {
             (_, true) => ModuleCache::disabled(),
             (Some(dir), false) => ModuleCache::at(dir),
             (None, false) => ModuleCache::user_default(),
         };
-        let module = match cache.load(&engine, path, &report_progress(&cache)) {
-            Ok(Program::Module(m)) => m,
-            Ok(Program::Component(_)) => {
-                return Err(fail(
-                    EXIT_USAGE,
-                    &format!(
-                        "cannot run {}: it is a component, and WASI preview2 is not built yet",
-                        path.display()
-                    ),
-                ))
-            }
-            Err(e) => return Err(fail(EXIT_USAGE, &e.to_string())),
-        };
-        let program = P1Program::new(&engine, &module).map_err(|e| {
+        let link_error = |e: wasmtime::Error| {
             let why = format!("{e:#}");
             fail(
                 EXIT_USAGE,
                 &format!("cannot link {}: {}", path.display(), first_line(&why)),
             )
-        })?;
+        };
+        let program = match cache.load(&engine, path, &report_progress(&cache)) {
+            Ok(Program::Module(module)) => {
+                Runner::P1(P1Program::new(&engine, &module).map_err(link_error)?)
+            }
+            Ok(Program::Component(component)) => {
+                Runner::P2(P2Program::new(&engine, &component).map_err(link_error)?)
+            }
+            Err(e) => return Err(fail(EXIT_USAGE, &e.to_string())),
+        };
         Ok(Host {
             runtime,
             mounts,
@@ -149,16 +168,59 @@ impl Host {
         })
     }
 
-    fn context(&self, argv: Vec<String>, env: &[(String, String)]) -> WasiP1CtxBuilder {
-        let mut ctx = WasiP1Ctx::builder(
-            self.mounts.namespace().clone(),
-            self.runtime.handle().clone(),
-        )
-        .args(argv);
-        for (k, v) in env {
-            ctx = ctx.env(k, v);
+    /// Runs one guest to its end: its exit status (or trap), and what it printed when
+    /// captured.
+    fn run_guest(
+        &self,
+        argv: Vec<String>,
+        env: &[(String, String)],
+        stdio: Stdio,
+    ) -> (wasmtime::Result<i32>, Vec<u8>, Vec<u8>) {
+        let ns = self.mounts.namespace().clone();
+        match &self.program {
+            Runner::P1(program) => {
+                let mut ctx = WasiP1Ctx::builder(ns, self.runtime.handle().clone()).args(argv);
+                for (k, v) in env {
+                    ctx = ctx.env(k, v);
+                }
+                if stdio == Stdio::Inherit {
+                    return (program.run(ctx.build()), Vec::new(), Vec::new());
+                }
+                let (out, err) = (Arc::default(), Arc::default());
+                let ctx = ctx
+                    .stdin(Input::Empty)
+                    .stdout(Output::Capture(Arc::clone(&out)))
+                    .stderr(Output::Capture(Arc::clone(&err)))
+                    .build();
+                let result = program.run(ctx);
+                let take = |b: &Mutex<Vec<u8>>| {
+                    std::mem::take(&mut *b.lock().unwrap_or_else(|e| e.into_inner()))
+                };
+                (result, take(&out), take(&err))
+            }
+            Runner::P2(program) => {
+                use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+                let mut wasi = wasmtime_wasi::WasiCtx::builder();
+                wasi.args(&argv).envs(env);
+                let (out, err) = (
+                    MemoryOutputPipe::new(MAX_CAPTURE),
+                    MemoryOutputPipe::new(MAX_CAPTURE),
+                );
+                match stdio {
+                    Stdio::Inherit => wasi.inherit_stdio(),
+                    Stdio::Capture => wasi.stdout(out.clone()).stderr(err.clone()),
+                };
+                let result = self.runtime.block_on(async {
+                    let ctx = WasiP2Ctx {
+                        wasi: wasi.build(),
+                        table: Default::default(),
+                        fs: WasiP2Fs::new(ns).await,
+                    };
+                    program.run(ctx).await
+                });
+                (result, out.contents().to_vec(), err.contents().to_vec())
+            }
         }
-        ctx
     }
 
     /// Writes `--stats` if asked.
@@ -228,8 +290,8 @@ pub fn run(args: RunArgs) -> ExitCode {
     let argv = std::iter::once(argv0)
         .chain(args.args.iter().cloned())
         .collect();
-    let ctx = host.context(argv, &args.guest.env).build();
-    let (code, trap) = exit_code(host.program.run(ctx));
+    let (result, _, _) = host.run_guest(argv, &args.guest.env, Stdio::Inherit);
+    let (code, trap) = exit_code(result);
     if let Some(trap) = trap {
         say(&format!("guest trapped: {trap}"));
     }
@@ -330,22 +392,13 @@ struct Outcome {
 /// output of guests running at once never interleaves) and an empty stdin.
 fn run_captured(host: &Host, job: &Job, env: &[(String, String)]) -> Outcome {
     let started = Instant::now();
-    let stdout = Arc::new(Mutex::new(Vec::new()));
-    let stderr = Arc::new(Mutex::new(Vec::new()));
-    let ctx = host
-        .context(job.argv.clone(), env)
-        .stdin(Input::Empty)
-        .stdout(Output::Capture(stdout.clone()))
-        .stderr(Output::Capture(stderr.clone()))
-        .build();
-    let (code, trap) = exit_code(host.program.run(ctx));
-    let take =
-        |b: &Mutex<Vec<u8>>| std::mem::take(&mut *b.lock().unwrap_or_else(|e| e.into_inner()));
+    let (result, stdout, stderr) = host.run_guest(job.argv.clone(), env, Stdio::Capture);
+    let (code, trap) = exit_code(result);
     Outcome {
         code,
         trap,
-        stdout: take(&stdout),
-        stderr: take(&stderr),
+        stdout,
+        stderr,
         took: started.elapsed(),
     }
 }

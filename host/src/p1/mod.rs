@@ -95,14 +95,7 @@ impl WasiP1Ctx {
     ) -> Self {
         let fds = {
             let mut fds = FdTable::with_stdio();
-            let mut targets: Vec<String> = ns
-                .mounts()
-                .iter()
-                .map(|m| format!("/{}", m.path.join("/")))
-                .collect();
-            targets.sort();
-            targets.dedup();
-            for target in targets {
+            for target in ns.mount_points() {
                 let location = block_on_handle(&rt, ns.resolve(&target, true));
                 if let Ok(location) = location {
                     fds.push_preopen(location, target);

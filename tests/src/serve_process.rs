@@ -1,0 +1,34 @@
+//! A `wasm9p serve` process, as users start it.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// Starts `bin serve ARGS...` and waits for its "serving" line on stderr (later lines
+/// are drained so the server never blocks on a full pipe). Returns the child and the
+/// line.
+pub fn spawn_serve<I, S>(bin: &str, args: I) -> (Child, String)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut child = Command::new(bin)
+        .arg("serve")
+        .args(args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(line.contains("serving"), "unexpected first line: {line:?}");
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    (child, line)
+}
+
+/// The address in a "serving EXPORTS on ADDR" line.
+pub fn served_addr(line: &str) -> String {
+    line.trim()
+        .rsplit_once(" on ")
+        .map(|(_, addr)| addr.to_string())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+}
