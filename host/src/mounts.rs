@@ -384,6 +384,18 @@ impl MountTable {
     }
 }
 
+impl Drop for MountTable {
+    /// The table goes before the runtime its sessions live on: tell them, so that the
+    /// teardown that follows is not reported as lost connections.
+    fn drop(&mut self) {
+        for m in &self.mounted {
+            if let Some(fs) = &m.ninep {
+                fs.session().close();
+            }
+        }
+    }
+}
+
 /// Collects mount SPECs; [`MountTableBuilder::build`] makes them.
 #[derive(Debug, Default, Clone)]
 pub struct MountTableBuilder {

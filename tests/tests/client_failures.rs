@@ -462,3 +462,32 @@ async fn dropping_an_answered_request_leaves_the_next_user_of_its_tag_alone() {
     next.await.unwrap().unwrap();
     assert!(!session.is_dead());
 }
+
+/// A closing session (its owner is shutting down) does not clunk fids one by one and
+/// takes the end of the connection as expected; calls still work until then.
+#[tokio::test]
+async fn a_closing_session_drops_fids_without_clunks_and_still_answers() {
+    let (session, root, mut server) = attached(Duration::from_secs(10)).await;
+    let walk = tokio::spawn(async move {
+        let fid = root.clone_fid().await;
+        (root, fid)
+    });
+    let f = server.recv().await.unwrap();
+    assert!(matches!(f.body, Ok(Message::Twalk(_))));
+    server.send(f.tag, Rwalk { wqids: vec![] }).await;
+    let (root, fid) = walk.await.unwrap();
+    let fid = fid.unwrap();
+    session.close();
+    let live = session.live_fids();
+    drop(fid);
+    assert_eq!(session.live_fids(), live - 1, "the number is free at once");
+    let call = tokio::spawn(async move { root.getattr().await });
+    let f = server.recv().await.unwrap();
+    assert!(
+        matches!(f.body, Ok(Message::Tgetattr(_))),
+        "no Tclunk went out: {:?}",
+        f.body
+    );
+    server.send(f.tag, Rgetattr::default()).await;
+    call.await.unwrap().unwrap();
+}

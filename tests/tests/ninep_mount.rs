@@ -519,11 +519,17 @@ async fn pages_are_shared_by_every_open_and_follow_the_file_version() {
         reads,
         "every page served from the shared cache"
     );
-    // The file changes on the server: a new open sees the new version, not old pages.
+    // The file changes on the server. Loose trusts what it cached (v9fs: "for
+    // exclusive or read-only mounts"); a mount that opens on the server (mmap, pages
+    // without metadata caching) sees the new version at the next open, not old pages.
+    let (ns_mmap, fs_mmap) = mount(&server, "cache=mmap").await;
+    let f = open(&ns_mmap, &fs_mmap, "/big.h", READ).await;
+    assert!(f.read_at(0, 1 << 20).await.unwrap() == header);
     std::fs::write(dir.path().join("big.h"), b"rewritten").unwrap();
-    let f = open(&ns, &fs, "/big.h", READ).await;
+    let f = open(&ns_mmap, &fs_mmap, "/big.h", READ).await;
     assert_eq!(&f.read_at(0, 100).await.unwrap()[..], b"rewritten");
-    // Writing through an open file, then reading through it, sees the write.
+    // A loose open for writing goes to the server (and sees the new version); writing
+    // through it, then reading through it, sees the write.
     let rw = OpenFlags {
         read: true,
         write: true,
@@ -675,4 +681,51 @@ async fn buffered_writes_are_sent_before_a_stat_or_truncate_by_path() {
         );
         std::fs::remove_file(dir.path().join("grow")).unwrap();
     }
+}
+
+async fn read_all(ns: &Namespace, path: &str) -> Result<Bytes, Errno> {
+    let file = ns
+        .open(
+            path,
+            OpenFlags {
+                read: true,
+                ..Default::default()
+            },
+        )
+        .await?;
+    let size = file.size().await?;
+    let data = file.read_at(0, 4096).await?;
+    assert_eq!(data.len() as u64, size);
+    Ok(data)
+}
+
+/// Loose mode: reopening a file read before costs no RPC (not even Twalk/Tlopen/
+/// Tclunk); a file changed through the mount is opened on the server again and read
+/// fresh; a first open still goes to the server, so its errors come from there.
+#[tokio::test]
+async fn loose_reopen_of_a_file_read_before_sends_nothing() {
+    let dir = tree();
+    let server = TestServer::tcp(dir.path());
+    let (ns, fs) = mount(&server, "cache=loose").await;
+    assert_eq!(read_all(&ns, "/a").await.unwrap(), "content of a");
+    let before = fs.session().counts().total();
+    for _ in 0..100 {
+        assert_eq!(read_all(&ns, "/a").await.unwrap(), "content of a");
+    }
+    assert_eq!(
+        fs.session().counts().total(),
+        before,
+        "100 warm opens, no RPC"
+    );
+
+    // Changed through the mount: the next open asks the server and sees the change.
+    ns.write("/a", 0, Bytes::from_static(b"CONTENT"))
+        .await
+        .unwrap();
+    assert_eq!(read_all(&ns, "/a").await.unwrap(), "CONTENT of a");
+    assert!(rpcs(&fs, "lopen") > 0);
+
+    // A first open goes to the server, which answers for it.
+    let missing = read_all(&ns, "/usr/include/none.h").await.unwrap_err();
+    assert_eq!(missing, Errno::ENOENT);
 }

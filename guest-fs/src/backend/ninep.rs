@@ -21,7 +21,7 @@ use tokio::sync::OnceCell;
 use wasm9p_proto::consts::{open, qid, AT_REMOVEDIR};
 use wasm9p_proto::{Errno, Qid, Rgetattr};
 
-use super::ninep_file::{NinepFile, Writers};
+use super::ninep_file::{NinepFile, Source, Writers};
 use super::{Attr, Backend, BoxFuture, Entry, Kind, Node, OpenFile, OpenFlags, SetAttr, StatFs};
 use crate::cache::{CacheStats, Lookup, MountCache};
 use crate::client::{Fid, Session};
@@ -52,7 +52,7 @@ type Flight = Arc<OnceCell<Result<Qid, Errno>>>;
 
 /// A mounted 9P export.
 pub struct NinepFs {
-    root: Fid,
+    root: Arc<Fid>,
     cache: Arc<MountCache>,
     mode: CacheMode,
     meta: bool,
@@ -127,7 +127,7 @@ impl NinepFs {
     ) -> Result<NinepFs, Errno> {
         let root = session.attach(aname).await?;
         Ok(NinepFs {
-            root,
+            root: Arc::new(root),
             cache: Arc::new(MountCache::new(options.cache_size, options.negtimeout)),
             mode: options.cache,
             meta: options.cache.has(CacheMode::META),
@@ -430,6 +430,9 @@ impl Backend for NinepFs {
         Box::pin(async move {
             // Buffered writes land before a truncate, not after it.
             self.writers.push_out(node.id).await;
+            if attr.size.is_some() {
+                self.cache.mark_written(node.id);
+            }
             let result = self.walk(&parts(node)?.path).await?.setattr(attr).await;
             self.cache.forget_attr(node.id);
             result
@@ -476,20 +479,42 @@ impl Backend for NinepFs {
     ) -> BoxFuture<'a, Result<Box<dyn OpenFile>, Errno>> {
         Box::pin(async move {
             let n = parts(file)?;
-            let fid = self.walk(&n.path).await?;
-            // The walk's qid is fresh: pages are keyed by the version the file has now.
-            let qid = fid.qid;
-            let open: Box<dyn OpenFile> = Box::new(
-                NinepFile::open(
-                    fid,
-                    qid,
-                    flags,
-                    self.mode,
-                    self.cache.clone(),
-                    &self.writers,
+            let read_only = !(flags.write || flags.truncate || flags.append);
+            // Loose, a file read before through this mount (its first page is held
+            // for the cached qid) and not changed through it since: the cached qid
+            // stands, and the server is asked only if a read misses the pages (see
+            // `ninep_file`). A first open goes to the server, so that whatever open
+            // may answer (EACCES, ENOENT...) comes from it.
+            let lazy = self.meta
+                && self.mode.has(CacheMode::FILE)
+                && read_only
+                && self.cache.has_page(n.qid.path, n.qid.version, 0)
+                && !self.cache.was_written(n.qid.path);
+            let (source, qid) = if lazy {
+                let path = n.path.to_vec();
+                (
+                    Source::Lazy {
+                        root: self.root.clone(),
+                        path,
+                    },
+                    n.qid,
                 )
-                .await?,
-            );
+            } else {
+                // The walk's qid is fresh: pages are keyed by the version it has now.
+                let fid = self.walk(&n.path).await?;
+                let qid = fid.qid;
+                (Source::Opened(fid), qid)
+            };
+            let open = NinepFile::open(
+                source,
+                qid,
+                flags,
+                self.mode,
+                self.cache.clone(),
+                &self.writers,
+            )
+            .await?;
+            let open: Box<dyn OpenFile> = Box::new(open);
             if flags.truncate && flags.write {
                 self.cache.forget_attr(file.id);
             }
@@ -522,6 +547,7 @@ impl Backend for NinepFs {
             let len = data.len();
             let result = fid.write_all_at(offset, data).await;
             self.cache.forget_attr(file.id);
+            self.cache.mark_written(file.id);
             result.map(|()| len)
         })
     }

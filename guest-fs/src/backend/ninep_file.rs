@@ -1,5 +1,11 @@
 //! An open file on a 9p mount: readahead (FILE) and write-back (WRITEBACK).
 //!
+//! Lazy opens (loose mode): a read-only open of a file whose dentry, and so qid, is
+//! cached and that this mount has not changed costs no RPC. The file is walked to and
+//! opened on the server only when a read misses the page cache or its size is not in
+//! the attribute cache, so a compiler reopening a header it has read before pays hash
+//! lookups only (v9fs still sends Twalk, Tlopen and Tclunk for each open).
+//!
 //! Pages (FILE): reads go through the mount's page cache, shared by every open of the
 //! file by every guest, keyed by the qid version the file was opened at. A miss fetches
 //! the missing pages in one pipelined read (several msize requests in flight); a reader
@@ -124,8 +130,18 @@ impl Writers {
     }
 }
 
+/// Where an open file's fid comes from.
+pub(crate) enum Source {
+    /// Walked to and opened already.
+    Opened(Fid),
+    /// To walk to from the root (names from it) and open read-only on first need.
+    Lazy { root: Arc<Fid>, path: Vec<String> },
+}
+
 pub(crate) struct NinepFile {
-    fid: Arc<Fid>,
+    fid: tokio::sync::OnceCell<Arc<Fid>>,
+    lazy: Option<(Arc<Fid>, Vec<String>)>,
+    meta: bool,
     qid: Qid,
     flags: OpenFlags,
     chunk: usize,
@@ -138,7 +154,7 @@ pub(crate) struct NinepFile {
 
 impl NinepFile {
     pub(crate) async fn open(
-        fid: Fid,
+        source: Source,
         qid: Qid,
         flags: OpenFlags,
         mode: CacheMode,
@@ -156,13 +172,29 @@ impl NinepFile {
         if flags.append {
             p9 |= open::APPEND;
         }
-        fid.lopen(p9).await?;
-        let chunk = (fid.session().msize() - IOHDRSZ) as usize;
+        let (fid, lazy) = match source {
+            Source::Opened(fid) => {
+                fid.lopen(p9).await?;
+                (tokio::sync::OnceCell::new_with(Some(Arc::new(fid))), None)
+            }
+            Source::Lazy { root, path } => {
+                if flags.write || flags.truncate || flags.append {
+                    return Err(Errno::EINVAL); // only read-only opens are deferred
+                }
+                (tokio::sync::OnceCell::new(), Some((root, path)))
+            }
+        };
+        let session = match (fid.get(), &lazy) {
+            (Some(fid), _) => fid.session().clone(),
+            (None, Some((root, _))) => root.session().clone(),
+            (None, None) => unreachable!("a file is opened or lazy"),
+        };
+        let chunk = (session.msize() - IOHDRSZ) as usize;
         let buffered = mode.has(CacheMode::WRITEBACK) && flags.write && !flags.append;
-        let fid = Arc::new(fid);
         let writeback = buffered.then(|| {
+            let fid = fid.get().expect("writable opens are never lazy").clone();
             let writer = Arc::new(WriteBack {
-                fid: fid.clone(),
+                fid,
                 state: tokio::sync::Mutex::new(WriteState {
                     buffer: WriteBuffer::new(chunk, WRITEBACK_LIMIT),
                     error: None,
@@ -173,6 +205,8 @@ impl NinepFile {
         });
         Ok(NinepFile {
             fid,
+            lazy,
+            meta: mode.has(CacheMode::META),
             qid,
             flags,
             chunk,
@@ -182,6 +216,25 @@ impl NinepFile {
             wrote: AtomicBool::new(false),
             writeback,
         })
+    }
+
+    /// The fid, walking to the file and opening it first if this open was lazy.
+    async fn fid(&self) -> Result<&Arc<Fid>, Errno> {
+        self.fid
+            .get_or_try_init(|| async {
+                let (root, path) = self.lazy.as_ref().ok_or(Errno::EBADF)?;
+                let walked = root.walk(path).await.map_err(|e| e.errno)?;
+                walked.fid.lopen(open::RDONLY).await?;
+                Ok(Arc::new(walked.fid))
+            })
+            .await
+    }
+
+    /// The file's size as the attribute cache knows it (loose mode), uncounted.
+    fn known_size(&self) -> Option<u64> {
+        self.meta
+            .then(|| self.cache.peek_attr(self.qid.path).map(|a| a.size))
+            .flatten()
     }
 
     fn sequential(&self) -> std::sync::MutexGuard<'_, Sequential> {
@@ -221,8 +274,15 @@ impl NinepFile {
                 };
                 seq.ahead
             };
-            let want = ((last - from + 1) as usize * PAGE_SIZE + ahead).next_multiple_of(PAGE_SIZE);
-            let data = self.fid.read_at(from * page, want).await?;
+            let mut want =
+                ((last - from + 1) as usize * PAGE_SIZE + ahead).next_multiple_of(PAGE_SIZE);
+            if let Some(size) = self.known_size() {
+                // Never ask past the end: those reads would come back empty and the
+                // rest of their pipeline would have to be flushed.
+                let left = size.saturating_sub(from * page) as usize;
+                want = want.min(left.next_multiple_of(PAGE_SIZE).max(PAGE_SIZE));
+            }
+            let data = self.fid().await?.read_at(from * page, want).await?;
             let mut index = from;
             let mut at = 0;
             while at < data.len() {
@@ -271,7 +331,7 @@ impl NinepFile {
 
     async fn read_uncached(&self, offset: u64, len: usize) -> Result<Bytes, Errno> {
         self.cache.count_page(false);
-        self.fid.read_at(offset, len).await
+        self.fid().await?.read_at(offset, len).await
     }
 }
 
@@ -300,6 +360,7 @@ impl OpenFile for NinepFile {
             let len = data.len();
             self.wrote.store(true, Ordering::Relaxed);
             self.cache.forget_attr(self.qid.path);
+            self.cache.mark_written(self.qid.path);
             match &self.writeback {
                 Some(writer) => {
                     let mut state = writer.state.lock().await;
@@ -309,7 +370,7 @@ impl OpenFile for NinepFile {
                         state.error.get_or_insert(e);
                     }
                 }
-                None => self.fid.write_all_at(offset, data).await?,
+                None => self.fid().await?.write_all_at(offset, data).await?,
             }
             Ok(len)
         })
@@ -322,13 +383,23 @@ impl OpenFile for NinepFile {
     fn fsync<'a>(&'a self, datasync: bool) -> BoxFuture<'a, Result<(), Errno>> {
         Box::pin(async move {
             self.flush_buffer().await?;
-            self.fid.fsync(datasync).await
+            self.fid().await?.fsync(datasync).await
         })
     }
 
     fn size<'a>(&'a self) -> BoxFuture<'a, Result<u64, Errno>> {
         Box::pin(async move {
-            let on_server = self.fid.getattr().await?.size;
+            let on_server = match self.known_size() {
+                Some(size) if !self.wrote.load(Ordering::Relaxed) => size,
+                _ => {
+                    let attr = self.fid().await?.getattr().await?;
+                    let size = attr.size;
+                    if self.meta && !self.wrote.load(Ordering::Relaxed) {
+                        self.cache.insert_attr(attr);
+                    }
+                    size
+                }
+            };
             let buffered = match &self.writeback {
                 Some(writer) => writer.state.lock().await.buffer.end().unwrap_or(0),
                 None => 0,
@@ -352,7 +423,7 @@ impl Drop for NinepFile {
         if pieces.is_empty() {
             return;
         }
-        let fid = self.fid.clone();
+        let fid = writer.fid.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 rt.spawn(async move {

@@ -21,6 +21,14 @@ impl MountCache {
         }
     }
 
+    /// Cached attributes, without counting a hit or a miss (for sizing a read).
+    pub fn peek_attr(&self, path: u64) -> Option<Arc<Rgetattr>> {
+        match self.store.get(&Key::Attr(path)) {
+            Some(Entry::Attr(attr)) => Some(attr),
+            _ => None,
+        }
+    }
+
     /// Caches attributes (keyed by their own qid path).
     pub fn insert_attr(&self, attr: Rgetattr) {
         self.store

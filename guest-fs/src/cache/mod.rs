@@ -166,6 +166,11 @@ pub struct MountCache {
     store: quick_cache::sync::Cache<Key, Entry, ByteWeighter>,
     negtimeout: NegTimeout,
     counters: CacheCounters,
+    /// Qid paths of files changed through this mount (written, truncated): their
+    /// cached qid versions are stale, so opening them asks the server again. Eight
+    /// bytes per file ever written; never evicted, as forgetting one would serve
+    /// stale pages.
+    written: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
 impl std::fmt::Debug for MountCache {
@@ -191,7 +196,24 @@ impl MountCache {
             ),
             negtimeout,
             counters: CacheCounters::default(),
+            written: Default::default(),
         }
+    }
+
+    /// Records that the file with qid path `path` was changed through this mount.
+    pub fn mark_written(&self, path: u64) {
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(path);
+    }
+
+    /// Whether the file with qid path `path` was changed through this mount.
+    pub fn was_written(&self, path: u64) -> bool {
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&path)
     }
 
     /// Bytes held now (never more than the capacity).

@@ -31,6 +31,15 @@ impl MountCache {
         }
     }
 
+    /// Whether page `index` of `path` at `version` is held (counts nothing).
+    pub fn has_page(&self, path: u64, version: u32, index: u64) -> bool {
+        self.store.contains_key(&Key::Page {
+            path,
+            version,
+            index,
+        })
+    }
+
     /// Caches page `index` of file `path` at `version`.
     pub fn insert_page(&self, path: u64, version: u32, index: u64, data: Bytes) {
         self.store.insert(

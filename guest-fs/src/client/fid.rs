@@ -208,7 +208,7 @@ impl Drop for Fid {
         }
         let session = self.session.clone();
         let id = self.id;
-        if session.inner.is_dead() {
+        if session.inner.is_dead() || session.inner.is_closing() {
             session.inner.free_fid(id);
             return;
         }

@@ -138,6 +138,8 @@ pub(crate) struct Inner {
     /// Set once the server answered Trenameat / Tunlinkat with EOPNOTSUPP.
     pub(crate) no_renameat: AtomicBool,
     pub(crate) no_unlinkat: AtomicBool,
+    /// Set by [`Session::close`]: the owner is going away with its runtime.
+    closing: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -274,6 +276,7 @@ impl Session {
             counts: RpcCounts(std::array::from_fn(|_| AtomicU64::new(0))),
             no_renameat: AtomicBool::new(false),
             no_unlinkat: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             config,
         });
         tokio::spawn(read_loop(Arc::downgrade(&inner), reader, decoder, buf));
@@ -324,6 +327,14 @@ impl Session {
     /// Whether the connection is gone (every call now fails with EIO).
     pub fn is_dead(&self) -> bool {
         lock(&self.inner.state).dead
+    }
+
+    /// Says the session is being shut down with its owner (the process exits, the
+    /// runtime is about to go): fids dropped from now on are not clunked one by one
+    /// (the server releases them all when the connection closes), and losing the
+    /// connection is expected rather than reported as a failure. Calls still work.
+    pub fn close(&self) {
+        self.inner.closing.store(true, Ordering::Relaxed);
     }
 
     /// Sends one request and waits for its reply; Rlerror becomes `Err`.
@@ -443,6 +454,10 @@ impl Inner {
         lock(&self.state).dead
     }
 
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Relaxed)
+    }
+
     /// The caller of request `id` under `tag` went away: flush it, keeping the tag
     /// until Rflush. If it was answered meanwhile, its tag is free and may already
     /// carry another request, which must be left alone.
@@ -519,7 +534,11 @@ impl Inner {
         st.dead = true;
         let pending = std::mem::take(&mut st.pending);
         drop(st);
-        tracing::warn!("9p session lost: {why}");
+        if self.is_closing() {
+            tracing::debug!("9p session closed: {why}");
+        } else {
+            tracing::warn!("9p session lost: {why}");
+        }
         for (_, p) in pending {
             if let Pending::Waiting { tx, .. } = p {
                 let _ = tx.send(Err(Errno::EIO));
