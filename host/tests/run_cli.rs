@@ -252,3 +252,30 @@ fn batch_with_unreadable_or_malformed_commands_is_one_line_and_exit_2() {
         );
     }
 }
+
+#[test]
+fn poll_on_an_inherited_stdin_waits_for_input() {
+    use std::io::{BufRead, BufReader, Write};
+    let wasm =
+        compile_c_guest(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests/pollin.c"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = wasm9p()
+        .current_dir(dir.path())
+        .arg("run")
+        .arg(&wasm)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "first poll: 0\n", "no input yet: the poll times out");
+    stdin.write_all(b"hi\n").unwrap();
+    stdin.flush().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert_eq!(rest, "second poll: 1 readable 1\nread 3: hi\n");
+    assert!(child.wait().unwrap().success());
+}

@@ -665,6 +665,8 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
         let events = events.as_array(nsubscriptions);
         let mut ready = Vec::new();
         let mut sleep: Option<(Duration, u64)> = None;
+        // Reads of an inherited stdin wait for input; everything else is ready now.
+        let mut stdin_reads = Vec::new();
         for sub in subs.iter() {
             let sub: types::Subscription = memory.read(sub?)?;
             match sub.u {
@@ -688,7 +690,13 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
                         sleep = Some((Duration::from_nanos(wait), sub.userdata));
                     }
                 }
-                // Files and stdio are always ready.
+                types::SubscriptionU::FdRead(rw)
+                    if self.stdin == super::Input::Inherit
+                        && matches!(self.fds.get(rw.file_descriptor.into()), Ok(Desc::Stdin)) =>
+                {
+                    stdin_reads.push(sub.userdata);
+                }
+                // Files (as in POSIX) and output streams are always ready.
                 types::SubscriptionU::FdRead(rw) => ready.push(self.fd_event(
                     sub.userdata,
                     rw.file_descriptor,
@@ -699,6 +707,22 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
                     rw.file_descriptor,
                     types::Eventtype::FdWrite,
                 )),
+            }
+        }
+        if !stdin_reads.is_empty() {
+            // Wait for input only if nothing else is ready, and at most until the
+            // earliest clock subscription (forever without one).
+            let wait = match (ready.is_empty(), sleep) {
+                (false, _) => Some(Duration::ZERO),
+                (true, Some((wait, _))) => Some(wait),
+                (true, None) => None,
+            };
+            if stdin_readable(wait)? {
+                for userdata in stdin_reads {
+                    ready.push(self.fd_event(userdata, 0.into(), types::Eventtype::FdRead));
+                }
+            } else if ready.is_empty() {
+                sleep = sleep.map(|(_, userdata)| (Duration::ZERO, userdata));
             }
         }
         if ready.is_empty() {
@@ -800,5 +824,23 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
         _how: types::Sdflags,
     ) -> Result<(), Error> {
         Err(Errno::Notsup.into())
+    }
+}
+
+/// Whether the host's stdin has input (or its end) within `wait` (`None`: no limit).
+fn stdin_readable(wait: Option<Duration>) -> Result<bool, Error> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let stdin = rustix::stdio::stdin();
+    let mut fds = [PollFd::new(&stdin, PollFlags::IN)];
+    let timeout = wait.map(|d| Timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as i64,
+        tv_nsec: i64::from(d.subsec_nanos()),
+    });
+    loop {
+        match poll(&mut fds, timeout.as_ref()) {
+            Ok(n) => return Ok(n > 0),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return Err(Errno::Io.into()),
+        }
     }
 }
