@@ -9,9 +9,11 @@
 //! (create, mkdir, symlink, rename and unlink drop the names they touch; a write drops
 //! the file's attributes). Concurrent misses for the same name share one walk.
 //!
-//! Open files ([`Backend::open`]) read ahead when the mode has FILE and buffer writes
-//! when it has WRITEBACK (see `ninep_file`). Not built yet: a page cache shared by every
-//! open of a file (readahead is per open file), and the persistent fscache store.
+//! Open files ([`Backend::open`]) read through the mount's page cache (shared by every
+//! open, keyed by qid version) when the mode has FILE, buffer writes when it has
+//! WRITEBACK, and in loose mode reopen a file read before without any RPC (see
+//! `ninep_file`). A stat or truncate by path first sends what open files still buffer.
+//! Not built yet: the persistent fscache store.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
