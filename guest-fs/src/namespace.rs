@@ -54,6 +54,14 @@ pub struct Location {
 }
 
 impl Location {
+    /// `rel` under this location as an absolute guest path (`/a/b/rel`), for the WASI
+    /// `*-at` calls: built from the path this location was resolved to, so a directory
+    /// descriptor keeps naming the directory it opened even if a symlink that led
+    /// there changes.
+    pub fn join(&self, rel: &str) -> String {
+        format!("/{}/{rel}", self.path.to_vec().join("/"))
+    }
+
     /// Whether it is a directory.
     pub fn is_dir(&self) -> bool {
         self.node.kind == Kind::Dir

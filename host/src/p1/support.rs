@@ -61,8 +61,7 @@ impl WasiP1Ctx {
             // Preview1 paths are relative to a directory capability.
             return Err(Errno::Notcapable.into());
         }
-        let base = dir.loc.path.to_vec().join("/");
-        Ok(format!("/{base}/{rel}"))
+        Ok(dir.loc.join(&rel))
     }
 
     pub(super) fn filestat(&self, loc: &Location) -> Result<types::Filestat, Error> {

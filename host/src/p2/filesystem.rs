@@ -26,8 +26,6 @@ use wasmtime_wasi::p2::bindings::clocks::wall_clock::Datetime;
 /// An open file or directory.
 pub struct Descriptor {
     loc: Location,
-    /// Its path in the guest namespace (`/` joined), for `*-at` calls.
-    path: String,
     flags: DescriptorFlags,
     file: Option<Arc<dyn OpenFile>>,
 }
@@ -94,7 +92,7 @@ impl FsView<'_> {
         if rel.starts_with('/') {
             return Err(ErrorCode::NotPermitted.into());
         }
-        Ok(format!("{}/{rel}", d.path.trim_end_matches('/')))
+        Ok(d.loc.join(rel))
     }
 
     fn writable_dir(&self, fd: &Resource<Descriptor>) -> FsResult<()> {
@@ -263,7 +261,7 @@ impl HostDescriptor for FsView<'_> {
         if !d.loc.is_dir() {
             return Err(ErrorCode::NotDirectory.into());
         }
-        let path = d.path.clone();
+        let path = d.loc.join("");
         let entries = self.fs.ns.readdir(&path).await.fs()?;
         let stream = DirectoryStream {
             entries: entries.into_iter(),
@@ -401,12 +399,7 @@ impl HostDescriptor for FsView<'_> {
         } else {
             flags
         };
-        self.push(Descriptor {
-            loc,
-            path,
-            flags,
-            file,
-        })
+        self.push(Descriptor { loc, flags, file })
     }
 
     async fn readlink_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<String> {
@@ -488,7 +481,7 @@ impl HostDescriptor for FsView<'_> {
         if let Some(file) = d.file {
             // A close cannot report errors in preview2; a failed write-back is logged.
             if let Err(e) = file.flush().await {
-                tracing::warn!("writing back {} on close failed: {e}", d.path);
+                tracing::warn!("writing back {} on close failed: {e}", d.loc.join(""));
             }
         }
         Ok(())
@@ -532,7 +525,6 @@ impl preopens::Host for FsView<'_> {
         for (loc, path) in &self.fs.preopens {
             let d = Descriptor {
                 loc: loc.clone(),
-                path: path.clone(),
                 flags: DescriptorFlags::READ | DescriptorFlags::MUTATE_DIRECTORY,
                 file: None,
             };
