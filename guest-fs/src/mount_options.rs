@@ -1,6 +1,7 @@
 //! Per-mount options of a 9p mount, with Linux v9fs names and semantics:
 //! `cache=` (a mode name or the Linux bitmask), `negtimeout=MS` (`-1`: until evicted),
-//! `msize=N`, `cache_size=BYTES`, `ro`.
+//! `msize=N`, `cache_size=BYTES`, `ro`, and `symlink_cache=on|off` (whether a metadata
+//! caching mode keeps symlink targets; on by default, off to measure what it saves).
 
 use std::fmt;
 use std::str::FromStr;
@@ -162,6 +163,8 @@ pub struct NinepOptions {
     pub cache_size: u64,
     /// Read-only: every mutation is EROFS without asking the server.
     pub read_only: bool,
+    /// Whether symlink targets are cached (only in modes that cache metadata).
+    pub symlink_cache: bool,
 }
 
 /// Default `cache_size`: 256 MiB.
@@ -175,6 +178,7 @@ impl Default for NinepOptions {
             msize: DEFAULT_MSIZE,
             cache_size: DEFAULT_CACHE_SIZE,
             read_only: false,
+            symlink_cache: true,
         }
     }
 }
@@ -222,6 +226,19 @@ impl NinepOptions {
                                 value: v.into(),
                                 expected: "at least 4096 bytes",
                             })?;
+                }
+                "symlink_cache" => {
+                    opts.symlink_cache = match value_of("symlink_cache", "on or off")? {
+                        "on" | "1" => true,
+                        "off" | "0" => false,
+                        v => {
+                            return Err(OptionError::BadValue {
+                                key: "symlink_cache",
+                                value: v.into(),
+                                expected: "on or off",
+                            })
+                        }
+                    }
                 }
                 "ro" if value.is_none() => opts.read_only = true,
                 other => return Err(OptionError::Unknown(other.into())),
@@ -298,6 +315,20 @@ mod tests {
     fn other_options_and_errors() {
         let o = parse("cache=loose,msize=65536,cache_size=1048576,ro").unwrap();
         assert_eq!((o.msize, o.cache_size, o.read_only), (65536, 1 << 20, true));
+        assert!(o.symlink_cache);
+        assert!(
+            !parse("cache=loose,symlink_cache=off")
+                .unwrap()
+                .symlink_cache
+        );
+        assert!(parse("symlink_cache=on").unwrap().symlink_cache);
+        assert!(matches!(
+            parse("symlink_cache=maybe"),
+            Err(OptionError::BadValue {
+                key: "symlink_cache",
+                ..
+            })
+        ));
         assert!(matches!(
             parse("msize=100"),
             Err(OptionError::BadValue { key: "msize", .. })

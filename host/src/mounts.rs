@@ -1,7 +1,7 @@
 //! Mount SPECs (`--mount`, `--dir`) and the namespace they build.
 //!
 //! Docker-style `key=value,...` lists, as in the CLI contract:
-//! - `type=9p,source=ADDR,aname=NAME,target=/g[,cache=..][,negtimeout=..][,msize=..][,cache_size=..][,ro]`
+//! - `type=9p,source=ADDR,aname=NAME,target=/g[,cache=..][,negtimeout=..][,msize=..][,cache_size=..][,symlink_cache=on|off][,ro]`
 //!   (a remote server at any transport address);
 //! - `type=9p,export=HOSTDIR,target=/g[,...]` (the embedded default: our server in
 //!   process, over an in-memory duplex; no socket, no setup);
@@ -122,7 +122,9 @@ impl MountSpec {
                 "aname" => aname = value.unwrap_or_default().to_owned(),
                 "component" => component = Some(need()?),
                 "ro" | "readonly" if value.is_none() => read_only = true,
-                "cache" | "negtimeout" | "msize" | "cache_size" => options.push((key, value)),
+                "cache" | "negtimeout" | "msize" | "cache_size" | "symlink_cache" => {
+                    options.push((key, value))
+                }
                 other => return Err(spec_error(spec, format!("unknown key {other:?}"))),
             }
         }
@@ -348,7 +350,9 @@ pub fn stats_json(mounts: &[Mounted], guests: u64, wall_ms: u64) -> serde_json::
                 });
             }
             rpc.insert("total".into(), json!(stats.as_ref().map_or(0, |s| s.rpc_total)));
-            json!({ "target": m.spec.target, "type": m.spec.type_name(), "rpc": rpc, "cache": cache })
+            let failed_walks = stats.as_ref().map_or(0, |s| s.failed_walks);
+            json!({ "target": m.spec.target, "type": m.spec.type_name(), "rpc": rpc,
+                    "failed_walks": failed_walks, "cache": cache })
         })
         .collect();
     json!({ "mounts": mounts, "guests": guests, "wall_ms": wall_ms })

@@ -165,6 +165,53 @@ fn batch_runs_one_guest_per_line_on_shared_mounts_and_sums_up_exit_codes() {
     batch_of_three(&wasm9p_tests::componentize(&module), 1);
 }
 
+#[test]
+fn batch_passes_rerun_the_list_on_warm_mounts_with_stats_per_pass() {
+    let dir = Tree::build(&[Tree::Dir("a", vec![Tree::file("hello.txt", "hello\n")])]);
+    let commands = dir.path().join("commands");
+    std::fs::write(&commands, "fileops /data/a\nfileops /data/a 3\n").unwrap();
+    let stats = dir.path().join("stats.json");
+    let out = wasm9p()
+        .args(["batch", "--jobs", "1", "--passes", "2", "--mount"])
+        .arg(format!(
+            "type=9p,export={},target=/data,cache=loose",
+            dir.path().display()
+        ))
+        .arg(format!("--stats={}", stats.display()))
+        .arg("--module")
+        .arg(guest())
+        .arg(&commands)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "a guest exited 3: {stderr}");
+    for pass in [
+        "pass 1 of 2: 2 guests, 1 exited 0, 1 did not",
+        "pass 2 of 2: 2 guests",
+    ] {
+        assert!(stderr.contains(pass), "{pass}: {stderr}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(json["guests"].as_u64(), Some(4));
+    let passes = json["passes"].as_array().expect("one entry per pass");
+    assert_eq!(passes.len(), 2);
+    let total = |v: &serde_json::Value| v["mounts"][0]["rpc"]["total"].as_u64().unwrap();
+    assert_eq!(passes[0]["guests"].as_u64(), Some(2));
+    assert_eq!(passes[1]["guests"].as_u64(), Some(2));
+    assert_eq!(passes[0]["mounts"][0]["target"], "/data");
+    assert!(total(&passes[0]) > 0);
+    // Every RPC belongs to a pass except the mount's own set-up.
+    let rpc = &json["mounts"][0]["rpc"];
+    let setup = ["version", "attach"].map(|k| rpc[k].as_u64().unwrap_or(0));
+    assert_eq!(
+        total(&passes[0]) + total(&passes[1]) + setup[0] + setup[1],
+        total(&json)
+    );
+    let wall = |v: &serde_json::Value| v["wall_ms"].as_u64().unwrap();
+    assert!(wall(&passes[0]) + wall(&passes[1]) <= wall(&json));
+}
+
 fn batch_of_three(wasm: &Path, failing_status: u8) {
     let hello = || vec![Tree::file("hello.txt", "hello\n")];
     let dir = Tree::build(&[

@@ -188,6 +188,27 @@ async fn symlink_targets_are_cached_and_never_outlive_their_link() {
 }
 
 #[tokio::test]
+async fn symlink_cache_off_reads_every_link_from_the_server_and_keeps_the_other_caches() {
+    let dir = tree();
+    let server = TestServer::tcp(dir.path());
+    let (ns, fs) = mount(&server, "cache=loose,symlink_cache=off").await;
+    assert_eq!(&ns.read("/link").await.unwrap()[..], b"content of a");
+    let readlinks = rpcs(&fs, "readlink");
+    let dentry_hits = fs.cache_stats().dentry_hits;
+    assert_eq!(&ns.read("/link").await.unwrap()[..], b"content of a");
+    assert_eq!(ns.readlink("/link").await.unwrap().as_ref(), "a");
+    assert_eq!(
+        rpcs(&fs, "readlink"),
+        readlinks + 2,
+        "one Treadlink per use"
+    );
+    assert_eq!(fs.cache_stats().symlink_hits, 0);
+    // Dentries are still cached: the names were found without asking the server.
+    assert!(fs.cache_stats().dentry_hits > dentry_hits);
+    assert_eq!(fs.cache_stats().dentry_misses, 2, "/link and /a, once each");
+}
+
+#[tokio::test]
 async fn concurrent_misses_for_one_name_make_one_rpc() {
     let dir = tree();
     let server = TestServer::tcp(dir.path());
@@ -702,6 +723,28 @@ async fn read_all(ns: &Namespace, path: &str) -> Result<Bytes, Errno> {
 /// Loose mode: reopening a file read before costs no RPC (not even Twalk/Tlopen/
 /// Tclunk); a file changed through the mount is opened on the server again and read
 /// fresh; a first open still goes to the server, so its errors come from there.
+#[tokio::test]
+async fn loose_reopen_of_a_file_only_opened_before_sends_nothing() {
+    let dir = tree();
+    let server = TestServer::tcp(dir.path());
+    let (ns, fs) = mount(&server, "cache=loose").await;
+    let read = OpenFlags {
+        read: true,
+        ..Default::default()
+    };
+    // Opened and closed, never read (what a build's existence checks do).
+    drop(ns.open("/b", read).await.unwrap());
+    assert_eq!(rpcs(&fs, "lopen"), 1);
+    let before = fs.session().counts().total();
+    for _ in 0..100 {
+        drop(ns.open("/b", read).await.unwrap());
+    }
+    assert_eq!(fs.session().counts().total(), before, "warm opens, no RPC");
+    // A read through such an open still gets the file (opened on the server then).
+    assert_eq!(read_all(&ns, "/b").await.unwrap(), "content of b");
+    assert_eq!(rpcs(&fs, "lopen"), 2);
+}
+
 #[tokio::test]
 async fn loose_reopen_of_a_file_read_before_sends_nothing() {
     let dir = tree();

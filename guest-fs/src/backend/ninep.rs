@@ -16,6 +16,7 @@
 //! Not built yet: the persistent fscache store.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -37,6 +38,9 @@ pub struct MountStats {
     pub rpc: Vec<(&'static str, u64)>,
     /// All requests sent.
     pub rpc_total: u64,
+    /// Lookups the server answered with "no such name" (each a Twalk that found
+    /// nothing: what the negative cache saves).
+    pub failed_walks: u64,
     /// Cache hits and misses.
     pub cache: CacheStats,
     /// Bytes held by the caches now (at most `cache_size`).
@@ -58,6 +62,9 @@ pub struct NinepFs {
     cache: Arc<MountCache>,
     mode: CacheMode,
     meta: bool,
+    /// `meta` and `symlink_cache=on`.
+    symlinks: bool,
+    failed_walks: AtomicU64,
     inflight: Mutex<HashMap<(u64, String), Flight>>,
     writers: Writers,
 }
@@ -133,6 +140,8 @@ impl NinepFs {
             cache: Arc::new(MountCache::new(options.cache_size, options.negtimeout)),
             mode: options.cache,
             meta: options.cache.has(CacheMode::META),
+            symlinks: options.cache.has(CacheMode::META) && options.symlink_cache,
+            failed_walks: AtomicU64::new(0),
             inflight: Mutex::new(HashMap::new()),
             writers: Writers::default(),
         })
@@ -150,6 +159,7 @@ impl NinepFs {
         MountStats {
             rpc: counts.snapshot(),
             rpc_total: counts.total(),
+            failed_walks: self.failed_walks.load(Ordering::Relaxed),
             cache: self.cache.stats(),
             cache_bytes: self.cache.bytes(),
         }
@@ -190,6 +200,9 @@ impl NinepFs {
                         Ok(q)
                     }
                     Err(e) => {
+                        if e.errno == Errno::ENOENT {
+                            self.failed_walks.fetch_add(1, Ordering::Relaxed);
+                        }
                         // Cache the absence only of this very name, not of a parent
                         // that vanished meanwhile.
                         if e.errno == Errno::ENOENT && e.index + 1 == path.len() {
@@ -240,7 +253,7 @@ impl Backend for NinepFs {
     }
 
     fn readlink_cached(&self, link: &Node) -> Option<Arc<str>> {
-        if !self.meta {
+        if !self.symlinks {
             return None;
         }
         self.cache.symlink(parts(link).ok()?.qid)
@@ -250,7 +263,7 @@ impl Backend for NinepFs {
         Box::pin(async move {
             let n = parts(link)?;
             let target: Arc<str> = Arc::from(self.walk(&n.path).await?.readlink().await?);
-            if self.meta {
+            if self.symlinks {
                 self.cache.insert_symlink(n.qid, target.clone());
             }
             Ok(target)
@@ -482,15 +495,16 @@ impl Backend for NinepFs {
         Box::pin(async move {
             let n = parts(file)?;
             let read_only = !(flags.write || flags.truncate || flags.append);
-            // Loose, a file read before through this mount (its first page is held
-            // for the cached qid) and not changed through it since: the cached qid
-            // stands, and the server is asked only if a read misses the pages (see
+            // Loose, a file opened for reading (or read) before through this mount at
+            // the cached qid and not changed through it since: the cached qid stands,
+            // and the server is asked only if a read misses the pages (see
             // `ninep_file`). A first open goes to the server, so that whatever open
             // may answer (EACCES, ENOENT...) comes from it.
             let lazy = self.meta
                 && self.mode.has(CacheMode::FILE)
                 && read_only
-                && self.cache.has_page(n.qid.path, n.qid.version, 0)
+                && (self.cache.was_readable(n.qid.path, n.qid.version)
+                    || self.cache.has_page(n.qid.path, n.qid.version, 0))
                 && !self.cache.was_written(n.qid.path);
             let (source, qid) = if lazy {
                 let path = n.path.to_vec();
@@ -516,6 +530,9 @@ impl Backend for NinepFs {
                 &self.writers,
             )
             .await?;
+            if self.meta && read_only && !lazy {
+                self.cache.insert_readable(qid.path, qid.version);
+            }
             let open: Box<dyn OpenFile> = Box::new(open);
             if flags.truncate && flags.write {
                 self.cache.forget_attr(file.id);

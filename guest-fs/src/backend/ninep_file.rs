@@ -1,7 +1,8 @@
 //! An open file on a 9p mount: readahead (FILE) and write-back (WRITEBACK).
 //!
 //! Lazy opens (loose mode): a read-only open of a file whose dentry, and so qid, is
-//! cached and that this mount has not changed costs no RPC. The file is walked to and
+//! cached, that the server let this mount open for reading at that qid before, and
+//! that this mount has not changed, costs no RPC. The file is walked to and
 //! opened on the server only when a read misses the page cache or its size is not in
 //! the attribute cache, so a compiler reopening a header it has read before pays hash
 //! lookups only (v9fs still sends Twalk, Tlopen and Tclunk for each open).
@@ -282,19 +283,21 @@ impl NinepFile {
                 let left = size.saturating_sub(from * page) as usize;
                 want = want.min(left.next_multiple_of(PAGE_SIZE).max(PAGE_SIZE));
             }
-            let data = self.fid().await?.read_at(from * page, want).await?;
+            let replies = self
+                .fid()
+                .await?
+                .read_replies_at(from * page, want, PAGE_SIZE)
+                .await?;
+            let got: usize = replies.iter().map(Bytes::len).sum();
             let mut index = from;
-            let mut at = 0;
-            while at < data.len() {
-                let piece = data.slice(at..(at + PAGE_SIZE).min(data.len()));
+            for piece in carve_pages(replies) {
                 self.cache.insert_page(path, version, index, piece.clone());
                 if index <= last {
                     pages.push(piece);
                 }
-                at += PAGE_SIZE;
                 index += 1;
             }
-            if data.len() < want && data.len() % PAGE_SIZE == 0 {
+            if got < want && got.is_multiple_of(PAGE_SIZE) {
                 // The file ends on a page boundary: remember the empty page after it.
                 self.cache.insert_page(path, version, index, Bytes::new());
             }
@@ -333,6 +336,31 @@ impl NinepFile {
         self.cache.count_page(false);
         self.fid().await?.read_at(offset, len).await
     }
+}
+
+/// Cuts the server's replies into pages: slices of the replies themselves (requests
+/// ask for whole pages, so none straddles two replies), copying only a page that does
+/// (when msize is below a page). The last page may be short: the end of the file.
+fn carve_pages(replies: Vec<Bytes>) -> Vec<Bytes> {
+    let mut pages = Vec::new();
+    let mut straddling: Option<bytes::BytesMut> = None;
+    for mut reply in replies {
+        if let Some(partial) = straddling.as_mut() {
+            let take = (PAGE_SIZE - partial.len()).min(reply.len());
+            partial.extend_from_slice(&reply.split_to(take));
+            if partial.len() == PAGE_SIZE {
+                pages.extend(straddling.take().map(bytes::BytesMut::freeze));
+            }
+        }
+        while reply.len() >= PAGE_SIZE {
+            pages.push(reply.split_to(PAGE_SIZE));
+        }
+        if !reply.is_empty() {
+            straddling = Some(bytes::BytesMut::from(&reply[..]));
+        }
+    }
+    pages.extend(straddling.map(bytes::BytesMut::freeze));
+    pages
 }
 
 impl OpenFile for NinepFile {
@@ -439,5 +467,39 @@ impl Drop for NinepFile {
                 pieces.len()
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(len: usize, seed: u8) -> Bytes {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    #[test]
+    fn pages_are_cut_from_the_replies_and_straddling_ones_are_joined() {
+        // Aligned replies (7 pages, then a short end): every page a slice of its reply.
+        let (a, b) = (bytes(7 * PAGE_SIZE, 1), bytes(PAGE_SIZE + 100, 2));
+        let pages = carve_pages(vec![a.clone(), b.clone()]);
+        let lens: Vec<usize> = pages.iter().map(Bytes::len).collect();
+        assert_eq!(lens, [vec![PAGE_SIZE; 8], vec![100]].concat());
+        assert_eq!(pages[0].as_ptr(), a.as_ptr(), "no copy");
+        assert_eq!(pages[7].as_ptr(), b.as_ptr(), "no copy");
+        // Replies smaller than a page (a tiny msize): joined, bytes in order.
+        let small: Vec<Bytes> = (0..5).map(|i| bytes(40_000, i)).collect();
+        let pages = carve_pages(small.clone());
+        let joined: Vec<u8> = pages.iter().flat_map(|p| p.iter().copied()).collect();
+        let expected: Vec<u8> = small.iter().flat_map(|p| p.iter().copied()).collect();
+        assert_eq!(joined, expected);
+        let lens: Vec<usize> = pages.iter().map(Bytes::len).collect();
+        assert_eq!(
+            lens,
+            [PAGE_SIZE, PAGE_SIZE, PAGE_SIZE, 200_000 - 3 * PAGE_SIZE]
+        );
+        assert!(carve_pages(Vec::new()).is_empty());
     }
 }

@@ -44,6 +44,7 @@ enum Key {
     Attr(u64),
     Readdir(u64),
     Page { path: u64, version: u32, index: u64 },
+    Readable { path: u64, version: u32 },
 }
 
 /// A borrowed dentry key, so lookups do not allocate.
@@ -65,6 +66,7 @@ impl Hash for Key {
                 version,
                 index,
             } => (4u8, *path, *version, *index).hash(state),
+            Key::Readable { path, version } => (5u8, *path, *version).hash(state),
         }
     }
 }
@@ -95,6 +97,8 @@ enum Entry {
     Listing(Arc<Vec<crate::backend::Entry>>),
     /// A page of a file.
     Page(bytes::Bytes),
+    /// The server let this mount open the file (at that qid version) for reading.
+    Readable,
 }
 
 #[derive(Clone)]

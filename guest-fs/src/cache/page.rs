@@ -1,4 +1,5 @@
-//! File pages, by (qid path, qid version, page index), shared by every open of a file.
+//! File pages, by (qid path, qid version, page index), shared by every open of a file,
+//! and the marks of files the server let this mount open for reading.
 //!
 //! A page is valid for the qid version it was read at: once the file changes on the
 //! server, opens see a new version and old pages are never served again (they age out
@@ -50,5 +51,17 @@ impl MountCache {
             },
             Entry::Page(data),
         );
+    }
+
+    /// Records that the server opened file `path` at `version` for reading through this
+    /// mount, so that a later read-only open of that version may be deferred.
+    pub fn insert_readable(&self, path: u64, version: u32) {
+        self.store
+            .insert(Key::Readable { path, version }, Entry::Readable);
+    }
+
+    /// Whether file `path` at `version` was opened for reading before (counts nothing).
+    pub fn was_readable(&self, path: u64, version: u32) -> bool {
+        self.store.contains_key(&Key::Readable { path, version })
     }
 }

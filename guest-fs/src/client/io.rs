@@ -33,16 +33,42 @@ impl Fid {
     /// Reads up to `len` bytes at `offset`, stopping early at end of file. Up to
     /// `io_depth` Treads are in flight at once; the result is assembled in order.
     pub async fn read_at(&self, offset: u64, len: usize) -> Result<Bytes, Errno> {
-        let chunk = self.chunk();
-        if len <= chunk {
+        if len <= self.chunk() {
             return self.read(offset, len as u32).await;
         }
-        let mut out = BytesMut::with_capacity(len.min(64 << 20));
+        let mut replies = self.read_replies_at(offset, len, 1).await?;
+        if replies.len() == 1 {
+            return Ok(replies.remove(0));
+        }
+        let mut out = BytesMut::with_capacity(replies.iter().map(Bytes::len).sum());
+        for reply in &replies {
+            out.extend_from_slice(reply);
+        }
+        Ok(out.freeze())
+    }
+
+    /// Reads up to `len` bytes at `offset` and returns the server's replies as they
+    /// came (no copy), in order; stops early at end of file (a short reply is the
+    /// last). Every request but the last asks for a multiple of `align` bytes when
+    /// msize allows, so that the replies split into `align`-sized pieces without
+    /// copying (the page cache's pages). Up to `io_depth` Treads are in flight at once.
+    pub async fn read_replies_at(
+        &self,
+        offset: u64,
+        len: usize,
+        align: usize,
+    ) -> Result<Vec<Bytes>, Errno> {
+        let chunk = self.chunk();
+        let step = match chunk / align.max(1) * align.max(1) {
+            0 => chunk,
+            aligned => aligned,
+        };
+        let mut replies = Vec::with_capacity(len.div_ceil(step));
         let mut inflight: VecDeque<(Call, usize)> = VecDeque::new();
         let mut next = 0usize;
         loop {
             while inflight.len() < self.depth() && next < len {
-                let count = chunk.min(len - next);
+                let count = step.min(len - next);
                 let msg = Tread {
                     fid: self.id,
                     offset: offset + next as u64,
@@ -65,14 +91,17 @@ impl Fid {
             if data.len() > asked {
                 return Err(Errno::EIO);
             }
-            out.extend_from_slice(&data);
-            if data.len() < asked {
+            let short = data.len() < asked;
+            if !data.is_empty() {
+                replies.push(data);
+            }
+            if short {
                 // End of file (or a short read): what follows is not contiguous; the
                 // calls still in flight are dropped, which flushes them.
                 break;
             }
         }
-        Ok(out.freeze())
+        Ok(replies)
     }
 
     /// Writes all of `data` at `offset`, up to `io_depth` Twrites in flight. A short

@@ -94,6 +94,10 @@ pub struct BatchArgs {
     /// How many guests run at once (default: the number of CPUs).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub jobs: Option<u16>,
+    /// Run the whole list this many times on the same mounts (the later passes find the
+    /// caches warm); each pass gets its own summary line and `--stats` entry.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub passes: u16,
     /// A file with one guest per line: its argv words, argv[0] first, shell-quoted
     /// (`-` reads standard input). Blank lines and lines starting with `#` are skipped.
     pub commands: PathBuf,
@@ -223,13 +227,23 @@ impl Host {
         }
     }
 
-    /// Writes `--stats` if asked.
-    fn report_stats(&self, target: Option<&str>, guests: u64) {
+    /// The `--stats` JSON as of now.
+    fn stats_now(&self, guests: u64) -> serde_json::Value {
+        let wall_ms = self.started.elapsed().as_millis() as u64;
+        self.mounts.stats_json(guests, wall_ms)
+    }
+
+    /// Writes `--stats` if asked: the totals, and for a batch `passes` (what each pass
+    /// added, its own wall time).
+    fn report_stats(&self, target: Option<&str>, guests: u64, passes: &[serde_json::Value]) {
         let Some(target) = target else {
             return;
         };
-        let wall_ms = self.started.elapsed().as_millis() as u64;
-        let json = self.mounts.stats_json(guests, wall_ms).to_string();
+        let mut json = self.stats_now(guests);
+        if !passes.is_empty() {
+            json["passes"] = serde_json::Value::Array(passes.to_vec());
+        }
+        let json = json.to_string();
         let written = if target == "-" {
             writeln!(std::io::stderr().lock(), "{json}")
         } else {
@@ -295,7 +309,7 @@ pub fn run(args: RunArgs) -> ExitCode {
     if let Some(trap) = trap {
         say(&format!("guest trapped: {trap}"));
     }
-    host.report_stats(args.guest.stats.as_deref(), 1);
+    host.report_stats(args.guest.stats.as_deref(), 1, &[]);
     ExitCode::from(code)
 }
 
@@ -349,6 +363,37 @@ pub fn batch(args: BatchArgs) -> ExitCode {
         .map(usize::from)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .min(jobs.len().max(1));
+    let total = jobs.len();
+    let passes = usize::from(args.passes);
+    let mut failed = 0;
+    let mut pass_stats = Vec::new();
+    for pass in 1..=passes {
+        let before = host.stats_now(0);
+        let started = Instant::now();
+        let pass_failed = run_pass(&host, &jobs, workers, &args.guest.env);
+        failed += pass_failed;
+        let of_pass = if passes > 1 {
+            format!("pass {pass} of {passes}: ")
+        } else {
+            String::new()
+        };
+        say(&format!(
+            "batch: {of_pass}{total} guests, {} exited 0, {pass_failed} did not, in {:.1} s",
+            total - pass_failed,
+            started.elapsed().as_secs_f64()
+        ));
+        pass_stats.push(counters_added(&host.stats_now(total as u64), &before));
+    }
+    host.report_stats(
+        args.guest.stats.as_deref(),
+        (total * passes) as u64,
+        &pass_stats,
+    );
+    ExitCode::from(u8::from(failed > 0))
+}
+
+/// Runs every job once, up to `workers` at once: how many did not exit 0.
+fn run_pass(host: &Host, jobs: &[Job], workers: usize, env: &[(String, String)]) -> usize {
     let next = AtomicUsize::new(0);
     let finished = AtomicUsize::new(0);
     let failed = AtomicUsize::new(0);
@@ -358,7 +403,7 @@ pub fn batch(args: BatchArgs) -> ExitCode {
         for _ in 0..workers {
             scope.spawn(|| {
                 while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let outcome = run_captured(&host, job, &args.guest.env);
+                    let outcome = run_captured(host, job, env);
                     if outcome.code != 0 {
                         failed.fetch_add(1, Ordering::Relaxed);
                     }
@@ -369,14 +414,39 @@ pub fn batch(args: BatchArgs) -> ExitCode {
             });
         }
     });
-    let failed = failed.load(Ordering::Relaxed);
-    say(&format!(
-        "batch: {total} guests, {} exited 0, {failed} did not, in {:.1} s",
-        total - failed,
-        host.started.elapsed().as_secs_f64()
-    ));
-    host.report_stats(args.guest.stats.as_deref(), total as u64);
-    ExitCode::from(u8::from(failed > 0))
+    failed.into_inner()
+}
+
+/// What `now` counts beyond `before`, number by number (two `--stats` snapshots of the
+/// same mounts): a pass's own RPCs, cache hits and wall time.
+fn counters_added(now: &serde_json::Value, before: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match (now, before) {
+        (Value::Number(a), Value::Number(b)) => match (a.as_u64(), b.as_u64()) {
+            (Some(a), Some(b)) => Value::from(a.saturating_sub(b)),
+            _ => now.clone(),
+        },
+        (Value::Object(a), Value::Object(b)) => Value::Object(
+            a.iter()
+                .map(|(k, v)| {
+                    let added = b
+                        .get(k)
+                        .map_or_else(|| v.clone(), |old| counters_added(v, old));
+                    (k.clone(), added)
+                })
+                .collect(),
+        ),
+        (Value::Array(a), Value::Array(b)) => Value::Array(
+            a.iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    b.get(i)
+                        .map_or_else(|| v.clone(), |old| counters_added(v, old))
+                })
+                .collect(),
+        ),
+        _ => now.clone(),
+    }
 }
 
 /// How one batch guest ended, with what it printed.
@@ -447,6 +517,19 @@ mod tests {
                 (3, vec!["clang", "-c", "a b.c", "-o", "a b.o"]),
                 (4, vec!["cc1", "x y"]),
             ]
+        );
+    }
+
+    #[test]
+    fn a_pass_counts_what_it_added_and_keeps_names() {
+        let before = serde_json::json!({"wall_ms": 100, "guests": 0,
+            "mounts": [{"target": "/usr", "rpc": {"walk": 10, "total": 12}}]});
+        let now = serde_json::json!({"wall_ms": 350, "guests": 4,
+            "mounts": [{"target": "/usr", "rpc": {"walk": 15, "read": 3, "total": 20}}]});
+        assert_eq!(
+            counters_added(&now, &before),
+            serde_json::json!({"wall_ms": 250, "guests": 4,
+                "mounts": [{"target": "/usr", "rpc": {"walk": 5, "read": 3, "total": 8}}]})
         );
     }
 
