@@ -743,6 +743,14 @@ async fn loose_reopen_of_a_file_only_opened_before_sends_nothing() {
     // A read through such an open still gets the file (opened on the server then).
     assert_eq!(read_all(&ns, "/b").await.unwrap(), "content of b");
     assert_eq!(rpcs(&fs, "lopen"), 2);
+    // New permissions through the mount: the server decides the next open again.
+    let chmod = wasm9p_guest_fs::backend::SetAttr {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    ns.setattr("/b", &chmod, true).await.unwrap();
+    drop(ns.open("/b", read).await.unwrap());
+    assert_eq!(rpcs(&fs, "lopen"), 3);
 }
 
 #[tokio::test]

@@ -445,7 +445,13 @@ impl Backend for NinepFs {
         Box::pin(async move {
             // Buffered writes land before a truncate, not after it.
             self.writers.push_out(node.id).await;
-            if attr.size.is_some() {
+            // A new size changes the content; new permissions or owner may change who
+            // can open it: either way later opens go to the server again.
+            if attr.size.is_some()
+                || attr.mode.is_some()
+                || attr.uid.is_some()
+                || attr.gid.is_some()
+            {
                 self.cache.mark_written(node.id);
             }
             let result = self.walk(&parts(node)?.path).await?.setattr(attr).await;
