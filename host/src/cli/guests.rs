@@ -233,16 +233,11 @@ impl Host {
         self.mounts.stats_json(guests, wall_ms)
     }
 
-    /// Writes `--stats` if asked: the totals, and for a batch `passes` (what each pass
-    /// added, its own wall time).
-    fn report_stats(&self, target: Option<&str>, guests: u64, passes: &[serde_json::Value]) {
+    /// Writes `--stats` if asked.
+    fn report_stats(&self, target: Option<&str>, json: serde_json::Value) {
         let Some(target) = target else {
             return;
         };
-        let mut json = self.stats_now(guests);
-        if !passes.is_empty() {
-            json["passes"] = serde_json::Value::Array(passes.to_vec());
-        }
         let json = json.to_string();
         let written = if target == "-" {
             writeln!(std::io::stderr().lock(), "{json}")
@@ -309,7 +304,7 @@ pub fn run(args: RunArgs) -> ExitCode {
     if let Some(trap) = trap {
         say(&format!("guest trapped: {trap}"));
     }
-    host.report_stats(args.guest.stats.as_deref(), 1, &[]);
+    host.report_stats(args.guest.stats.as_deref(), host.stats_now(1));
     ExitCode::from(code)
 }
 
@@ -367,8 +362,11 @@ pub fn batch(args: BatchArgs) -> ExitCode {
     let passes = usize::from(args.passes);
     let mut failed = 0;
     let mut pass_stats = Vec::new();
+    // One snapshot at each pass boundary: a pass's counters are the difference of its
+    // two, and the totals are the last one, so the passes add up to the totals exactly
+    // (a late clunk lands in no pass rather than in the totals only).
+    let mut snapshot = host.stats_now(0);
     for pass in 1..=passes {
-        let before = host.stats_now(0);
         let started = Instant::now();
         let pass_failed = run_pass(&host, &jobs, workers, &args.guest.env);
         failed += pass_failed;
@@ -382,13 +380,12 @@ pub fn batch(args: BatchArgs) -> ExitCode {
             total - pass_failed,
             started.elapsed().as_secs_f64()
         ));
-        pass_stats.push(counters_added(&host.stats_now(total as u64), &before));
+        let after = host.stats_now((total * pass) as u64);
+        pass_stats.push(counters_added(&after, &snapshot));
+        snapshot = after;
     }
-    host.report_stats(
-        args.guest.stats.as_deref(),
-        (total * passes) as u64,
-        &pass_stats,
-    );
+    snapshot["passes"] = serde_json::Value::Array(pass_stats);
+    host.report_stats(args.guest.stats.as_deref(), snapshot);
     ExitCode::from(u8::from(failed > 0))
 }
 
