@@ -18,6 +18,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
+use wasm9p_host::cli::parse_commands;
 use wasm9p_host::module_cache::{ModuleCache, Program};
 use wasmtime::{Engine, InstancePre, Linker, Store};
 use wasmtime_wasi::p1::WasiP1Ctx;
@@ -104,20 +105,13 @@ fn main() -> ExitCode {
         Err(why) => return usage(&why),
     };
     let started = Instant::now();
-    let lines = match std::fs::read_to_string(&opts.commands) {
-        Ok(text) => text,
-        Err(e) => return usage(&format!("cannot read {}: {e}", opts.commands.display())),
+    let jobs: Vec<Vec<String>> = match std::fs::read_to_string(&opts.commands)
+        .map_err(|e| e.to_string())
+        .and_then(|text| parse_commands(&text))
+    {
+        Ok(jobs) => jobs.into_iter().map(|job| job.argv).collect(),
+        Err(e) => return usage(&format!("bad COMMANDS {}: {e}", opts.commands.display())),
     };
-    let mut jobs = Vec::new();
-    for line in lines.lines().map(str::trim) {
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        match shlex::split(line) {
-            Some(argv) => jobs.push(argv),
-            None => return usage(&format!("bad COMMANDS line: {line}")),
-        }
-    }
     let engine = Engine::default();
     let module = match ModuleCache::user_default().load(&engine, &opts.module, &|_| {}) {
         Ok(Program::Module(m)) => m,

@@ -506,9 +506,8 @@ impl Backend for NinepFs {
             // and the server is asked only if a read misses the pages (see
             // `ninep_file`). A first open goes to the server, so that whatever open
             // may answer (EACCES, ENOENT...) comes from it.
-            let lazy = self.meta
-                && self.mode.has(CacheMode::FILE)
-                && read_only
+            let deferrable = self.meta && self.mode.has(CacheMode::FILE) && read_only;
+            let lazy = deferrable
                 && (self.cache.was_readable(n.qid.path, n.qid.version)
                     || self.cache.has_page(n.qid.path, n.qid.version, 0))
                 && !self.cache.was_written(n.qid.path);
@@ -536,7 +535,7 @@ impl Backend for NinepFs {
                 &self.writers,
             )
             .await?;
-            if self.meta && read_only && !lazy {
+            if deferrable && !lazy {
                 self.cache.insert_readable(qid.path, qid.version);
             }
             let open: Box<dyn OpenFile> = Box::new(open);

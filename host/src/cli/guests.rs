@@ -310,13 +310,16 @@ pub fn run(args: RunArgs) -> ExitCode {
 
 /// One COMMANDS line.
 #[derive(Debug)]
-struct Job {
-    line: usize,
-    argv: Vec<String>,
+pub struct Job {
+    /// Its line number (from 1).
+    pub line: usize,
+    /// Its argv words, argv[0] first.
+    pub argv: Vec<String>,
 }
 
-/// Parses COMMANDS: one guest per line, shell-quoted words, argv[0] first.
-fn parse_commands(text: &str) -> Result<Vec<Job>, String> {
+/// Parses COMMANDS: one guest per line, shell-quoted words, argv[0] first; blank
+/// lines and `#` comments skipped. The error names the line.
+pub fn parse_commands(text: &str) -> Result<Vec<Job>, String> {
     let mut jobs = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let trimmed = line.trim();

@@ -13,7 +13,7 @@ use wasm9p_server::{ExportConfig, Server, ServerConfig};
 
 mod guests;
 
-pub use guests::{batch, run, BatchArgs, GuestArgs, RunArgs};
+pub use guests::{batch, parse_commands, run, BatchArgs, GuestArgs, Job, RunArgs};
 
 /// Exit code for bad usage or configuration.
 pub const EXIT_USAGE: u8 = 2;
