@@ -32,7 +32,8 @@ pub fn duplex() -> (BoxStream, BoxStream) {
     (Box::new(a), Box::new(b))
 }
 
-/// Connects to `addr`, failing after `timeout` rather than hanging.
+/// Connects to `addr`, failing after `timeout` rather than hanging. The error does not
+/// repeat the address: callers name it (the client's `ConnectError` does).
 pub async fn connect(addr: &Addr, timeout: Duration) -> io::Result<BoxStream> {
     let attempt = async {
         let stream: BoxStream = match addr {
@@ -54,12 +55,10 @@ pub async fn connect(addr: &Addr, timeout: Duration) -> io::Result<BoxStream> {
         Ok(stream)
     };
     match tokio::time::timeout(timeout, attempt).await {
-        Ok(result) => {
-            result.map_err(|e: io::Error| io::Error::new(e.kind(), format!("{addr}: {e}")))
-        }
+        Ok(result) => result,
         Err(_) => Err(io::Error::new(
             io::ErrorKind::TimedOut,
-            format!("{addr}: connect timed out"),
+            format!("no connection within {timeout:?}"),
         )),
     }
 }
