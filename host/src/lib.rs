@@ -6,8 +6,9 @@
 //! and renders the `--stats` JSON; [`p1`], our own WASI preview1 over that namespace
 //! (a context builder, the [`p1::WasiP1View`] trait and [`p1::add_to_linker`] for
 //! embedders); [`p2`], WASI preview2 for components (our `wasi:filesystem` over the
-//! same namespace, wasmtime-wasi for the rest); and [`module_cache`], compiled modules
-//! and components kept on disk.
+//! same namespace, wasmtime-wasi for the rest); [`fuse`], the same namespace served to
+//! the host kernel through FUSE (`wasm9p mount`); and [`module_cache`], compiled
+//! modules and components kept on disk.
 //!
 //! The embedding, in order: build a [`mounts::MountTable`] inside a tokio runtime; add
 //! preview1 to a `wasmtime::Linker<T>` where `T: WasiP1View`; per guest, build a
@@ -19,6 +20,7 @@
 //! those are `wasm9p-proto` and `wasm9p-server`.
 
 pub mod cli;
+pub mod fuse;
 pub mod module_cache;
 pub mod mounts;
 pub mod p1;

@@ -27,6 +27,7 @@ fn main() -> ExitCode {
         // The guest runs on this thread; `run` makes its own runtime for the mounts.
         Command::Run(args) => cli::run(args),
         Command::Batch(args) => cli::batch(args),
+        Command::Mount(args) => cli::mount(args),
         Command::Serve(args) => match tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use wasm9p_guest_fs::backend::ninep::NinepFs;
-use wasm9p_guest_fs::backend::{Backend, OpenFile, OpenFlags};
+use wasm9p_guest_fs::backend::{Backend, OpenFile, OpenFlags, SetAttr};
 use wasm9p_guest_fs::client::{ClientConfig, Session};
 use wasm9p_guest_fs::mount_options::NinepOptions;
 use wasm9p_guest_fs::namespace::Namespace;
@@ -561,6 +561,61 @@ async fn pages_are_shared_by_every_open_and_follow_the_file_version() {
     f.write_at(0, Bytes::from_static(b"RE")).await.unwrap();
     assert_eq!(&f.read_at(0, 100).await.unwrap()[..], b"REwritten");
     f.flush().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_open_reader_sees_writes_and_truncates_through_another_open() {
+    // Found by fsx through `wasm9p mount`: a reader's pages, keyed by the version the
+    // file was opened at, outlived a write through another open of the same mount.
+    for mode in ["cache=mmap", "cache=loose"] {
+        let dir = tree();
+        std::fs::write(dir.path().join("f"), vec![0u8; 100_000]).unwrap();
+        let server = TestServer::tcp(dir.path());
+        let (ns, fs) = mount(&server, mode).await;
+        let reader = open(&ns, &fs, "/f", READ).await;
+        assert!(reader
+            .read_at(0, 100_000)
+            .await
+            .unwrap()
+            .iter()
+            .all(|&b| b == 0));
+        let rw = OpenFlags {
+            read: true,
+            write: true,
+            ..Default::default()
+        };
+        let writer = open(&ns, &fs, "/f", rw).await;
+        // A partial-page write, still buffered by write-back: the reader sees it.
+        writer
+            .write_at(40_000, Bytes::from_static(b"fresh"))
+            .await
+            .unwrap();
+        assert_eq!(
+            &reader.read_at(39_998, 9).await.unwrap()[..],
+            b"\0\0fresh\0\0",
+            "{mode}"
+        );
+        // A truncate through the namespace: the reader's next read ends there.
+        let shorter = SetAttr {
+            size: Some(40_002),
+            ..Default::default()
+        };
+        ns.setattr("/f", &shorter, true).await.unwrap();
+        assert_eq!(
+            &reader.read_at(39_998, 100).await.unwrap()[..],
+            b"\0\0fr",
+            "{mode}"
+        );
+        // Pages of a file nobody changed are still shared (no extra Tread).
+        writer.flush().await.unwrap();
+        let reads = rpcs(&fs, "read");
+        assert_eq!(&reader.read_at(39_998, 100).await.unwrap()[..], b"\0\0fr");
+        assert_eq!(
+            rpcs(&fs, "read"),
+            reads,
+            "{mode}: the new generation is cached"
+        );
+    }
 }
 
 #[tokio::test]

@@ -66,7 +66,7 @@ pub struct NinepFs {
     symlinks: bool,
     failed_walks: AtomicU64,
     inflight: Mutex<HashMap<(u64, String), Flight>>,
-    writers: Writers,
+    writers: Arc<Writers>,
 }
 
 impl std::fmt::Debug for NinepFs {
@@ -143,7 +143,7 @@ impl NinepFs {
             symlinks: options.cache.has(CacheMode::META) && options.symlink_cache,
             failed_walks: AtomicU64::new(0),
             inflight: Mutex::new(HashMap::new()),
-            writers: Writers::default(),
+            writers: Arc::default(),
         })
     }
 
@@ -509,7 +509,7 @@ impl Backend for NinepFs {
             let deferrable = self.meta && self.mode.has(CacheMode::FILE) && read_only;
             let lazy = deferrable
                 && (self.cache.was_readable(n.qid.path, n.qid.version)
-                    || self.cache.has_page(n.qid.path, n.qid.version, 0))
+                    || self.cache.has_page(n.qid.path, n.qid.version, 0, 0))
                 && !self.cache.was_written(n.qid.path);
             let (source, qid) = if lazy {
                 let path = n.path.to_vec();

@@ -12,7 +12,11 @@
 //! the missing pages in one pipelined read (several msize requests in flight); a reader
 //! that continues where its last read ended also gets pages read ahead, the extra
 //! doubling up to [`MAX_READAHEAD`]. Once this open has written, it reads from the
-//! server directly (its pages would be of the version before the write).
+//! server directly (its pages would be of the version before the write). A change
+//! through any open of the file (write, truncate) moves the file to a new generation
+//! of pages ([`MountCache::generation`]): the other opens' next reads miss, push out
+//! what the writers still buffer, and fetch again, so two opens in one mount always
+//! agree.
 //!
 //! Write-back: writes are buffered in a [`WriteBuffer`] and go out in msize pieces once a
 //! piece is full, when the buffer passes [`WRITEBACK_LIMIT`], and on flush (close) and
@@ -151,6 +155,9 @@ pub(crate) struct NinepFile {
     sequential: Mutex<Sequential>,
     wrote: AtomicBool,
     writeback: Option<Arc<WriteBack>>,
+    /// The mount's buffering writers, pushed out before pages of a file changed
+    /// through this mount are fetched again.
+    writers: Arc<Writers>,
 }
 
 impl NinepFile {
@@ -160,7 +167,7 @@ impl NinepFile {
         flags: OpenFlags,
         mode: CacheMode,
         cache: Arc<MountCache>,
-        writers: &Writers,
+        writers: &Arc<Writers>,
     ) -> Result<NinepFile, Errno> {
         let mut p9 = match (flags.read, flags.write) {
             (true, true) => open::RDWR,
@@ -216,6 +223,7 @@ impl NinepFile {
             sequential: Mutex::new(Sequential::default()),
             wrote: AtomicBool::new(false),
             writeback,
+            writers: Arc::clone(writers),
         })
     }
 
@@ -245,13 +253,14 @@ impl NinepFile {
     /// Reads through the shared page cache.
     async fn read_pages(&self, offset: u64, len: usize) -> Result<Bytes, Errno> {
         let (path, version) = (self.qid.path, self.qid.version);
+        let generation = self.cache.generation(path);
         let page = PAGE_SIZE as u64;
         let first = offset / page;
         let last = (offset + len as u64 - 1) / page;
         let mut pages: Vec<Bytes> = Vec::with_capacity((last - first + 1) as usize);
         let mut missing = None;
         for index in first..=last {
-            match self.cache.page(path, version, index) {
+            match self.cache.page(path, version, generation, index) {
                 Some(data) => {
                     let short = data.len() < PAGE_SIZE;
                     pages.push(data);
@@ -266,6 +275,11 @@ impl NinepFile {
             }
         }
         if let Some(from) = missing {
+            if generation > 0 {
+                // Changed through this mount: what other opens still buffer goes to
+                // the server before its pages are read from there.
+                self.writers.push_out(path).await;
+            }
             let ahead = {
                 let mut seq = self.sequential();
                 seq.ahead = if offset == seq.next {
@@ -291,7 +305,8 @@ impl NinepFile {
             let got: usize = replies.iter().map(Bytes::len).sum();
             let mut index = from;
             for piece in carve_pages(replies) {
-                self.cache.insert_page(path, version, index, piece.clone());
+                self.cache
+                    .insert_page(path, version, generation, index, piece.clone());
                 if index <= last {
                     pages.push(piece);
                 }
@@ -299,7 +314,8 @@ impl NinepFile {
             }
             if got < want && got.is_multiple_of(PAGE_SIZE) {
                 // The file ends on a page boundary: remember the empty page after it.
-                self.cache.insert_page(path, version, index, Bytes::new());
+                self.cache
+                    .insert_page(path, version, generation, index, Bytes::new());
             }
         }
         // Assemble [offset, offset + len) from the pages, stopping at the end of file.

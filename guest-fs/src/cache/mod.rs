@@ -39,12 +39,23 @@ const ENTRY_OVERHEAD: u64 = 64;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Key {
-    Dentry { dir: u64, name: Box<str> },
+    Dentry {
+        dir: u64,
+        name: Box<str>,
+    },
     Symlink(u64),
     Attr(u64),
     Readdir(u64),
-    Page { path: u64, version: u32, index: u64 },
-    Readable { path: u64, version: u32 },
+    Page {
+        path: u64,
+        version: u32,
+        generation: u64,
+        index: u64,
+    },
+    Readable {
+        path: u64,
+        version: u32,
+    },
 }
 
 /// A borrowed dentry key, so lookups do not allocate.
@@ -64,8 +75,9 @@ impl Hash for Key {
             Key::Page {
                 path,
                 version,
+                generation,
                 index,
-            } => (4u8, *path, *version, *index).hash(state),
+            } => (4u8, *path, *version, *generation, *index).hash(state),
             Key::Readable { path, version } => (5u8, *path, *version).hash(state),
         }
     }
@@ -170,11 +182,12 @@ pub struct MountCache {
     store: quick_cache::sync::Cache<Key, Entry, ByteWeighter>,
     negtimeout: NegTimeout,
     counters: CacheCounters,
-    /// Qid paths of files changed through this mount (written, truncated): their
-    /// cached qid versions are stale, so opening them asks the server again. Eight
-    /// bytes per file ever written; never evicted, as forgetting one would serve
-    /// stale pages.
-    written: std::sync::Mutex<std::collections::HashSet<u64>>,
+    /// Qid paths of files changed through this mount (written, truncated), with how
+    /// many changes each has had: their cached qid versions are stale, so opening them
+    /// asks the server again, and pages are keyed by this count too, so a change
+    /// through one open file makes every other open's pages of it miss. Sixteen bytes
+    /// per file ever written; never evicted, as forgetting one would serve stale pages.
+    written: std::sync::Mutex<std::collections::HashMap<u64, u64>>,
 }
 
 impl std::fmt::Debug for MountCache {
@@ -206,10 +219,23 @@ impl MountCache {
 
     /// Records that the file with qid path `path` was changed through this mount.
     pub fn mark_written(&self, path: u64) {
+        *self
+            .written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(path)
+            .or_default() += 1;
+    }
+
+    /// How many changes the file with qid path `path` has had through this mount (0:
+    /// none): the generation its cached pages belong to.
+    pub fn generation(&self, path: u64) -> u64 {
         self.written
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(path);
+            .get(&path)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Whether the file with qid path `path` was changed through this mount.
@@ -217,7 +243,7 @@ impl MountCache {
         self.written
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .contains(&path)
+            .contains_key(&path)
     }
 
     /// Bytes held now (never more than the capacity).

@@ -13,12 +13,14 @@ use super::{bump, Entry, Key, MountCache};
 pub const PAGE_SIZE: usize = 64 * 1024;
 
 impl MountCache {
-    /// Page `index` of file `path` at `version`. A page shorter than [`PAGE_SIZE`] is
-    /// the last one of the file.
-    pub fn page(&self, path: u64, version: u32, index: u64) -> Option<Bytes> {
+    /// Page `index` of file `path` at `version`, after `generation` changes through
+    /// this mount ([`MountCache::generation`]). A page shorter than [`PAGE_SIZE`] is the
+    /// last one of the file.
+    pub fn page(&self, path: u64, version: u32, generation: u64, index: u64) -> Option<Bytes> {
         match self.store.get(&Key::Page {
             path,
             version,
+            generation,
             index,
         }) {
             Some(Entry::Page(data)) => {
@@ -33,20 +35,22 @@ impl MountCache {
     }
 
     /// Whether page `index` of `path` at `version` is held (counts nothing).
-    pub fn has_page(&self, path: u64, version: u32, index: u64) -> bool {
+    pub fn has_page(&self, path: u64, version: u32, generation: u64, index: u64) -> bool {
         self.store.contains_key(&Key::Page {
             path,
             version,
+            generation,
             index,
         })
     }
 
-    /// Caches page `index` of file `path` at `version`.
-    pub fn insert_page(&self, path: u64, version: u32, index: u64, data: Bytes) {
+    /// Caches page `index` of file `path` at `version` and `generation`.
+    pub fn insert_page(&self, path: u64, version: u32, generation: u64, index: u64, data: Bytes) {
         self.store.insert(
             Key::Page {
                 path,
                 version,
+                generation,
                 index,
             },
             Entry::Page(data),

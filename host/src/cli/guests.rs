@@ -18,7 +18,7 @@ use clap::Args;
 
 use super::{fail, first_line, parse_env, say, EXIT_USAGE};
 use crate::module_cache::{ModuleCache, Program, Progress};
-use crate::mounts::{MountSpec, MountTable};
+use crate::mounts::{MountSpec, MountTable, MountTableBuilder};
 use crate::p1::{Input, Output, P1Program, WasiP1Ctx};
 use crate::p2::{P2Program, WasiP2Ctx, WasiP2Fs};
 
@@ -42,9 +42,9 @@ enum Stdio {
 /// Most bytes of one guest's stdout or stderr kept when captured.
 const MAX_CAPTURE: usize = 16 << 20;
 
-/// Options every way of running guests shares.
+/// The mounts a namespace is made of, as `run`, `batch` and `mount` take them.
 #[derive(Debug, Args)]
-pub struct GuestArgs {
+pub struct NamespaceArgs {
     /// A mount: `type=9p,source=ADDR,target=/g` or `type=9p,export=HOSTDIR,target=/g`,
     /// optionally with `cache=`, `negtimeout=`, `msize=`, `cache_size=`, `ro`; or
     /// `type=bind,source=HOSTDIR,target=/g`, optionally `ro`. Repeatable. With no --mount and no --dir, the current directory is served at /
@@ -54,12 +54,59 @@ pub struct GuestArgs {
     /// A host directory bound at a guest path (HOSTDIR::/GUEST, or HOSTDIR at itself).
     #[arg(long = "dir", value_name = "HOST::GUEST")]
     pub dirs: Vec<String>,
+    /// Print mount statistics as JSON at the end: to FILE, or stderr.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-", require_equals = true)]
+    pub stats: Option<String>,
+}
+
+impl NamespaceArgs {
+    /// The table these ask for; with no --mount and no --dir, the current directory
+    /// served at `/` by the embedded server with `cache=loose`. A bad SPEC is reported
+    /// (exit code 2).
+    pub(crate) fn table(&self) -> Result<MountTableBuilder, ExitCode> {
+        let mut table = MountTable::builder();
+        let parsed = self
+            .mounts
+            .iter()
+            .map(|s| MountSpec::parse(s))
+            .chain(self.dirs.iter().map(|d| MountSpec::parse_dir(d)));
+        for spec in parsed {
+            table = table.spec(spec.map_err(|e| fail(EXIT_USAGE, &e.to_string()))?);
+        }
+        if table.is_empty() {
+            table = table
+                .mount("type=9p,export=.,target=/,cache=loose")
+                .expect("the default SPEC parses");
+        }
+        Ok(table)
+    }
+
+    /// Writes `json` where `--stats` asks, if it does.
+    pub(crate) fn report_stats(&self, json: serde_json::Value) {
+        let Some(target) = self.stats.as_deref() else {
+            return;
+        };
+        let json = json.to_string();
+        let written = if target == "-" {
+            writeln!(std::io::stderr().lock(), "{json}")
+        } else {
+            std::fs::write(target, json + "\n")
+        };
+        if let Err(e) = written {
+            say(&format!("cannot write stats to {target}: {e}"));
+        }
+    }
+}
+
+/// Options every way of running guests shares.
+#[derive(Debug, Args)]
+pub struct GuestArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub namespace: NamespaceArgs,
     /// An environment variable for the guest (repeatable).
     #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
-    /// Print mount statistics as JSON when the guests end: to FILE, or stderr.
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-", require_equals = true)]
-    pub stats: Option<String>,
     /// Where compiled modules are kept (default: $WASM9P_CACHE_DIR, else
     /// $XDG_CACHE_HOME/wasm9p/modules, else ~/.cache/wasm9p/modules).
     #[arg(long, value_name = "DIR", conflicts_with = "no_module_cache")]
@@ -119,20 +166,7 @@ impl Host {
     /// Mounts and module, or the exit code of a setup failure (already reported).
     fn prepare(args: &GuestArgs, path: &Path) -> Result<Host, ExitCode> {
         let started = Instant::now();
-        let mut table = MountTable::builder();
-        let parsed = args
-            .mounts
-            .iter()
-            .map(|s| MountSpec::parse(s))
-            .chain(args.dirs.iter().map(|d| MountSpec::parse_dir(d)));
-        for spec in parsed {
-            table = table.spec(spec.map_err(|e| fail(EXIT_USAGE, &e.to_string()))?);
-        }
-        if table.is_empty() {
-            table = table
-                .mount("type=9p,export=.,target=/,cache=loose")
-                .expect("the default SPEC parses");
-        }
+        let table = args.namespace.table()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -232,22 +266,6 @@ impl Host {
         let wall_ms = self.started.elapsed().as_millis() as u64;
         self.mounts.stats_json(guests, wall_ms)
     }
-
-    /// Writes `--stats` if asked.
-    fn report_stats(&self, target: Option<&str>, json: serde_json::Value) {
-        let Some(target) = target else {
-            return;
-        };
-        let json = json.to_string();
-        let written = if target == "-" {
-            writeln!(std::io::stderr().lock(), "{json}")
-        } else {
-            std::fs::write(target, json + "\n")
-        };
-        if let Err(e) = written {
-            say(&format!("cannot write stats to {target}: {e}"));
-        }
-    }
 }
 
 /// Progress of a first compile on stderr: announced for modules big enough to take a
@@ -304,7 +322,7 @@ pub fn run(args: RunArgs) -> ExitCode {
     if let Some(trap) = trap {
         say(&format!("guest trapped: {trap}"));
     }
-    host.report_stats(args.guest.stats.as_deref(), host.stats_now(1));
+    args.guest.namespace.report_stats(host.stats_now(1));
     ExitCode::from(code)
 }
 
@@ -388,7 +406,7 @@ pub fn batch(args: BatchArgs) -> ExitCode {
         snapshot = after;
     }
     snapshot["passes"] = serde_json::Value::Array(pass_stats);
-    host.report_stats(args.guest.stats.as_deref(), snapshot);
+    args.guest.namespace.report_stats(snapshot);
     ExitCode::from(u8::from(failed > 0))
 }
 

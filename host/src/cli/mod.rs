@@ -12,8 +12,10 @@ use wasm9p_proto::Addr;
 use wasm9p_server::{ExportConfig, Server, ServerConfig};
 
 mod guests;
+mod mount;
 
-pub use guests::{batch, parse_commands, run, BatchArgs, GuestArgs, Job, RunArgs};
+pub use guests::{batch, parse_commands, run, BatchArgs, GuestArgs, Job, NamespaceArgs, RunArgs};
+pub use mount::{mount, MountArgs};
 
 /// Exit code for bad usage or configuration.
 pub const EXIT_USAGE: u8 = 2;
@@ -36,6 +38,8 @@ pub enum Command {
     Run(RunArgs),
     /// Run one guest per COMMANDS line, up to --jobs at once, on shared mounts.
     Batch(BatchArgs),
+    /// Serve the mounts' namespace at a host directory through FUSE.
+    Mount(MountArgs),
 }
 
 pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {

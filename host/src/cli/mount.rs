@@ -1,0 +1,96 @@
+//! `wasm9p mount`: the namespace at a host directory through FUSE.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use super::guests::NamespaceArgs;
+use super::{fail, say, Shutdown, EXIT_USAGE};
+use crate::fuse::{self, NamespaceFs};
+
+/// `wasm9p mount`.
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub namespace: NamespaceArgs,
+    /// Mount read-only.
+    #[arg(long)]
+    pub read_only: bool,
+    /// Where the namespace's root appears (an existing directory).
+    pub mountpoint: PathBuf,
+}
+
+/// Mounts the namespace at MOUNTPOINT and serves it until SIGINT or SIGTERM (then
+/// unmounts) or until it is unmounted from outside (`umount`, `fusermount3 -u`).
+pub fn mount(args: MountArgs) -> ExitCode {
+    let started = Instant::now();
+    let table = match args.namespace.table() {
+        Ok(table) => table,
+        Err(code) => return code,
+    };
+    if !args.mountpoint.is_dir() {
+        return fail(
+            EXIT_USAGE,
+            &format!("{} is not a directory", args.mountpoint.display()),
+        );
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(1, &format!("cannot start the runtime: {e}")),
+    };
+    let mounts = match runtime.block_on(table.build()) {
+        Ok(mounts) => mounts,
+        Err(e) => return fail(EXIT_USAGE, &e.to_string()),
+    };
+    let shutdown = match runtime.block_on(async { Shutdown::register() }) {
+        Ok(s) => s,
+        Err(e) => return fail(1, &format!("cannot handle signals: {e}")),
+    };
+    let fs = NamespaceFs::new(mounts.namespace().clone(), runtime.handle().clone());
+    let session = match fuser::spawn_mount2(fs, &args.mountpoint, &fuse::config(args.read_only)) {
+        Ok(session) => session,
+        Err(e) => {
+            return fail(
+                EXIT_USAGE,
+                &format!("cannot mount on {}: {e}", args.mountpoint.display()),
+            )
+        }
+    };
+    // Scripts wait for this line to know the mount is usable.
+    say(&format!("mounted on {}", args.mountpoint.display()));
+    let unmounted_outside = runtime.block_on(async {
+        let wait = shutdown.wait();
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                _ = &mut wait => return false,
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                    if session.guard.is_finished() {
+                        return true;
+                    }
+                }
+            }
+        }
+    });
+    let ended = if unmounted_outside {
+        session.join()
+    } else {
+        session.umount_and_join()
+    };
+    args.namespace
+        .report_stats(mounts.stats_json(0, started.elapsed().as_millis() as u64));
+    drop(mounts);
+    match ended {
+        Ok(()) => {
+            say("unmounted");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(1, &format!("unmounting {}: {e}", args.mountpoint.display())),
+    }
+}

@@ -1,0 +1,748 @@
+//! `wasm9p mount`: the namespace (its 9p, bind and embedded mounts, with their caches)
+//! served to the host kernel through FUSE, so that ordinary programs, and real
+//! filesystem test suites, use our client and caches without v9fs.
+//!
+//! Design:
+//! - The kernel names files by node id; the namespace by path. [`inodes::Inodes`] maps
+//!   one to the other and keeps paths current across renames; an unlinked file's id
+//!   lives on for its open handles, without a path (path-based calls on it: ESTALE).
+//! - Every request is answered on the FUSE worker thread that read it (four workers),
+//!   by running the namespace operation to completion on the mounts' tokio runtime
+//!   (`Handle::block_on`). Cache hits complete without suspending.
+//! - Entry and attribute lifetimes given to the kernel are zero: every lookup and
+//!   getattr comes to the namespace, whose cache modes decide what is asked of the
+//!   server. Files are opened for direct I/O, so the namespace's page cache is the only
+//!   one (see [`FILE_OPEN`]).
+//! - Open files are the namespace's [`OpenFile`]s (write-back and readahead as the
+//!   mount's mode says), flushed on `flush` (every close) and `release`; an error a
+//!   buffered write met is reported by the close that flushes it.
+//! - Symlinks are resolved by the kernel, as with any filesystem: a relative target
+//!   stays inside the mount, an absolute one means the host's root.
+
+mod inodes;
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use fuser::{
+    Errno as FuseErrno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, LockOwner, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+};
+use wasm9p_guest_fs::backend::{Attr, Kind, OpenFile, OpenFlags, SetAttr};
+use wasm9p_guest_fs::namespace::{Location, Namespace};
+use wasm9p_proto::Errno;
+
+use inodes::Inodes;
+
+/// How long the kernel may keep an entry or attributes: not at all (see the module
+/// docs).
+const TTL: Duration = Duration::ZERO;
+
+/// FUSE worker threads.
+const WORKERS: usize = 4;
+
+/// Files are opened for direct I/O: every read and write comes to the namespace, whose
+/// page cache (per the mount's mode) is the only one. With the kernel's page cache in
+/// front as well, a page read through one open file could stay stale after a partial
+/// write through another (fsx found it); the kernel still maps files (shared mappings
+/// where it supports FUSE_DIRECT_IO_ALLOW_MMAP, private ones always).
+const FILE_OPEN: FopenFlags = FopenFlags::FOPEN_DIRECT_IO;
+
+fn fuse_errno(e: Errno) -> FuseErrno {
+    FuseErrno::from_i32(e.0 as i32)
+}
+
+fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::Dir => FileType::Directory,
+        Kind::File => FileType::RegularFile,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Other => FileType::NamedPipe,
+    }
+}
+
+fn time((sec, nsec): (u64, u32)) -> SystemTime {
+    UNIX_EPOCH + Duration::new(sec, nsec)
+}
+
+fn set_time(t: Option<TimeOrNow>) -> Option<Option<(u64, u64)>> {
+    t.map(|t| match t {
+        TimeOrNow::Now => None,
+        TimeOrNow::SpecificTime(at) => {
+            let d = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+            Some((d.as_secs(), u64::from(d.subsec_nanos())))
+        }
+    })
+}
+
+fn name_str(name: &OsStr) -> Result<&str, Errno> {
+    // 9P names are UTF-8 strings; others cannot be asked for.
+    name.to_str().ok_or(Errno::EINVAL)
+}
+
+/// An open directory: a snapshot of its entries taken at opendir (`.` and `..` first).
+struct DirHandle {
+    entries: Vec<(String, FileType, u64)>,
+}
+
+/// An open file and the node it belongs to.
+struct FileEntry {
+    ino: u64,
+    file: Arc<dyn OpenFile>,
+}
+
+/// The namespace as a FUSE filesystem.
+pub struct NamespaceFs {
+    ns: Arc<Namespace>,
+    rt: tokio::runtime::Handle,
+    inodes: Mutex<Inodes>,
+    files: Mutex<HashMap<u64, FileEntry>>,
+    dirs: Mutex<HashMap<u64, DirHandle>>,
+    next_fh: std::sync::atomic::AtomicU64,
+    uid: u32,
+    gid: u32,
+}
+
+impl NamespaceFs {
+    /// Serves `ns`, running its operations on `rt`. Files appear owned by this
+    /// process's user.
+    pub fn new(ns: Arc<Namespace>, rt: tokio::runtime::Handle) -> Self {
+        NamespaceFs {
+            ns,
+            rt,
+            inodes: Mutex::new(Inodes::default()),
+            files: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: std::sync::atomic::AtomicU64::new(1),
+            uid: rustix::process::getuid().as_raw(),
+            gid: rustix::process::getgid().as_raw(),
+        }
+    }
+
+    fn path(&self, ino: INodeNo) -> Result<String, Errno> {
+        self.inodes.lock().unwrap().path(ino.0).ok_or(Errno::ESTALE)
+    }
+
+    fn child(&self, parent: INodeNo, name: &OsStr) -> Result<String, Errno> {
+        Ok(inodes::child(&self.path(parent)?, name_str(name)?))
+    }
+
+    fn fh(&self) -> u64 {
+        self.next_fh
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn file(&self, fh: FileHandle) -> Result<Arc<dyn OpenFile>, Errno> {
+        let files = self.files.lock().unwrap();
+        files
+            .get(&fh.0)
+            .map(|f| Arc::clone(&f.file))
+            .ok_or(Errno::EBADF)
+    }
+
+    fn attr(&self, ino: u64, kind: Kind, a: &Attr) -> FileAttr {
+        FileAttr {
+            ino: INodeNo(ino),
+            size: a.size,
+            blocks: a.size.div_ceil(512),
+            atime: time(a.atime),
+            mtime: time(a.mtime),
+            ctime: time(a.ctime),
+            crtime: time(a.ctime),
+            kind: file_type(kind),
+            perm: (a.mode & 0o7777) as u16,
+            nlink: a.nlink.clamp(1, u64::from(u32::MAX)) as u32,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    /// Resolves `path` (not following a final symlink) and returns its attributes.
+    async fn stat(&self, path: &str) -> Result<(Location, Attr), Errno> {
+        let at = self.ns.resolve(path, false).await?;
+        let attr = self.ns.getattr_at(&at).await?;
+        Ok((at, attr))
+    }
+
+    /// The size an open writer of `ino` knows (its buffered writes included), if any.
+    async fn open_size(&self, ino: u64) -> Option<u64> {
+        let file = {
+            let files = self.files.lock().unwrap();
+            files
+                .values()
+                .find(|f| f.ino == ino)
+                .map(|f| Arc::clone(&f.file))
+        }?;
+        file.size().await.ok()
+    }
+
+    /// Answers a lookup-like request: the attributes of `path`, under a node id the
+    /// kernel now holds one more reference to.
+    fn entry(&self, path: Result<String, Errno>, reply: ReplyEntry) {
+        let result = path.and_then(|path| {
+            let (at, attr) = self.rt.block_on(self.stat(&path))?;
+            let ino = self.inodes.lock().unwrap().remember(&path);
+            Ok(self.attr(ino, at.node.kind, &attr))
+        });
+        match result {
+            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            Err(e) => reply.error(fuse_errno(e)),
+        }
+    }
+
+    fn open_flags(flags: i32) -> OpenFlags {
+        let acc = flags & libc::O_ACCMODE;
+        OpenFlags {
+            read: acc == libc::O_RDONLY || acc == libc::O_RDWR,
+            write: acc == libc::O_WRONLY || acc == libc::O_RDWR,
+            truncate: flags & libc::O_TRUNC != 0,
+            append: flags & libc::O_APPEND != 0,
+        }
+    }
+
+    /// Unlinks a file (or, with `dir_only`, removes a directory); its node id loses
+    /// its path.
+    fn remove(&self, parent: INodeNo, name: &OsStr, dir_only: bool) -> Result<(), Errno> {
+        let path = self.child(parent, name)?;
+        self.rt.block_on(self.ns.unlink(&path, dir_only))?;
+        self.inodes.lock().unwrap().unlinked(&path);
+        Ok(())
+    }
+
+    fn keep(&self, ino: u64, file: Box<dyn OpenFile>) -> u64 {
+        let fh = self.fh();
+        self.files.lock().unwrap().insert(
+            fh,
+            FileEntry {
+                ino,
+                file: Arc::from(file),
+            },
+        );
+        fh
+    }
+}
+
+fn empty(reply: ReplyEmpty, result: Result<(), Errno>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(fuse_errno(e)),
+    }
+}
+
+impl Filesystem for NamespaceFs {
+    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
+        // Optional: kernels before 6.6 do not offer it (shared mmap is then ENODEV).
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        // Unmounted: whatever is still buffered goes out now.
+        let files: Vec<_> = self.files.lock().unwrap().drain().collect();
+        for (_, f) in files {
+            let _ = self.rt.block_on(f.file.flush());
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.entry(self.child(parent, name), reply);
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inodes.lock().unwrap().forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let result = self.path(ino).and_then(|path| {
+            self.rt.block_on(async {
+                let (at, mut attr) = match (self.stat(&path).await, fh) {
+                    (Ok(found), _) => found,
+                    // An open file whose name is gone: what its handle knows.
+                    (Err(e), Some(fh)) => {
+                        let file = self.file(fh).map_err(|_| e)?;
+                        let size = file.size().await?;
+                        let attr = Attr {
+                            mode: 0o644,
+                            size,
+                            nlink: 1,
+                            ..Attr::default()
+                        };
+                        return Ok(self.attr(ino.0, Kind::File, &attr));
+                    }
+                    (Err(e), None) => return Err(e),
+                };
+                if at.node.kind == Kind::File {
+                    if let Some(size) = self.open_size(ino.0).await {
+                        attr.size = attr.size.max(size);
+                    }
+                }
+                Ok(self.attr(ino.0, at.node.kind, &attr))
+            })
+        });
+        match result {
+            Ok(attr) => reply.attr(&TTL, &attr),
+            Err(e) => reply.error(fuse_errno(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let change = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: set_time(atime),
+            mtime: set_time(mtime),
+        };
+        let result = self.path(ino).and_then(|path| {
+            self.rt.block_on(async {
+                // Buffered writes of this file land before a truncate, not after it.
+                if size.is_some() {
+                    let writers: Vec<_> = {
+                        let files = self.files.lock().unwrap();
+                        files
+                            .values()
+                            .filter(|f| f.ino == ino.0)
+                            .map(|f| Arc::clone(&f.file))
+                            .collect()
+                    };
+                    for f in writers {
+                        f.flush().await?;
+                    }
+                }
+                self.ns.setattr(&path, &change, false).await?;
+                let (at, attr) = self.stat(&path).await?;
+                Ok(self.attr(ino.0, at.node.kind, &attr))
+            })
+        });
+        match result {
+            Ok(attr) => reply.attr(&TTL, &attr),
+            Err(e) => reply.error(fuse_errno(e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self
+            .path(ino)
+            .and_then(|p| self.rt.block_on(self.ns.readlink(&p)))
+        {
+            Ok(target) => reply.data(target.as_bytes()),
+            Err(e) => reply.error(fuse_errno(e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        // Regular files only: 9P2000.L can make FIFOs and sockets, the namespace not.
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            return reply.error(FuseErrno::EPERM);
+        }
+        let path = self.child(parent, name).and_then(|path| {
+            self.rt
+                .block_on(self.ns.create(&path, mode & !umask & 0o7777, true))?;
+            Ok(path)
+        });
+        self.entry(path, reply);
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let path = self.child(parent, name).and_then(|path| {
+            self.rt
+                .block_on(self.ns.mkdir(&path, mode & !umask & 0o7777))?;
+            Ok(path)
+        });
+        self.entry(path, reply);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(reply, self.remove(parent, name, false));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(reply, self.remove(parent, name, true));
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let path = self.child(parent, link_name).and_then(|path| {
+            let target = target.to_str().ok_or(Errno::EINVAL)?;
+            self.rt.block_on(self.ns.symlink(target, &path))?;
+            Ok(path)
+        });
+        self.entry(path, reply);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        // RENAME_NOREPLACE and RENAME_EXCHANGE have no 9P2000.L equivalent.
+        if flags.bits() != 0 {
+            return reply.error(FuseErrno::EINVAL);
+        }
+        let result = self.child(parent, name).and_then(|from| {
+            let to = self.child(newparent, newname)?;
+            self.rt.block_on(self.ns.rename(&from, &to))?;
+            self.inodes.lock().unwrap().renamed(&from, &to);
+            Ok(())
+        });
+        empty(reply, result);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let path = self.path(ino).and_then(|from| {
+            let to = self.child(newparent, newname)?;
+            self.rt.block_on(self.ns.link(&from, &to))?;
+            Ok(to)
+        });
+        self.entry(path, reply);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
+        let result = self.path(ino).and_then(|path| {
+            let file = self
+                .rt
+                .block_on(self.ns.open(&path, Self::open_flags(flags.0)))?;
+            Ok(self.keep(ino.0, file))
+        });
+        match result {
+            Ok(fh) => reply.opened(FileHandle(fh), FILE_OPEN),
+            Err(e) => reply.error(fuse_errno(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: fuser::OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let result = self.file(fh).and_then(|file| {
+            self.rt
+                .block_on(async { file.read_at(offset, size as usize).await })
+        });
+        match result {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(fuse_errno(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: fuser::OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let result = self.file(fh).and_then(|file| {
+            let data = Bytes::copy_from_slice(data);
+            self.rt
+                .block_on(async { file.write_at(offset, data).await })
+        });
+        match result {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(fuse_errno(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        let result = self
+            .file(fh)
+            .and_then(|file| self.rt.block_on(async { file.flush().await }));
+        empty(reply, result);
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: fuser::OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let entry = self.files.lock().unwrap().remove(&fh.0);
+        let result = match entry {
+            Some(f) => self.rt.block_on(f.file.flush()),
+            None => Err(Errno::EBADF),
+        };
+        empty(reply, result);
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let result = self
+            .file(fh)
+            .and_then(|file| self.rt.block_on(async { file.fsync(datasync).await }));
+        empty(reply, result);
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
+        let result = self.path(ino).and_then(|path| {
+            let listing = self.rt.block_on(self.ns.readdir(&path))?;
+            let mut entries = vec![
+                (".".to_string(), FileType::Directory, ino.0),
+                ("..".to_string(), FileType::Directory, ino.0),
+            ];
+            entries.extend(
+                listing
+                    .into_iter()
+                    .filter(|e| e.name != "." && e.name != "..")
+                    .map(|e| (e.name, file_type(e.kind), e.id.max(2))),
+            );
+            let fh = self.fh();
+            self.dirs.lock().unwrap().insert(fh, DirHandle { entries });
+            Ok(fh)
+        });
+        match result {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(fuse_errno(e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let dirs = self.dirs.lock().unwrap();
+        let Some(dir) = dirs.get(&fh.0) else {
+            return reply.error(FuseErrno::EBADF);
+        };
+        for (i, (name, kind, id)) in dir.entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*id), i as u64 + 1, *kind, name) {
+                break; // the kernel's buffer is full; it asks again from here
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: fuser::OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.lock().unwrap().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        match self
+            .path(ino)
+            .and_then(|p| self.rt.block_on(self.ns.statfs(&p)))
+        {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
+            ),
+            // Between mounts (a virtual directory) there is no file system to ask.
+            Err(Errno::EISDIR) => reply.statfs(0, 0, 0, 0, 0, 4096, 255, 4096),
+            Err(e) => reply.error(fuse_errno(e)),
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        // Permissions are the kernel's (default_permissions); existence is ours.
+        let result = self
+            .path(ino)
+            .and_then(|p| self.rt.block_on(self.stat(&p)).map(|_| ()));
+        empty(reply, result);
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: fuser::ReplyXattr,
+    ) {
+        // Not served (yet): ENOSYS makes the kernel stop asking and answer EOPNOTSUPP.
+        reply.error(FuseErrno::ENOSYS);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: fuser::ReplyXattr) {
+        reply.error(FuseErrno::ENOSYS);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        // Mode 0 only: the file grows to cover the range (9P cannot reserve space, so
+        // nothing is promised beyond the size); punching holes and the rest: EOPNOTSUPP.
+        if mode != 0 {
+            return reply.error(FuseErrno::EOPNOTSUPP);
+        }
+        let result = self.file(fh).and_then(|file| {
+            let path = self.path(ino)?;
+            self.rt.block_on(async {
+                let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+                if file.size().await? < end {
+                    file.flush().await?;
+                    let grow = SetAttr {
+                        size: Some(end),
+                        ..SetAttr::default()
+                    };
+                    self.ns.setattr(&path, &grow, false).await?;
+                }
+                Ok(())
+            })
+        });
+        empty(reply, result);
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let result = self.child(parent, name).and_then(|path| {
+            self.rt.block_on(async {
+                let exclusive = flags & libc::O_EXCL != 0;
+                let at = self
+                    .ns
+                    .create(&path, mode & !umask & 0o7777, exclusive)
+                    .await?;
+                let file = self.ns.open_at(&at, Self::open_flags(flags)).await?;
+                let attr = self.ns.getattr_at(&at).await?;
+                let ino = self.inodes.lock().unwrap().remember(&path);
+                let fh = self.keep(ino, file);
+                Ok((self.attr(ino, Kind::File, &attr), fh))
+            })
+        });
+        match result {
+            Ok((attr, fh)) => reply.created(&TTL, &attr, Generation(0), FileHandle(fh), FILE_OPEN),
+            Err(e) => reply.error(fuse_errno(e)),
+        }
+    }
+}
+
+/// Mount options and worker threads for serving `fs` at a mount point.
+pub fn config(read_only: bool) -> fuser::Config {
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName("wasm9p".into()),
+        fuser::MountOption::Subtype("wasm9p".into()),
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
+    ];
+    if read_only {
+        config.mount_options.push(fuser::MountOption::RO);
+    }
+    config.n_threads = Some(WORKERS);
+    config.clone_fd = true;
+    config
+}

@@ -1,0 +1,499 @@
+//! `wasm9p mount`: the namespace through FUSE, driven by ordinary host programs and
+//! std::fs, with the backing directory (or an in-memory model) as the oracle.
+//!
+//! Each test starts the real binary on a tempdir mount point and stops it with SIGTERM
+//! (a guard unmounts lazily if anything is left). Needs /dev/fuse and root (or
+//! fusermount3); `fio` comes from Debian (scripts/test installs it).
+
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use wasm9p_tests::{spawn_serve, Tree};
+
+const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
+
+/// The cache modes a mount is tried in.
+const MODES: [&str; 3] = ["none", "mmap", "loose"];
+
+/// A running `wasm9p mount`.
+struct Mounted {
+    child: Option<Child>,
+    point: tempfile::TempDir,
+    stderr: std::sync::mpsc::Receiver<String>,
+}
+
+impl Mounted {
+    /// Starts `wasm9p mount ARGS... POINT` and waits for it to say it is mounted.
+    fn start(args: &[String]) -> Mounted {
+        let point = tempfile::tempdir().unwrap();
+        let mut child = Command::new(BIN)
+            .arg("mount")
+            .args(args)
+            .arg(point.path())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("wasm9p mount said nothing");
+        assert!(line.contains("mounted on"), "{line}");
+        Mounted {
+            child: Some(child),
+            point,
+            stderr: rx,
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.point.path()
+    }
+
+    /// SIGTERM, then the exit status and what it printed on stderr after mounting.
+    fn stop(&mut self) -> (std::process::ExitStatus, String) {
+        let mut child = self.child.take().expect("running");
+        let pid = child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let status = wait_bounded(&mut child, Duration::from_secs(20));
+        let rest: Vec<String> = self.stderr.try_iter().collect();
+        (status, rest.join("\n"))
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // Whatever happened, leave no mount behind.
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.point.path())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn wait_bounded(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("wasm9p mount did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A mount of `dir` at the root: embedded 9p in cache `mode`, or `bind` (the host
+/// directory itself behind the same FUSE layer, the baseline).
+fn embedded(dir: &Path, mode: &str) -> Vec<String> {
+    let spec = match mode {
+        "bind" => format!("type=bind,source={},target=/", dir.display()),
+        _ => format!("type=9p,export={},target=/,cache={mode}", dir.display()),
+    };
+    vec!["--mount".into(), spec]
+}
+
+/// File operations through the mount, each checked there and on the backing directory.
+fn exercise(mnt: &Path, backing: &Path, label: &str) {
+    let w = mnt.join("work");
+    std::fs::create_dir(&w).unwrap();
+    std::fs::write(w.join("f"), "hello").unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(w.join("f"))
+        .unwrap();
+    f.write_all(b" again").unwrap();
+    drop(f);
+    assert_eq!(std::fs::read_to_string(w.join("f")).unwrap(), "hello again");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(w.join("f"))
+        .unwrap();
+    f.set_len(3).unwrap();
+    drop(f);
+    assert_eq!(std::fs::read(w.join("f")).unwrap(), b"hel", "{label}");
+    std::fs::set_permissions(w.join("f"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(
+        std::fs::metadata(w.join("f")).unwrap().mode() & 0o777,
+        0o640
+    );
+    std::os::unix::fs::symlink("f", w.join("l")).unwrap();
+    assert_eq!(std::fs::read_link(w.join("l")).unwrap(), Path::new("f"));
+    assert_eq!(std::fs::read(w.join("l")).unwrap(), b"hel");
+    std::fs::hard_link(w.join("f"), w.join("h")).unwrap();
+    assert_eq!(
+        std::fs::metadata(w.join("f")).unwrap().nlink(),
+        2,
+        "{label}"
+    );
+    std::fs::rename(w.join("h"), w.join("h2")).unwrap();
+    assert!(!w.join("h").exists() && w.join("h2").exists());
+    std::fs::remove_file(w.join("h2")).unwrap();
+    std::fs::create_dir_all(w.join("a/b/c")).unwrap();
+    std::fs::write(w.join("a/b/c/deep"), "deep").unwrap();
+    // A directory renamed with files below it that the kernel has looked up.
+    std::fs::rename(w.join("a"), w.join("moved")).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(w.join("moved/b/c/deep")).unwrap(),
+        "deep"
+    );
+    assert!(std::fs::remove_dir(w.join("moved/b")).is_err(), "not empty");
+    std::fs::create_dir(w.join("many")).unwrap();
+    for i in 0..300 {
+        std::fs::write(w.join(format!("many/e{i:03}")), i.to_string()).unwrap();
+    }
+    let mut names: Vec<String> = std::fs::read_dir(w.join("many"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 300, "{label}");
+    assert_eq!(names[299], "e299");
+    // An unlinked file stays readable through a handle opened before.
+    std::fs::write(w.join("gone"), "still here").unwrap();
+    let mut open = std::fs::File::open(w.join("gone")).unwrap();
+    std::fs::remove_file(w.join("gone")).unwrap();
+    let mut text = String::new();
+    open.read_to_string(&mut text).unwrap();
+    assert_eq!(text, "still here", "{label}");
+    assert_eq!(
+        std::fs::metadata(w.join("missing")).unwrap_err().kind(),
+        std::io::ErrorKind::NotFound
+    );
+    assert_eq!(
+        std::fs::create_dir(w.join("many")).unwrap_err().kind(),
+        std::io::ErrorKind::AlreadyExists
+    );
+
+    // The same on the backing directory.
+    let b = backing.join("work");
+    assert_eq!(std::fs::read(b.join("f")).unwrap(), b"hel", "{label}");
+    assert_eq!(
+        std::fs::metadata(b.join("f")).unwrap().mode() & 0o777,
+        0o640
+    );
+    assert_eq!(std::fs::read_link(b.join("l")).unwrap(), Path::new("f"));
+    assert_eq!(
+        std::fs::read_to_string(b.join("moved/b/c/deep")).unwrap(),
+        "deep"
+    );
+    assert_eq!(std::fs::read_dir(b.join("many")).unwrap().count(), 300);
+    assert!(!b.join("gone").exists() && !b.join("h2").exists() && !b.join("a").exists());
+}
+
+#[test]
+fn file_operations_through_fuse_reach_the_export_in_every_mode() {
+    for mode in MODES {
+        let dir = Tree::build(&[Tree::file("seed.txt", "seed\n")]);
+        let mut m = Mounted::start(&embedded(dir.path(), mode));
+        assert_eq!(
+            std::fs::read_to_string(m.path().join("seed.txt")).unwrap(),
+            "seed\n"
+        );
+        exercise(m.path(), dir.path(), mode);
+        let (status, stderr) = m.stop();
+        assert!(status.success(), "{mode}: {status} {stderr}");
+        assert!(stderr.contains("unmounted"), "{stderr}");
+    }
+}
+
+#[test]
+fn a_remote_server_through_fuse_with_stats() {
+    let dir = Tree::build(&[]);
+    let (mut serve, line) = spawn_serve(
+        BIN,
+        [
+            "--export".as_ref(),
+            dir.path().as_os_str(),
+            "--listen".as_ref(),
+            "tcp:127.0.0.1:0".as_ref(),
+        ],
+    );
+    let addr = wasm9p_tests::served_addr(&line);
+    let work = tempfile::tempdir().unwrap();
+    let stats = work.path().join("stats.json");
+    let mut m = Mounted::start(&[
+        "--mount".into(),
+        format!("type=9p,source={addr},target=/,cache=loose"),
+        format!("--stats={}", stats.display()),
+    ]);
+    exercise(m.path(), dir.path(), "tcp loose");
+    // A name looked up twice under loose is asked of the server once.
+    for _ in 0..2 {
+        assert!(!m.path().join("work/nothing-here.h").exists());
+    }
+    let (status, stderr) = m.stop();
+    assert!(status.success(), "{status} {stderr}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let mount = &json["mounts"][0];
+    assert!(mount["rpc"]["walk"].as_u64().unwrap() > 0, "{json}");
+    assert!(
+        mount["cache"]["negative_hits"].as_u64().unwrap() >= 1,
+        "{json}"
+    );
+    let _ = serve.kill();
+    let _ = serve.wait();
+}
+
+/// xorshift64*: a small seeded generator, so a failing run can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// fsx-style: random writes, reads, truncates, reopens and fsyncs on one file through
+/// two handles (one read-write, one read-only), every read and size checked against an
+/// in-memory model; at the end the backing file must equal the model.
+fn fsx(mnt: &Path, backing: &Path, seed: u64, ops: usize) -> Vec<String> {
+    const MAX_LEN: u64 = 512 << 10;
+    let path = mnt.join("fsx.bin");
+    let mut model: Vec<u8> = Vec::new();
+    let open_rw = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .unwrap()
+    };
+    let mut rw = open_rw();
+    let mut ro = std::fs::File::open(&path).unwrap();
+    let mut rng = Rng(seed | 1);
+    let mut log = Vec::new();
+    for step in 0..ops {
+        let op = rng.below(100);
+        let context = |log: &Vec<String>| {
+            format!(
+                "seed {seed} step {step}; last ops:\n{}",
+                log[log.len().saturating_sub(40)..].join("\n")
+            )
+        };
+        match op {
+            0..=39 => {
+                let off = rng.below(MAX_LEN);
+                let len = 1 + rng.below(64 << 10).min(MAX_LEN - off);
+                let byte = rng.next() as u8;
+                let data: Vec<u8> = (0..len).map(|i| byte.wrapping_add(i as u8)).collect();
+                rw.write_all_at(&data, off).unwrap();
+                let end = (off + len) as usize;
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+                model[off as usize..end].copy_from_slice(&data);
+                log.push(format!("write {off} {len}"));
+            }
+            40..=74 => {
+                let off = rng.below(model.len() as u64 + 4096);
+                let len = 1 + rng.below(96 << 10);
+                let file = if rng.below(2) == 0 { &ro } else { &rw };
+                let mut buf = vec![0u8; len as usize];
+                let mut got = 0;
+                while got < buf.len() {
+                    let n = file.read_at(&mut buf[got..], off + got as u64).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    got += n;
+                }
+                let want = model
+                    .get(off as usize..(off as usize + len as usize).min(model.len()))
+                    .unwrap_or(&[]);
+                log.push(format!("read {off} {len} -> {got}"));
+                if &buf[..got] != want {
+                    let first = buf.iter().zip(want).position(|(a, b)| a != b);
+                    if let Some(k) = first {
+                        let upto = (k + 16).min(got);
+                        let disk = std::fs::read(backing.join("fsx.bin")).unwrap_or_default();
+                        let at = off as usize + k;
+                        eprintln!(
+                            "got {:?}\nwant {:?}\nbacking file {:?}",
+                            &buf[k..upto],
+                            &want[k..upto],
+                            disk.get(at..at + (upto - k))
+                        );
+                    }
+                    panic!(
+                        "read {off}+{len}: got {got} bytes, model has {}; first difference at \
+                         +{first:?}; {}",
+                        want.len(),
+                        context(&log)
+                    );
+                }
+            }
+            75..=84 => {
+                let size = rng.below(MAX_LEN);
+                rw.set_len(size).unwrap();
+                model.resize(size as usize, 0);
+                log.push(format!("truncate {size}"));
+            }
+            85..=89 => {
+                rw.sync_all().unwrap();
+                log.push("fsync".into());
+            }
+            90..=94 => {
+                rw = open_rw();
+                ro = std::fs::File::open(&path).unwrap();
+                log.push("reopen".into());
+            }
+            _ => {
+                let size = std::fs::metadata(&path).unwrap().len();
+                log.push(format!("stat -> {size}"));
+                assert_eq!(size, model.len() as u64, "{}", context(&log));
+                let mut end = rw.try_clone().unwrap();
+                assert_eq!(
+                    end.seek(SeekFrom::End(0)).unwrap(),
+                    model.len() as u64,
+                    "{}",
+                    context(&log)
+                );
+            }
+        }
+    }
+    drop((rw, ro));
+    let on_disk = std::fs::read(backing.join("fsx.bin")).unwrap();
+    assert!(
+        on_disk == model,
+        "seed {seed}: backing file differs from the model ({} vs {} bytes)",
+        on_disk.len(),
+        model.len()
+    );
+    log
+}
+
+#[test]
+fn fsx_agrees_with_the_host_filesystem_itself() {
+    // The tester's own check: on a plain directory its model must hold.
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(fsx(dir.path(), dir.path(), 7, 1500).len(), 1500);
+}
+
+#[test]
+fn fsx_random_io_matches_a_model_in_every_mode() {
+    // Longer runs: WASM9P_FSX_OPS=100000 (and another WASM9P_FSX_SEED).
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+    let ops = env("WASM9P_FSX_OPS").unwrap_or(1500) as usize;
+    let seed = env("WASM9P_FSX_SEED").unwrap_or(0x5eed_0000);
+    // The same sequence on bind (the baseline through the same FUSE layer) and 9p.
+    for mode in ["bind"].iter().chain(&MODES) {
+        let dir = Tree::build(&[]);
+        let mut m = Mounted::start(&embedded(dir.path(), mode));
+        eprintln!("fsx on {mode}, seed {seed}, {ops} operations");
+        let log = fsx(m.path(), dir.path(), seed, ops);
+        assert_eq!(log.len(), ops);
+        let (status, stderr) = m.stop();
+        assert!(status.success(), "{mode}: {status} {stderr}");
+    }
+}
+
+#[test]
+fn fio_verifies_sequential_and_random_io() {
+    let fio = Path::new("/usr/bin/fio");
+    assert!(
+        fio.exists(),
+        "fio missing: apt-get install fio (scripts/test does)"
+    );
+    for mode in ["none", "loose"] {
+        let dir = Tree::build(&[]);
+        let mut m = Mounted::start(&embedded(dir.path(), mode));
+        for (name, rw, bs, jobs) in [("seq", "write", "64k", "1"), ("rand", "randrw", "4k", "2")] {
+            let out = Command::new(fio)
+                .args([
+                    &format!("--name={name}"),
+                    &format!("--directory={}", m.path().display()),
+                    &format!("--rw={rw}"),
+                    &format!("--bs={bs}"),
+                    "--size=8m",
+                    "--verify=crc32c",
+                    "--do_verify=1",
+                    "--verify_fatal=1",
+                    "--ioengine=psync",
+                    &format!("--numjobs={jobs}"),
+                    "--output-format=json",
+                ])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "fio {name} on {mode}: {}\n{text}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let json: serde_json::Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("fio output: {e}\n{text}"));
+            for job in json["jobs"].as_array().unwrap() {
+                assert_eq!(job["error"].as_i64(), Some(0), "{mode} {name}: {job}");
+                assert!(job["write"]["io_bytes"].as_u64().unwrap() > 0, "{job}");
+            }
+        }
+        let (status, stderr) = m.stop();
+        assert!(status.success(), "{mode}: {status} {stderr}");
+    }
+}
+
+#[test]
+fn unmounted_from_outside_it_exits_cleanly() {
+    let dir = Tree::build(&[Tree::file("x", "x")]);
+    let mut m = Mounted::start(&embedded(dir.path(), "loose"));
+    assert!(m.path().join("x").exists());
+    let umount = Command::new("umount").arg(m.path()).status().unwrap();
+    assert!(umount.success());
+    let mut child = m.child.take().unwrap();
+    let status = wait_bounded(&mut child, Duration::from_secs(20));
+    assert!(status.success(), "{status}");
+    assert!(!m.path().join("x").exists(), "still mounted");
+}
+
+#[test]
+fn bad_mount_points_and_specs_are_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let cases: Vec<(Vec<PathBuf>, &str)> = vec![
+        (vec![dir.path().join("absent")], "is not a directory"),
+        (vec![file.clone()], "is not a directory"),
+        (
+            vec![
+                "--mount".into(),
+                "type=9p,target=/".into(),
+                dir.path().into(),
+            ],
+            "needs source=ADDR or export=HOSTDIR",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = Command::new(BIN).arg("mount").args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(needle) && stderr.lines().count() == 1,
+            "{args:?}: {stderr}"
+        );
+    }
+}
