@@ -282,6 +282,9 @@ fn utimes_and_truncate() {
             "01000Z",
             "truncate a dir: -1 Is a directory",
             "ftruncate read-only: -1 Bad file descriptor",
+            "ftruncate unlinked: 0",
+            "fstat unlinked: 4",
+            "pread unlinked: 4",
         ],
     );
 }

@@ -446,6 +446,34 @@ async fn create_write_read_truncate_and_times() {
     );
 }
 
+#[tokio::test]
+async fn an_open_file_is_truncated_through_its_fid_even_after_an_unlink() {
+    let dir = fixture();
+    let (_s, mut c) = session(dir.path()).await;
+    c.walk(0, 1, "sub").await.unwrap();
+    let created = c
+        .rpc(Tlcreate {
+            fid: 1,
+            name: "doomed".into(),
+            flags: open::RDWR,
+            mode: 0o644,
+            gid: 0,
+        })
+        .await;
+    expect_reply!(created, Rlcreate);
+    std::fs::remove_file(dir.path().join("sub/doomed")).unwrap();
+    let size = |size: u64| Tsetattr {
+        fid: 1,
+        valid: consts::setattr::SIZE,
+        size,
+        ..Default::default()
+    };
+    expect_reply!(c.rpc(size(12_345)).await, Rsetattr);
+    assert_eq!(c.getattr(1).await.unwrap().size, 12_345);
+    // A size the host refuses is its error (EFBIG), not a failed lookup of the name.
+    assert_eq!(c.rpc(size(1 << 62)).await, Err(Errno::EFBIG));
+}
+
 fn umask() -> u32 {
     // The test process's umask applies to files the server creates in-process.
     let probe = tempfile::tempdir().unwrap();

@@ -433,4 +433,27 @@ impl OpenFile for BindFile {
     fn size<'a>(&'a self) -> BoxFuture<'a, Result<u64, Errno>> {
         Box::pin(ready(self.file.metadata().map(|m| m.len()).map_err(errno)))
     }
+
+    fn getattr<'a>(&'a self) -> BoxFuture<'a, Result<Attr, Errno>> {
+        use std::os::unix::fs::MetadataExt as _;
+        let result = self.file.metadata().map_err(errno).map(|m| Attr {
+            mode: m.mode() & 0o7777,
+            size: m.size(),
+            nlink: m.nlink(),
+            ino: m.ino(),
+            mtime: (m.mtime() as u64, m.mtime_nsec() as u32),
+            atime: (m.atime() as u64, m.atime_nsec() as u32),
+            ctime: (m.ctime() as u64, m.ctime_nsec() as u32),
+        });
+        Box::pin(ready(result))
+    }
+
+    fn set_len<'a>(&'a self, size: u64) -> BoxFuture<'a, Result<(), Errno>> {
+        let result = if self.flags.write {
+            self.file.set_len(size).map_err(errno)
+        } else {
+            Err(Errno::EINVAL)
+        };
+        Box::pin(ready(result))
+    }
 }

@@ -320,20 +320,7 @@ impl Backend for MemoryFs {
     }
 
     fn getattr<'a>(&'a self, node: &'a Node) -> BoxFuture<'a, Result<Attr, Errno>> {
-        let t = self.table();
-        Box::pin(ready(t.get(node.id).map(|i| Attr {
-            mode: i.mode,
-            size: match &i.data {
-                Data::File(d) => d.len() as u64,
-                Data::Symlink(s) => s.len() as u64,
-                Data::Dir(e) => e.len() as u64,
-            },
-            nlink: i.nlink,
-            ino: node.id,
-            mtime: i.mtime,
-            atime: i.atime,
-            ctime: i.ctime,
-        })))
+        Box::pin(ready(self.table().attr(node.id)))
     }
 
     fn readdir<'a>(
@@ -438,13 +425,7 @@ impl Backend for MemoryFs {
             let mut t = self.table();
             let inode = t.inodes.get_mut(&node.id).ok_or(Errno::ESTALE)?;
             if let Some(size) = attr.size {
-                let Data::File(contents) = &mut inode.data else {
-                    return Err(Errno::EISDIR);
-                };
-                if size > MAX_FILE_SIZE {
-                    return Err(Errno::EFBIG);
-                }
-                contents.resize(size as usize, 0);
+                resize(&mut inode.data, size)?;
             }
             if let Some(mode) = attr.mode {
                 inode.mode = mode & 0o7777;
@@ -568,6 +549,37 @@ impl MemFile {
     }
 }
 
+impl Table {
+    /// Attributes of inode `id`.
+    fn attr(&self, id: u64) -> Result<Attr, Errno> {
+        self.get(id).map(|i| Attr {
+            mode: i.mode,
+            size: match &i.data {
+                Data::File(d) => d.len() as u64,
+                Data::Symlink(s) => s.len() as u64,
+                Data::Dir(e) => e.len() as u64,
+            },
+            nlink: i.nlink,
+            ino: id,
+            mtime: i.mtime,
+            atime: i.atime,
+            ctime: i.ctime,
+        })
+    }
+}
+
+/// Truncates or extends file contents (EISDIR for a directory).
+fn resize(data: &mut Data, size: u64) -> Result<(), Errno> {
+    let Data::File(contents) = data else {
+        return Err(Errno::EISDIR);
+    };
+    if size > MAX_FILE_SIZE {
+        return Err(Errno::EFBIG);
+    }
+    contents.resize(size as usize, 0);
+    Ok(())
+}
+
 impl OpenFile for MemFile {
     fn read_at<'a>(&'a self, offset: u64, len: usize) -> BoxFuture<'a, Result<Bytes, Errno>> {
         let result = if self.flags.read {
@@ -601,6 +613,23 @@ impl OpenFile for MemFile {
             Ok(Data::File(d)) => Ok(d.len() as u64),
             Ok(_) => Err(Errno::EINVAL),
             Err(e) => Err(e),
+        };
+        Box::pin(ready(result))
+    }
+
+    fn getattr<'a>(&'a self) -> BoxFuture<'a, Result<Attr, Errno>> {
+        Box::pin(ready(self.table().attr(self.id)))
+    }
+
+    fn set_len<'a>(&'a self, size: u64) -> BoxFuture<'a, Result<(), Errno>> {
+        let result = if self.flags.write {
+            let mut t = self.table();
+            match t.inodes.get_mut(&self.id) {
+                Some(inode) => resize(&mut inode.data, size).map(|()| inode.ctime = now()),
+                None => Err(Errno::ESTALE),
+            }
+        } else {
+            Err(Errno::EINVAL)
         };
         Box::pin(ready(result))
     }

@@ -152,6 +152,12 @@ pub trait OpenFile: Send + Sync {
     fn fsync<'a>(&'a self, datasync: bool) -> BoxFuture<'a, Result<(), Errno>>;
     /// The size as this file sees it, buffered writes included.
     fn size<'a>(&'a self) -> BoxFuture<'a, Result<u64, Errno>>;
+    /// Attributes of the file through this open, so that they are there after the
+    /// file's name is gone (`fstat`); the size includes buffered writes.
+    fn getattr<'a>(&'a self) -> BoxFuture<'a, Result<Attr, Errno>>;
+    /// Truncates or extends the file to `size` through this open, so that it works
+    /// after the file's name is gone (`ftruncate`); EINVAL unless open for writing.
+    fn set_len<'a>(&'a self, size: u64) -> BoxFuture<'a, Result<(), Errno>>;
 }
 
 /// A filesystem that can be mounted in a namespace.

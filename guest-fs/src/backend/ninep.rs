@@ -115,7 +115,7 @@ fn rest_of(listing: &[Entry], cookie: u64) -> Vec<Entry> {
         .collect()
 }
 
-fn attr_of(a: &Rgetattr) -> Attr {
+pub(super) fn attr_of(a: &Rgetattr) -> Attr {
     Attr {
         mode: a.mode & 0o7777,
         size: a.size,

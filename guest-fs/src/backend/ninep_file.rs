@@ -31,9 +31,9 @@ use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use wasm9p_proto::consts::{open, IOHDRSZ};
-use wasm9p_proto::{Errno, Qid};
+use wasm9p_proto::{Errno, Qid, Rgetattr};
 
-use super::{BoxFuture, OpenFile, OpenFlags};
+use super::{Attr, BoxFuture, OpenFile, OpenFlags, SetAttr};
 use crate::cache::{MountCache, PAGE_SIZE};
 use crate::client::Fid;
 use crate::mount_options::CacheMode;
@@ -428,6 +428,53 @@ impl OpenFile for NinepFile {
         Box::pin(async move {
             self.flush_buffer().await?;
             self.fid().await?.fsync(datasync).await
+        })
+    }
+
+    fn getattr<'a>(&'a self) -> BoxFuture<'a, Result<Attr, Errno>> {
+        Box::pin(async move {
+            // The attribute cache when metadata is cached and this open has not
+            // changed the file (a lazy open stays lazy); else the server, through this
+            // open's fid (it answers with fstat on its open file, so an unlinked file
+            // still has attributes). Buffered writes extend the size.
+            let unchanged = self.meta && !self.wrote.load(Ordering::Relaxed);
+            let cached = unchanged.then(|| self.cache.attr(self.qid.path)).flatten();
+            let a = match cached {
+                Some(a) => a,
+                None => {
+                    let a = Arc::new(self.fid().await?.getattr().await?);
+                    if unchanged {
+                        self.cache.insert_attr(Rgetattr::clone(&a));
+                    }
+                    a
+                }
+            };
+            let mut attr = super::ninep::attr_of(&a);
+            if let Some(writer) = &self.writeback {
+                let buffered = writer.state.lock().await.buffer.end().unwrap_or(0);
+                attr.size = attr.size.max(buffered);
+            }
+            Ok(attr)
+        })
+    }
+
+    fn set_len<'a>(&'a self, size: u64) -> BoxFuture<'a, Result<(), Errno>> {
+        Box::pin(async move {
+            if !self.flags.write {
+                return Err(Errno::EINVAL);
+            }
+            // Every buffered write of the file lands before the truncate, not after.
+            self.flush_buffer().await?;
+            self.writers.push_out(self.qid.path).await;
+            self.wrote.store(true, Ordering::Relaxed);
+            self.cache.mark_written(self.qid.path);
+            let change = SetAttr {
+                size: Some(size),
+                ..SetAttr::default()
+            };
+            let result = self.fid().await?.setattr(&change).await;
+            self.cache.forget_attr(self.qid.path);
+            result
         })
     }
 

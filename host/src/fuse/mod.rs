@@ -156,7 +156,7 @@ impl NamespaceFs {
             crtime: time(a.ctime),
             kind: file_type(kind),
             perm: (a.mode & 0o7777) as u16,
-            nlink: a.nlink.clamp(1, u64::from(u32::MAX)) as u32,
+            nlink: a.nlink.min(u64::from(u32::MAX)) as u32,
             uid: self.uid,
             gid: self.gid,
             rdev: 0,
@@ -170,6 +170,11 @@ impl NamespaceFs {
         let at = self.ns.resolve(path, false).await?;
         let attr = self.ns.getattr_at(&at).await?;
         Ok((at, attr))
+    }
+
+    /// Attributes of an open file whose name is gone, through its handle.
+    async fn unlinked_attr(&self, ino: u64, file: &dyn OpenFile) -> Result<FileAttr, Errno> {
+        Ok(self.attr(ino, Kind::File, &file.getattr().await?))
     }
 
     /// The size an open writer of `ino` knows (its buffered writes included), if any.
@@ -268,14 +273,7 @@ impl Filesystem for NamespaceFs {
                     // An open file whose name is gone: what its handle knows.
                     (Err(e), Some(fh)) => {
                         let file = self.file(fh).map_err(|_| e)?;
-                        let size = file.size().await?;
-                        let attr = Attr {
-                            mode: 0o644,
-                            size,
-                            nlink: 1,
-                            ..Attr::default()
-                        };
-                        return Ok(self.attr(ino.0, Kind::File, &attr));
+                        return self.unlinked_attr(ino.0, &*file).await;
                     }
                     (Err(e), None) => return Err(e),
                 };
@@ -304,7 +302,7 @@ impl Filesystem for NamespaceFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -319,10 +317,17 @@ impl Filesystem for NamespaceFs {
             atime: set_time(atime),
             mtime: set_time(mtime),
         };
-        let result = self.path(ino).and_then(|path| {
-            self.rt.block_on(async {
-                // Buffered writes of this file land before a truncate, not after it.
-                if size.is_some() {
+        let result = self.rt.block_on(async {
+            let file = fh.and_then(|fh| self.file(fh).ok());
+            let mut rest = change.clone();
+            match (size, &file) {
+                // ftruncate: through the open file, which works after an unlink too.
+                (Some(size), Some(file)) => {
+                    file.set_len(size).await?;
+                    rest.size = None;
+                }
+                // truncate by name: what open files of it buffer lands first.
+                (Some(_), None) => {
                     let writers: Vec<_> = {
                         let files = self.files.lock().unwrap();
                         files
@@ -335,10 +340,21 @@ impl Filesystem for NamespaceFs {
                         f.flush().await?;
                     }
                 }
-                self.ns.setattr(&path, &change, false).await?;
-                let (at, attr) = self.stat(&path).await?;
-                Ok(self.attr(ino.0, at.node.kind, &attr))
-            })
+                (None, _) => {}
+            }
+            let path: Result<String, Errno> = self.path(ino);
+            if rest != SetAttr::default() {
+                let named: &str = path.as_deref().map_err(|e| *e)?;
+                self.ns.setattr(named, &rest, false).await?;
+            }
+            match (path, &file) {
+                (Ok(path), _) => {
+                    let (at, attr) = self.stat(&path).await?;
+                    Ok(self.attr(ino.0, at.node.kind, &attr))
+                }
+                (Err(_), Some(file)) => self.unlinked_attr(ino.0, &**file).await,
+                (Err(e), None) => Err(e),
+            }
         });
         match result {
             Ok(attr) => reply.attr(&TTL, &attr),
@@ -668,7 +684,7 @@ impl Filesystem for NamespaceFs {
     fn fallocate(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
@@ -681,16 +697,10 @@ impl Filesystem for NamespaceFs {
             return reply.error(FuseErrno::EOPNOTSUPP);
         }
         let result = self.file(fh).and_then(|file| {
-            let path = self.path(ino)?;
             self.rt.block_on(async {
                 let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
                 if file.size().await? < end {
-                    file.flush().await?;
-                    let grow = SetAttr {
-                        size: Some(end),
-                        ..SetAttr::default()
-                    };
-                    self.ns.setattr(&path, &grow, false).await?;
+                    file.set_len(end).await?;
                 }
                 Ok(())
             })

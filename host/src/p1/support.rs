@@ -2,7 +2,7 @@
 //! reads and writes through the descriptor table, guest output.
 
 use bytes::Bytes;
-use wasm9p_guest_fs::backend::{Kind, SetAttr};
+use wasm9p_guest_fs::backend::{Attr, Kind, SetAttr};
 use wasm9p_guest_fs::namespace::Location;
 use wiggle::{GuestMemory, GuestPtr};
 
@@ -66,7 +66,12 @@ impl WasiP1Ctx {
 
     pub(super) fn filestat(&self, loc: &Location) -> Result<types::Filestat, Error> {
         let attr = self.block(self.ns.getattr_at(loc))?;
-        Ok(types::Filestat {
+        Ok(Self::filestat_of(loc, &attr))
+    }
+
+    /// The filestat of `attr`, what `loc` has.
+    pub(super) fn filestat_of(loc: &Location, attr: &Attr) -> types::Filestat {
+        types::Filestat {
             dev: loc.mount.map_or(u64::MAX, |m| m as u64),
             ino: attr.ino,
             filetype: filetype(loc.node.kind),
@@ -75,7 +80,7 @@ impl WasiP1Ctx {
             atim: nanos(attr.atime),
             mtim: nanos(attr.mtime),
             ctim: nanos(attr.ctime),
-        })
+        }
     }
 
     pub(super) fn times(

@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use wasm9p_guest_fs::backend::{Kind, OpenFlags, SetAttr};
+use wasm9p_guest_fs::backend::{Kind, OpenFlags};
 use wiggle::{GuestMemory, GuestPtr};
 
 use super::fds::{Desc, DirDesc, FileDesc};
@@ -196,11 +196,10 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
         match self.fds.get(fd.into())? {
             Desc::Dir(d) => self.filestat(&d.loc.clone()),
             Desc::File(f) => {
+                // Through the open file: after an unlink too, buffered writes counted.
                 let loc = f.loc.clone();
-                let size = self.block(f.file.size())?;
-                let mut stat = self.filestat(&loc)?;
-                stat.size = size; // what this open file sees, buffered writes included
-                Ok(stat)
+                let attr = self.block(f.file.getattr())?;
+                Ok(Self::filestat_of(&loc, &attr))
             }
             _ => Ok(types::Filestat {
                 dev: 0,
@@ -228,16 +227,8 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
             // to Linux's EINVAL for ftruncate on a read-only fd).
             return Err(Errno::Badf.into());
         }
-        super::block_on_handle(&rt, f.file.flush())?;
-        let loc = f.loc.clone();
-        self.block(self.ns.setattr_at(
-            &loc,
-            &SetAttr {
-                size: Some(size),
-                ..SetAttr::default()
-            },
-        ))
-        .map_err(Error::from)
+        // Through the open file: it works after the file is unlinked or renamed.
+        super::block_on_handle(&rt, f.file.set_len(size)).map_err(Error::from)
     }
 
     fn fd_filestat_set_times(

@@ -83,6 +83,18 @@ impl FsView<'_> {
         self.table.get(fd).map_err(trap)
     }
 
+    /// Where `fd` is and its attributes: a file's through its open (so after an
+    /// unlink too, and with buffered writes counted), a directory's by location.
+    async fn descriptor_attr(&mut self, fd: &Resource<Descriptor>) -> FsResult<(Location, Attr)> {
+        let d = self.get(fd)?;
+        let (loc, file) = (d.loc.clone(), d.file.clone());
+        let attr = match file {
+            Some(file) => file.getattr().await.fs()?,
+            None => self.fs.ns.getattr_at(&loc).await.fs()?,
+        };
+        Ok((loc, attr))
+    }
+
     /// The guest path for `rel` under directory `fd`.
     fn path_at(&self, fd: &Resource<Descriptor>, rel: &str) -> FsResult<String> {
         let d = self.get(fd)?;
@@ -202,14 +214,9 @@ impl HostDescriptor for FsView<'_> {
     }
 
     async fn set_size(&mut self, fd: Resource<Descriptor>, size: Filesize) -> FsResult<()> {
+        // Through the open file: it works after the file is unlinked or renamed.
         let file = self.file(&fd, DescriptorFlags::WRITE)?;
-        file.flush().await.fs()?;
-        let loc = self.get(&fd)?.loc.clone();
-        let attr = SetAttr {
-            size: Some(size),
-            ..SetAttr::default()
-        };
-        self.fs.ns.setattr_at(&loc, &attr).await.fs()
+        file.set_len(size).await.fs()
     }
 
     async fn set_times(
@@ -287,13 +294,7 @@ impl HostDescriptor for FsView<'_> {
     }
 
     async fn stat(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorStat> {
-        let d = self.get(&fd)?;
-        let (loc, file) = (d.loc.clone(), d.file.clone());
-        let mut attr = self.fs.ns.getattr_at(&loc).await.fs()?;
-        if let Some(file) = file {
-            // Writes this descriptor still buffers count.
-            attr.size = file.size().await.fs()?;
-        }
+        let (loc, attr) = self.descriptor_attr(&fd).await?;
         Ok(stat(loc.node.kind, &attr))
     }
 
@@ -458,8 +459,7 @@ impl HostDescriptor for FsView<'_> {
     }
 
     async fn metadata_hash(&mut self, fd: Resource<Descriptor>) -> FsResult<MetadataHashValue> {
-        let loc = self.get(&fd)?.loc.clone();
-        let attr = self.fs.ns.getattr_at(&loc).await.fs()?;
+        let (loc, attr) = self.descriptor_attr(&fd).await?;
         Ok(hash(&loc, &attr))
     }
 

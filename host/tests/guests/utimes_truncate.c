@@ -61,5 +61,13 @@ int main(int argc, char **argv) {
     SHOW("truncate a dir", truncate(d, 0));
     SHOW("truncate missing", truncate(at(d, "missing"), 0));
     SHOW("truncate negative", truncate(f, -1));
+    // A file truncated through its descriptor after its name is gone.
+    fd = open(at(d, "doomed"), O_RDWR | O_CREAT, 0644);
+    SHOW("write doomed", write(fd, "0123456789", 10));
+    SHOW("unlink doomed", unlink(at(d, "doomed")));
+    SHOW("ftruncate unlinked", ftruncate(fd, 4));
+    SHOW("fstat unlinked", fstat(fd, &st) == 0 ? (long)st.st_size : -1);
+    SHOW("pread unlinked", pread(fd, buf, sizeof buf, 0));
+    close(fd);
     return 0;
 }

@@ -108,8 +108,13 @@ pub(super) fn setattr(s: &Session, t: Tsetattr) -> Result<Message, Errno> {
 
 fn truncate(fid: &Fid, size: u64) -> Result<(), Errno> {
     if let Open::File(file) = &*fid.open_state() {
-        if file.set_len(size).is_ok() {
-            return Ok(());
+        // Through the open file (it may have been unlinked since). A descriptor open
+        // only for reading cannot truncate (EINVAL/EBADF): then by name, below; any
+        // other error (EFBIG, EIO, ...) is the answer.
+        match rustix::fs::ftruncate(file.as_fd(), size) {
+            Ok(()) => return Ok(()),
+            Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::BADF => {}
+            Err(e) => return Err(sys(e)),
         }
     }
     if fid.qid.is_dir() {
