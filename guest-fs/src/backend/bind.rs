@@ -20,6 +20,22 @@ use wasm9p_proto::Errno;
 
 use super::{Attr, Backend, BoxFuture, Entry, Kind, Node, OpenFile, OpenFlags, SetAttr, StatFs};
 
+/// The [`Attr`] of host metadata: std's or cap-std's (the same method names, from two
+/// `MetadataExt` traits).
+macro_rules! attr_of {
+    ($m:expr) => {
+        Attr {
+            mode: $m.mode() & 0o7777,
+            size: $m.size(),
+            nlink: $m.nlink(),
+            ino: $m.ino(),
+            mtime: ($m.mtime() as u64, $m.mtime_nsec() as u32),
+            atime: ($m.atime() as u64, $m.atime_nsec() as u32),
+            ctime: ($m.ctime() as u64, $m.ctime_nsec() as u32),
+        }
+    };
+}
+
 /// A bound host directory.
 #[derive(Debug)]
 pub struct BindFs {
@@ -174,15 +190,7 @@ impl Backend for BindFs {
     }
 
     fn getattr<'a>(&'a self, n: &'a Node) -> BoxFuture<'a, Result<Attr, Errno>> {
-        let result = path_of(n).and_then(|p| self.stat(p)).map(|m| Attr {
-            mode: m.mode() & 0o7777,
-            size: m.size(),
-            nlink: m.nlink(),
-            ino: m.ino(),
-            mtime: (m.mtime() as u64, m.mtime_nsec() as u32),
-            atime: (m.atime() as u64, m.atime_nsec() as u32),
-            ctime: (m.ctime() as u64, m.ctime_nsec() as u32),
-        });
+        let result = path_of(n).and_then(|p| self.stat(p)).map(|m| attr_of!(m));
         Box::pin(ready(result))
     }
 
@@ -436,15 +444,7 @@ impl OpenFile for BindFile {
 
     fn getattr<'a>(&'a self) -> BoxFuture<'a, Result<Attr, Errno>> {
         use std::os::unix::fs::MetadataExt as _;
-        let result = self.file.metadata().map_err(errno).map(|m| Attr {
-            mode: m.mode() & 0o7777,
-            size: m.size(),
-            nlink: m.nlink(),
-            ino: m.ino(),
-            mtime: (m.mtime() as u64, m.mtime_nsec() as u32),
-            atime: (m.atime() as u64, m.atime_nsec() as u32),
-            ctime: (m.ctime() as u64, m.ctime_nsec() as u32),
-        });
+        let result = self.file.metadata().map_err(errno).map(|m| attr_of!(m));
         Box::pin(ready(result))
     }
 
