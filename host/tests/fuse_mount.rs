@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wasm9p_tests::{spawn_serve, Tree};
+use wasm9p_tests::{spawn_serve, Rng, Tree};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
 
@@ -251,22 +251,6 @@ fn a_remote_server_through_fuse_with_stats() {
     let _ = serve.wait();
 }
 
-/// xorshift64*: a small seeded generator, so a failing run can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 /// fsx-style: random writes, reads, truncates, reopens and fsyncs on one file through
 /// two handles (one read-write, one read-only), every read and size checked against an
 /// in-memory model; at the end the backing file must equal the model.
@@ -285,7 +269,7 @@ fn fsx(mnt: &Path, backing: &Path, seed: u64, ops: usize) -> Vec<String> {
     };
     let mut rw = open_rw();
     let mut ro = std::fs::File::open(&path).unwrap();
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed);
     let mut log = Vec::new();
     for step in 0..ops {
         let op = rng.below(100);
@@ -299,7 +283,7 @@ fn fsx(mnt: &Path, backing: &Path, seed: u64, ops: usize) -> Vec<String> {
             0..=39 => {
                 let off = rng.below(MAX_LEN);
                 let len = 1 + rng.below(64 << 10).min(MAX_LEN - off);
-                let byte = rng.next() as u8;
+                let byte = rng.next_u64() as u8;
                 let data: Vec<u8> = (0..len).map(|i| byte.wrapping_add(i as u8)).collect();
                 rw.write_all_at(&data, off).unwrap();
                 let end = (off + len) as usize;

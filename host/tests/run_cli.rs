@@ -331,3 +331,54 @@ fn poll_on_an_inherited_stdin_waits_for_input() {
     assert_eq!(rest, "second poll: 1 readable 1\nread 3: hi\n");
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn a_server_connection_cut_mid_run_gives_the_guest_eio_and_the_host_a_clean_exit() {
+    use wasm9p_tests::fault_proxy::{Direction, Fault, FaultProxy, Schedule};
+    let wasm =
+        compile_c_guest(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests/export_tour.c"));
+    let dir = Tree::build(&[Tree::Dir("src", vec![Tree::file("hello.txt", "hello\n")])]);
+    let server = wasm9p_tests::TestServer::tcp(dir.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // The connection is cut at the 20th reply: in the middle of the guest's work.
+    let proxy = rt.block_on(FaultProxy::start(
+        &server.addr,
+        Schedule {
+            seed: 1,
+            fault: Fault::Reset,
+            direction: Direction::Replies,
+            every: 1,
+            spare: 20,
+        },
+    ));
+    let started = std::time::Instant::now();
+    let out = wasm9p()
+        .args([
+            "run",
+            "--mount",
+            &format!("type=9p,source={},target=/d,cache=none", proxy.addr),
+            &wasm.display().to_string(),
+            "/d",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(proxy.injected(), 1, "{stdout}{stderr}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+    // The guest saw I/O errors from then on, and went on to its end.
+    assert!(stdout.contains("I/O error"), "{stdout}");
+    assert!(stdout.contains("list out:"), "{stdout}");
+    // The host says why, in plain text, and ends with the guest's status.
+    assert!(
+        stderr.contains("9p session lost: connection closed by the server")
+            && !stderr.contains('\x1b')
+            && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}

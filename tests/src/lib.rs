@@ -5,14 +5,17 @@
 //! client tools. [`Conn`] is a deliberately plain 9P2000.L connection (one request at
 //! a time, raw frames allowed) for asserting exactly what a server answers; it is not
 //! the product's client, which lives in `wasm9p-guest-fs`. [`Tree`] builds a declarative
-//! file tree in a tempdir.
+//! file tree in a tempdir. [`fault_proxy::FaultProxy`] sits between a client and a
+//! server and delays, drops, reorders or cuts frames on a seeded schedule.
 
 mod clang;
 mod conn;
 mod diod;
+pub mod fault_proxy;
 mod fixture;
 mod guests;
 pub mod linux_vm;
+mod rng;
 mod serve_process;
 mod server;
 
@@ -21,6 +24,7 @@ pub use conn::Conn;
 pub use diod::{diod_available, free_port, Diod};
 pub use fixture::Tree;
 pub use guests::{compile_c_guest, componentize};
+pub use rng::Rng;
 pub use serve_process::{served_addr, spawn_serve};
 pub use server::TestServer;
 
