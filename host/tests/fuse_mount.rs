@@ -168,6 +168,11 @@ fn exercise(mnt: &Path, backing: &Path, label: &str) {
     std::fs::write(w.join("gone"), "still here").unwrap();
     let mut open = std::fs::File::open(w.join("gone")).unwrap();
     std::fs::remove_file(w.join("gone")).unwrap();
+    assert_eq!(
+        open.metadata().unwrap().len(),
+        10,
+        "{label}: fstat after unlink"
+    );
     let mut text = String::new();
     open.read_to_string(&mut text).unwrap();
     assert_eq!(text, "still here", "{label}");

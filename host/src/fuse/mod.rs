@@ -5,7 +5,8 @@
 //! Design:
 //! - The kernel names files by node id; the namespace by path. [`inodes::Inodes`] maps
 //!   one to the other and keeps paths current across renames; an unlinked file's id
-//!   lives on for its open handles, without a path (path-based calls on it: ESTALE).
+//!   lives on for its open handles, without a path: fstat and ftruncate go through
+//!   an open file of it, calls that need a name get ESTALE.
 //! - Every request is answered on the FUSE worker thread that read it (four workers),
 //!   by running the namespace operation to completion on the mounts' tokio runtime
 //!   (`Handle::block_on`). Cache hits complete without suspending.
@@ -172,21 +173,9 @@ impl NamespaceFs {
         Ok((at, attr))
     }
 
-    /// Attributes of an open file whose name is gone, through its handle.
-    async fn unlinked_attr(&self, ino: u64, file: &dyn OpenFile) -> Result<FileAttr, Errno> {
+    /// Attributes of an open file, through its handle (so also once its name is gone).
+    async fn handle_attr(&self, ino: u64, file: &dyn OpenFile) -> Result<FileAttr, Errno> {
         Ok(self.attr(ino, Kind::File, &file.getattr().await?))
-    }
-
-    /// The size an open writer of `ino` knows (its buffered writes included), if any.
-    async fn open_size(&self, ino: u64) -> Option<u64> {
-        let file = {
-            let files = self.files.lock().unwrap();
-            files
-                .values()
-                .find(|f| f.ino == ino)
-                .map(|f| Arc::clone(&f.file))
-        }?;
-        file.size().await.ok()
     }
 
     /// Answers a lookup-like request: the attributes of `path`, under a node id the
@@ -266,25 +255,26 @@ impl Filesystem for NamespaceFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        let result = self.path(ino).and_then(|path| {
-            self.rt.block_on(async {
-                let (at, mut attr) = match (self.stat(&path).await, fh) {
-                    (Ok(found), _) => found,
-                    // An open file whose name is gone: what its handle knows.
-                    (Err(e), Some(fh)) => {
-                        let file = self.file(fh).map_err(|_| e)?;
-                        return self.unlinked_attr(ino.0, &*file).await;
-                    }
-                    (Err(e), None) => return Err(e),
-                };
-                if at.node.kind == Kind::File {
-                    if let Some(size) = self.open_size(ino.0).await {
-                        attr.size = attr.size.max(size);
-                    }
-                }
-                Ok(self.attr(ino.0, at.node.kind, &attr))
-            })
-        });
+        // By path; a node whose name is gone (the kernel asks for it when an open
+        // file of it is fstat'ed, without saying which) through one of its open
+        // files. (A 9p mount's getattr sends what open files buffer first, so the
+        // size includes every write the kernel was told is done.)
+        let handle = || {
+            let files = self.files.lock().unwrap();
+            fh.and_then(|fh| files.get(&fh.0))
+                .or_else(|| files.values().find(|f| f.ino == ino.0))
+                .map(|f| Arc::clone(&f.file))
+        };
+        let result = match self.path(ino) {
+            Ok(path) => self
+                .rt
+                .block_on(self.stat(&path))
+                .map(|(at, attr)| self.attr(ino.0, at.node.kind, &attr)),
+            Err(e) => match handle() {
+                Some(file) => self.rt.block_on(self.handle_attr(ino.0, &*file)),
+                None => Err(e),
+            },
+        };
         match result {
             Ok(attr) => reply.attr(&TTL, &attr),
             Err(e) => reply.error(fuse_errno(e)),
@@ -352,7 +342,7 @@ impl Filesystem for NamespaceFs {
                     let (at, attr) = self.stat(&path).await?;
                     Ok(self.attr(ino.0, at.node.kind, &attr))
                 }
-                (Err(_), Some(file)) => self.unlinked_attr(ino.0, &**file).await,
+                (Err(_), Some(file)) => self.handle_attr(ino.0, &**file).await,
                 (Err(e), None) => Err(e),
             }
         });
