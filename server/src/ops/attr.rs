@@ -58,8 +58,15 @@ pub(super) fn setattr(s: &Session, t: Tsetattr) -> Result<Message, Errno> {
             .map_err(ioerr)?;
     }
     if t.valid & (valid::UID | valid::GID) != 0 {
-        let uid = (t.valid & valid::UID != 0).then(|| rustix::fs::Uid::from_raw(t.uid));
-        let gid = (t.valid & valid::GID != 0).then(|| rustix::fs::Gid::from_raw(t.gid));
+        // -1 is chown's "leave it"; a client that asks to set it asks for nothing valid
+        // (found by fuzzing: rustix refuses to make a Uid of it).
+        let set_uid = t.valid & valid::UID != 0;
+        let set_gid = t.valid & valid::GID != 0;
+        if set_uid && t.uid == u32::MAX || set_gid && t.gid == u32::MAX {
+            return Err(Errno::EINVAL);
+        }
+        let uid = set_uid.then(|| rustix::fs::Uid::from_raw(t.uid));
+        let gid = set_gid.then(|| rustix::fs::Gid::from_raw(t.gid));
         rustix::fs::chownat(
             &*node.parent,
             node.name.as_str(),
