@@ -442,6 +442,8 @@ impl OpenFile for NinepFile {
             let a = match cached {
                 Some(a) => a,
                 None => {
+                    // What other opens of the file buffer counts: send it first.
+                    self.writers.push_out(self.qid.path).await;
                     let a = Arc::new(self.fid().await?.getattr().await?);
                     if unchanged {
                         self.cache.insert_attr(Rgetattr::clone(&a));
