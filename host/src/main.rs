@@ -19,7 +19,8 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WASM9P_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // fuser warns of a second unmount attempt after ours succeeded.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,fuser=error")),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -1,6 +1,6 @@
 //! `wasm9p mount`: the namespace at a host directory through FUSE.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -81,7 +81,12 @@ pub fn mount(args: MountArgs) -> ExitCode {
     let ended = if unmounted_outside {
         session.join()
     } else {
-        session.umount_and_join()
+        match unmount(&args.mountpoint) {
+            Ok(()) => session.join(),
+            // Not root: fuser goes through fusermount3.
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => session.umount_and_join(),
+            Err(e) => Err(e),
+        }
     };
     args.namespace
         .report_stats(mounts.stats_json(0, started.elapsed().as_millis() as u64));
@@ -92,5 +97,29 @@ pub fn mount(args: MountArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => fail(1, &format!("unmounting {}: {e}", args.mountpoint.display())),
+    }
+}
+
+/// Unmounts `point`. Files closed an instant before are released by the kernel
+/// asynchronously, and until then the mount counts as busy: retried for up to 5 s, then
+/// detached lazily (the kernel finishes when the last user lets go), which is said.
+fn unmount(point: &Path) -> std::io::Result<()> {
+    use rustix::mount::{unmount, UnmountFlags};
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match unmount(point, UnmountFlags::empty()) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::BUSY) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(rustix::io::Errno::BUSY) => {
+                say(&format!(
+                    "{} is still in use: detached lazily",
+                    point.display()
+                ));
+                return unmount(point, UnmountFlags::DETACH).map_err(Into::into);
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
 }

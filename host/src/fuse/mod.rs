@@ -310,27 +310,12 @@ impl Filesystem for NamespaceFs {
         let result = self.rt.block_on(async {
             let file = fh.and_then(|fh| self.file(fh).ok());
             let mut rest = change.clone();
-            match (size, &file) {
-                // ftruncate: through the open file, which works after an unlink too.
-                (Some(size), Some(file)) => {
-                    file.set_len(size).await?;
-                    rest.size = None;
-                }
-                // truncate by name: what open files of it buffer lands first.
-                (Some(_), None) => {
-                    let writers: Vec<_> = {
-                        let files = self.files.lock().unwrap();
-                        files
-                            .values()
-                            .filter(|f| f.ino == ino.0)
-                            .map(|f| Arc::clone(&f.file))
-                            .collect()
-                    };
-                    for f in writers {
-                        f.flush().await?;
-                    }
-                }
-                (None, _) => {}
+            // ftruncate: through the open file, which works after an unlink too. (A
+            // truncate by name goes to the namespace, whose 9p mounts send what open
+            // files buffer first, keeping any error for those files' own close.)
+            if let (Some(size), Some(file)) = (size, &file) {
+                file.set_len(size).await?;
+                rest.size = None;
             }
             let path: Result<String, Errno> = self.path(ino);
             if rest != SetAttr::default() {
@@ -669,6 +654,21 @@ impl Filesystem for NamespaceFs {
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: fuser::ReplyXattr) {
         reply.error(FuseErrno::ENOSYS);
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        // Not a terminal, and no file ioctls (isatty asks on every open by stdio).
+        reply.error(FuseErrno::ENOTTY);
     }
 
     fn fallocate(
