@@ -1,7 +1,8 @@
 //! Per-mount options of a 9p mount, with Linux v9fs names and semantics:
 //! `cache=` (a mode name or the Linux bitmask), `negtimeout=MS` (`-1`: until evicted),
-//! `msize=N`, `cache_size=BYTES`, `ro`, and `symlink_cache=on|off` (whether a metadata
-//! caching mode keeps symlink targets; on by default, off to measure what it saves).
+//! `msize=N`, `cache_size=BYTES`, `ro`, `symlink_cache=on|off` (whether a metadata
+//! caching mode keeps symlink targets; on by default, off to measure what it saves) and
+//! `reconnect=on|off` (off by default: see [`crate::client::ClientConfig::reconnect`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -165,6 +166,8 @@ pub struct NinepOptions {
     pub read_only: bool,
     /// Whether symlink targets are cached (only in modes that cache metadata).
     pub symlink_cache: bool,
+    /// Whether a dropped connection is re-established (remote mounts only).
+    pub reconnect: bool,
 }
 
 /// Default `cache_size`: 256 MiB.
@@ -179,6 +182,7 @@ impl Default for NinepOptions {
             cache_size: DEFAULT_CACHE_SIZE,
             read_only: false,
             symlink_cache: true,
+            reconnect: false,
         }
     }
 }
@@ -228,17 +232,11 @@ impl NinepOptions {
                             })?;
                 }
                 "symlink_cache" => {
-                    opts.symlink_cache = match value_of("symlink_cache", "on or off")? {
-                        "on" | "1" => true,
-                        "off" | "0" => false,
-                        v => {
-                            return Err(OptionError::BadValue {
-                                key: "symlink_cache",
-                                value: v.into(),
-                                expected: "on or off",
-                            })
-                        }
-                    }
+                    opts.symlink_cache =
+                        on_off("symlink_cache", value_of("symlink_cache", "on or off")?)?
+                }
+                "reconnect" => {
+                    opts.reconnect = on_off("reconnect", value_of("reconnect", "on or off")?)?
                 }
                 "ro" if value.is_none() => opts.read_only = true,
                 other => return Err(OptionError::Unknown(other.into())),
@@ -249,6 +247,18 @@ impl NinepOptions {
         }
         opts.negtimeout = negtimeout.unwrap_or_else(|| NegTimeout::default_for(opts.cache));
         Ok(opts)
+    }
+}
+
+fn on_off(key: &'static str, value: &str) -> Result<bool, OptionError> {
+    match value {
+        "on" | "1" => Ok(true),
+        "off" | "0" => Ok(false),
+        v => Err(OptionError::BadValue {
+            key,
+            value: v.into(),
+            expected: "on or off",
+        }),
     }
 }
 
@@ -322,6 +332,15 @@ mod tests {
                 .symlink_cache
         );
         assert!(parse("symlink_cache=on").unwrap().symlink_cache);
+        assert!(!parse("").unwrap().reconnect);
+        assert!(parse("reconnect=on").unwrap().reconnect);
+        assert!(matches!(
+            parse("reconnect=always"),
+            Err(OptionError::BadValue {
+                key: "reconnect",
+                ..
+            })
+        ));
         assert!(matches!(
             parse("symlink_cache=maybe"),
             Err(OptionError::BadValue {

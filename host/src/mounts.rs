@@ -1,8 +1,9 @@
 //! Mount SPECs (`--mount`, `--dir`) and the namespace they build.
 //!
 //! Docker-style `key=value,...` lists, as in the CLI contract:
-//! - `type=9p,source=ADDR,aname=NAME,target=/g[,cache=..][,negtimeout=..][,msize=..][,cache_size=..][,symlink_cache=on|off][,ro]`
-//!   (a remote server at any transport address);
+//! - `type=9p,source=ADDR,aname=NAME,target=/g[,cache=..][,negtimeout=..][,msize=..][,cache_size=..][,symlink_cache=on|off][,reconnect=on|off][,ro]`
+//!   (a remote server at any transport address; `reconnect=on` re-establishes a
+//!   dropped connection, see `wasm9p_guest_fs::client::ClientConfig::reconnect`);
 //! - `type=9p,export=HOSTDIR,target=/g[,...]` (the embedded default: our server in
 //!   process, over an in-memory duplex; no socket, no setup);
 //! - `type=bind,source=HOSTDIR,target=/g[,ro]`, which is what `--dir HOSTDIR::/g` means;
@@ -122,7 +123,7 @@ impl MountSpec {
                 "aname" => aname = value.unwrap_or_default().to_owned(),
                 "component" => component = Some(need()?),
                 "ro" | "readonly" if value.is_none() => read_only = true,
-                "cache" | "negtimeout" | "msize" | "cache_size" | "symlink_cache" => {
+                "cache" | "negtimeout" | "msize" | "cache_size" | "symlink_cache" | "reconnect" => {
                     options.push((key, value))
                 }
                 other => return Err(spec_error(spec, format!("unknown key {other:?}"))),
@@ -145,9 +146,11 @@ impl MountSpec {
             )),
             None => Ok(()),
         };
-        let kind =
-            match ty.ok_or_else(|| spec_error(spec, "type= is missing (9p, bind or plugin)"))? {
-                "9p" => match (source, export) {
+        let kind = match ty
+            .ok_or_else(|| spec_error(spec, "type= is missing (9p, bind or plugin)"))?
+        {
+            "9p" => {
+                match (source, export) {
                     (Some(addr), None) => MountKind::NinepRemote {
                         source: addr.parse().map_err(|e: wasm9p_proto::AddrError| {
                             spec_error(spec, e.to_string())
@@ -155,10 +158,19 @@ impl MountSpec {
                         aname,
                         options: ninep_options(&options)?,
                     },
-                    (None, Some(dir)) => MountKind::NinepEmbedded {
-                        export: dir.into(),
-                        options: ninep_options(&options)?,
-                    },
+                    (None, Some(dir)) => {
+                        let options = ninep_options(&options)?;
+                        if options.reconnect {
+                            return Err(spec_error(
+                                spec,
+                                "reconnect= applies to mounts of a server (source=), not to an embedded export",
+                            ));
+                        }
+                        MountKind::NinepEmbedded {
+                            export: dir.into(),
+                            options,
+                        }
+                    }
                     (Some(_), Some(_)) => return Err(spec_error(
                         spec,
                         "give either source= (a server) or export= (a host directory), not both",
@@ -169,32 +181,33 @@ impl MountSpec {
                             "a 9p mount needs source=ADDR or export=HOSTDIR",
                         ))
                     }
-                },
-                "bind" => {
-                    no_cache_options("bind mounts")?;
-                    MountKind::Bind {
-                        source: source
-                            .ok_or_else(|| spec_error(spec, "a bind mount needs source=HOSTDIR"))?
-                            .into(),
-                    }
                 }
-                "plugin" => {
-                    no_cache_options("plugin mounts")?;
-                    MountKind::Plugin {
-                        component: component
-                            .ok_or_else(|| {
-                                spec_error(spec, "a plugin mount needs component=FILE.wasm")
-                            })?
-                            .into(),
-                    }
+            }
+            "bind" => {
+                no_cache_options("bind mounts")?;
+                MountKind::Bind {
+                    source: source
+                        .ok_or_else(|| spec_error(spec, "a bind mount needs source=HOSTDIR"))?
+                        .into(),
                 }
-                other => {
-                    return Err(spec_error(
-                        spec,
-                        format!("unknown type {other:?}: expected 9p, bind or plugin"),
-                    ))
+            }
+            "plugin" => {
+                no_cache_options("plugin mounts")?;
+                MountKind::Plugin {
+                    component: component
+                        .ok_or_else(|| {
+                            spec_error(spec, "a plugin mount needs component=FILE.wasm")
+                        })?
+                        .into(),
                 }
-            };
+            }
+            other => {
+                return Err(spec_error(
+                    spec,
+                    format!("unknown type {other:?}: expected 9p, bind or plugin"),
+                ))
+            }
+        };
         Ok(MountSpec {
             target: target.to_owned(),
             kind,
@@ -265,6 +278,7 @@ pub async fn build(specs: &[MountSpec]) -> Result<(Namespace, Vec<Mounted>), Mou
             } => {
                 let config = ClientConfig {
                     msize: options.msize,
+                    reconnect: options.reconnect,
                     ..ClientConfig::default()
                 };
                 let session = Session::connect(source, config)
@@ -351,8 +365,11 @@ pub fn stats_json(mounts: &[Mounted], guests: u64, wall_ms: u64) -> serde_json::
             }
             rpc.insert("total".into(), json!(stats.as_ref().map_or(0, |s| s.rpc_total)));
             let failed_walks = stats.as_ref().map_or(0, |s| s.failed_walks);
+            let r = stats.as_ref().map(|s| s.reconnect).unwrap_or_default();
+            let reconnect = json!({ "reconnects": r.reconnects, "retried": r.retried,
+                                    "failed": r.failed, "stale_fids": r.stale_fids });
             json!({ "target": m.spec.target, "type": m.spec.type_name(), "rpc": rpc,
-                    "failed_walks": failed_walks, "cache": cache })
+                    "failed_walks": failed_walks, "cache": cache, "reconnect": reconnect })
         })
         .collect();
     json!({ "mounts": mounts, "guests": guests, "wall_ms": wall_ms })

@@ -27,7 +27,7 @@ use wasm9p_proto::{Errno, Qid, Rgetattr};
 use super::ninep_file::{NinepFile, Source, Writers};
 use super::{Attr, Backend, BoxFuture, Entry, Kind, Node, OpenFile, OpenFlags, SetAttr, StatFs};
 use crate::cache::{CacheStats, Lookup, MountCache};
-use crate::client::{Fid, Session};
+use crate::client::{Fid, ReconnectStats, Session};
 use crate::mount_options::{CacheMode, NinepOptions};
 use crate::path::SharedPath;
 
@@ -45,6 +45,8 @@ pub struct MountStats {
     pub cache: CacheStats,
     /// Bytes held by the caches now (at most `cache_size`).
     pub cache_bytes: u64,
+    /// What reconnecting did (`reconnect=on`; zero otherwise).
+    pub reconnect: ReconnectStats,
 }
 
 /// What a 9p node carries besides its id.
@@ -162,6 +164,7 @@ impl NinepFs {
             failed_walks: self.failed_walks.load(Ordering::Relaxed),
             cache: self.cache.stats(),
             cache_bytes: self.cache.bytes(),
+            reconnect: self.session().reconnects(),
         }
     }
 

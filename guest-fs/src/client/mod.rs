@@ -36,8 +36,9 @@
 mod fid;
 mod io;
 mod ops;
+mod reconnect;
 mod session;
 
 pub use fid::{Fid, Walk, WalkError};
 pub use ops::SetAttr;
-pub use session::{ClientConfig, ConnectError, RpcCounts, Session};
+pub use session::{ClientConfig, ConnectError, ReconnectStats, RpcCounts, Session};

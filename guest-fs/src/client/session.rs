@@ -4,20 +4,21 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::runtime::Handle;
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
-use wasm9p_proto::consts::{DEFAULT_MSIZE, MIN_MSIZE, NOFID, NOTAG, VERSION_9P2000_L};
+use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+use wasm9p_proto::consts::{DEFAULT_MSIZE, MIN_MSIZE, NOFID, NOTAG};
 use wasm9p_proto::transport::{connect, write_segments, BoxStream};
 use wasm9p_proto::{
-    encode_frame, encode_frame_head, Addr, Errno, FrameDecoder, Message, Rattach, Tattach, Tflush,
-    Tversion,
+    encode_frame, encode_frame_head, Addr, Errno, FrameDecoder, Message, Rattach, Rclunk, Tattach,
+    Tflush,
 };
 
 use super::fid::{Fid, FidPool};
+use super::reconnect::{self, Effect, Recipes, Wire};
 
 /// How a session behaves.
 #[derive(Clone, Debug)]
@@ -35,6 +36,10 @@ pub struct ClientConfig {
     pub max_inflight: usize,
     /// Most Tread/Twrite in flight for one large read or write.
     pub io_depth: usize,
+    /// When the connection drops, connect again and restore every fid (sessions made
+    /// by [`Session::connect`] only), trying for at most `timeout`: see the module
+    /// `reconnect` in the source for what is retried and what fails.
+    pub reconnect: bool,
 }
 
 impl Default for ClientConfig {
@@ -46,6 +51,7 @@ impl Default for ClientConfig {
             timeout: Duration::from_secs(30),
             max_inflight: 64,
             io_depth: 4,
+            reconnect: false,
         }
     }
 }
@@ -117,6 +123,20 @@ impl RpcCounts {
     }
 }
 
+/// What reconnecting did so far ([`Session::reconnects`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReconnectStats {
+    /// Connections restored after a loss.
+    pub reconnects: u64,
+    /// Requests sent again on a restored connection.
+    pub retried: u64,
+    /// Requests failed with EIO because the connection dropped under them and sending
+    /// them again would not be safe (writes, creates, renames...).
+    pub failed: u64,
+    /// Fids that could not be restored (ESTALE from then on).
+    pub stale_fids: u64,
+}
+
 /// A 9P2000.L client session; cheap to clone, usable from any task or thread.
 #[derive(Clone, Debug)]
 pub struct Session {
@@ -125,10 +145,17 @@ pub struct Session {
 
 #[derive(Debug)]
 pub(crate) struct Inner {
-    /// Frames for the writer task: the frame (or its head) and a payload to follow it
-    /// uncopied (see `encode_frame_head`).
-    out: mpsc::UnboundedSender<(Bytes, Option<Bytes>)>,
     state: Mutex<State>,
+    /// Where to connect again (sessions from [`Session::connect`] with reconnect on).
+    addr: Option<Addr>,
+    /// Set while a lost connection is being restored: new calls wait.
+    reconnecting: AtomicBool,
+    /// Wakes the calls waiting for a reconnect.
+    link_changed: Notify,
+    reconnects: AtomicU64,
+    retried: AtomicU64,
+    failed: AtomicU64,
+    pub(crate) stale_fids: AtomicU64,
     permits: Arc<Semaphore>,
     pub(crate) msize: u32,
     pub(crate) config: ClientConfig,
@@ -142,8 +169,17 @@ pub(crate) struct Inner {
     closing: AtomicBool,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
+    /// Frames for the current connection's writer task: the frame (or its head) and a
+    /// payload to follow it uncopied (see `encode_frame_head`).
+    out: mpsc::UnboundedSender<reconnect::Frame>,
+    /// The receiving end for the next connection's writer, while reconnecting.
+    next_out: Option<mpsc::UnboundedReceiver<reconnect::Frame>>,
+    /// Numbers connections: 0 for the first, one more per reconnect.
+    epoch: u64,
+    /// What every bound fid is, to restore it (with reconnect on).
+    recipes: Option<Recipes>,
     pending: HashMap<u16, Pending>,
     free_tags: Vec<u16>,
     next_tag: u16,
@@ -160,6 +196,12 @@ enum Pending {
         expect: u8,
         call: u64,
         tx: oneshot::Sender<Result<Message, Errno>>,
+        /// The connection it was sent on.
+        epoch: u64,
+        /// With reconnect on: the frame, if it is safe to send again.
+        retry: Option<reconnect::Frame>,
+        /// With reconnect on: what its reply changes in the recipes.
+        effect: Effect,
     },
     /// The caller went away and a Tflush was sent; the tag stays reserved until Rflush.
     Abandoned,
@@ -168,6 +210,20 @@ enum Pending {
 }
 
 impl State {
+    fn new(out: mpsc::UnboundedSender<reconnect::Frame>, reconnect: bool) -> State {
+        State {
+            out,
+            next_out: None,
+            epoch: 0,
+            recipes: reconnect.then(Recipes::default),
+            pending: HashMap::new(),
+            free_tags: Vec::new(),
+            next_tag: 0,
+            calls: 0,
+            dead: false,
+        }
+    }
+
     fn alloc_tag(&mut self) -> Option<u16> {
         if let Some(tag) = self.free_tags.pop() {
             return Some(tag);
@@ -198,79 +254,38 @@ impl Session {
                     addr: addr.to_string(),
                     source,
                 })?;
-        Session::over(stream, config).await
+        let reconnect = config.reconnect.then(|| addr.clone());
+        Session::open(stream, config, reconnect).await
     }
 
-    /// Negotiates over an already connected stream (the in-process duplex, say).
-    pub async fn over(
-        mut stream: BoxStream,
+    /// Negotiates over an already connected stream (the in-process duplex, say). Such
+    /// a session cannot reconnect: it does not know how to get another stream.
+    pub async fn over(stream: BoxStream, config: ClientConfig) -> Result<Session, ConnectError> {
+        Session::open(stream, config, None).await
+    }
+
+    async fn open(
+        stream: BoxStream,
         config: ClientConfig,
+        addr: Option<Addr>,
     ) -> Result<Session, ConnectError> {
         let asked = config.msize.max(MIN_MSIZE);
-        let mut decoder = FrameDecoder::new(asked);
-        let mut buf = BytesMut::new();
-        let handshake = async {
-            let mut frame = BytesMut::new();
-            encode_frame(
-                NOTAG,
-                &Tversion {
-                    msize: asked,
-                    version: VERSION_9P2000_L.into(),
-                }
-                .into(),
-                &mut frame,
-            );
-            stream.write_all(&frame).await.map_err(|e| e.to_string())?;
-            loop {
-                if let Some(frame) = decoder.decode(&mut buf).map_err(|e| e.to_string())? {
-                    return Ok(frame);
-                }
-                buf.reserve(4096);
-                if stream.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
-                    return Err("connection closed".to_string());
-                }
-            }
-        };
-        let frame = tokio::time::timeout(config.timeout, handshake)
+        let mut wire = Wire::new(stream, asked);
+        let msize = tokio::time::timeout(config.timeout, wire.version(asked))
             .await
-            .map_err(|_| ConnectError::Handshake("timed out".into()))?
-            .map_err(ConnectError::Handshake)?;
-        let reply = match frame.body {
-            Ok(Message::Rversion(r)) => r,
-            Ok(Message::Rlerror(e)) => {
-                return Err(ConnectError::Handshake(format!(
-                    "server refused: {}",
-                    Errno(e.ecode)
-                )))
-            }
-            Ok(other) => {
-                return Err(ConnectError::Handshake(format!(
-                    "unexpected {}",
-                    other.name()
-                )))
-            }
-            Err(e) => return Err(ConnectError::Handshake(e.to_string())),
-        };
-        if reply.version != VERSION_9P2000_L {
-            return Err(ConnectError::UnknownVersion(reply.version));
-        }
-        if reply.msize < MIN_MSIZE {
-            return Err(ConnectError::MsizeTooSmall(reply.msize));
-        }
-        if reply.msize > asked {
-            return Err(ConnectError::MsizeTooLarge {
-                granted: reply.msize,
-                asked,
-            });
-        }
-        decoder.set_max_size(reply.msize);
-        let (reader, writer) = tokio::io::split(stream);
+            .map_err(|_| ConnectError::Handshake("timed out".into()))??;
         let (out, out_rx) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
-            out,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State::new(out, addr.is_some())),
+            addr,
+            reconnecting: AtomicBool::new(false),
+            link_changed: Notify::new(),
+            reconnects: AtomicU64::new(0),
+            retried: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            stale_fids: AtomicU64::new(0),
             permits: Arc::new(Semaphore::new(config.max_inflight.max(1))),
-            msize: reply.msize,
+            msize,
             runtime: Handle::current(),
             fids: Mutex::new(FidPool::default()),
             counts: RpcCounts(std::array::from_fn(|_| AtomicU64::new(0))),
@@ -279,8 +294,7 @@ impl Session {
             closing: AtomicBool::new(false),
             config,
         });
-        tokio::spawn(read_loop(Arc::downgrade(&inner), reader, decoder, buf));
-        tokio::spawn(write_loop(Arc::downgrade(&inner), writer, out_rx));
+        inner.spawn_link(wire, out_rx, 0);
         Ok(Session { inner })
     }
 
@@ -324,6 +338,17 @@ impl Session {
         &self.inner.counts
     }
 
+    /// What reconnecting did so far (all zero without reconnect).
+    pub fn reconnects(&self) -> ReconnectStats {
+        let i = &self.inner;
+        ReconnectStats {
+            reconnects: i.reconnects.load(Ordering::Relaxed),
+            retried: i.retried.load(Ordering::Relaxed),
+            failed: i.failed.load(Ordering::Relaxed),
+            stale_fids: i.stale_fids.load(Ordering::Relaxed),
+        }
+    }
+
     /// Whether the connection is gone (every call now fails with EIO).
     pub fn is_dead(&self) -> bool {
         lock(&self.inner.state).dead
@@ -345,6 +370,7 @@ impl Session {
     /// Sends one request; the returned handle waits for the reply. Starting several
     /// before waiting pipelines them.
     pub(crate) async fn start(&self, msg: Message) -> Result<Call, Errno> {
+        self.inner.until_connected().await?;
         let permits = self.inner.permits.clone();
         let permit = permits.acquire_owned().await.map_err(|_| Errno::EIO)?;
         self.start_with(msg, permit)
@@ -354,6 +380,9 @@ impl Session {
     /// its in-flight limit. A caller that already holds calls must use this for more:
     /// waiting for a permit while holding some can deadlock every such caller.
     pub(crate) fn try_start(&self, msg: Message) -> Option<Result<Call, Errno>> {
+        if self.inner.reconnecting.load(Ordering::Acquire) {
+            return None;
+        }
         match self.inner.permits.clone().try_acquire_owned() {
             Ok(permit) => Some(self.start_with(msg, permit)),
             Err(tokio::sync::TryAcquireError::NoPermits) => None,
@@ -363,27 +392,49 @@ impl Session {
 
     fn start_with(&self, msg: Message, permit: OwnedSemaphorePermit) -> Result<Call, Errno> {
         let (tx, rx) = oneshot::channel();
-        let (tag, id) = {
-            let mut st = lock(&self.inner.state);
-            if st.dead {
-                return Err(Errno::EIO);
+        let mut st = lock(&self.inner.state);
+        if st.dead {
+            return Err(Errno::EIO);
+        }
+        let epoch = st.epoch;
+        let checks_fids = self.inner.reconnects.load(Ordering::Relaxed) > 0;
+        let (retry, effect) = match &mut st.recipes {
+            None => (false, Effect::None),
+            Some(recipes) => {
+                // After a reconnect, a fid that was not restored would reach a server
+                // that does not know it (or knows another file by its number).
+                let stale = checks_fids
+                    && reconnect::fids_used(&msg)
+                        .into_iter()
+                        .flatten()
+                        .any(|fid| !recipes.bound(fid, epoch));
+                if stale {
+                    return Err(Errno::ESTALE);
+                }
+                recipes.on_send(&msg);
+                (reconnect::retryable(&msg), Effect::of(&msg))
             }
-            let tag = st.alloc_tag().ok_or(Errno::EAGAIN)?;
-            st.calls += 1;
-            let id = st.calls;
-            st.pending.insert(
-                tag,
-                Pending::Waiting {
-                    expect: msg.type_id() + 1,
-                    call: id,
-                    tx,
-                },
-            );
-            (tag, id)
         };
+        let tag = st.alloc_tag().ok_or(Errno::EAGAIN)?;
+        st.calls += 1;
+        let id = st.calls;
         self.inner.counts.bump(msg.type_id());
         let mut frame = BytesMut::new();
         let payload = encode_frame_head(tag, &msg, &mut frame);
+        let frame = (frame.freeze(), payload);
+        st.pending.insert(
+            tag,
+            Pending::Waiting {
+                expect: msg.type_id() + 1,
+                call: id,
+                tx,
+                epoch,
+                retry: retry.then(|| frame.clone()),
+                effect,
+            },
+        );
+        let sent = st.out.send(frame).is_ok();
+        drop(st);
         let call = Call {
             inner: self.inner.clone(),
             tag,
@@ -392,7 +443,7 @@ impl Session {
             done: false,
             _permit: permit,
         };
-        if self.inner.out.send((frame.freeze(), payload)).is_err() {
+        if !sent {
             self.inner.kill("writer gone");
         }
         Ok(call)
@@ -463,7 +514,15 @@ impl Inner {
     /// carry another request, which must be left alone.
     fn abandon(&self, tag: u16, id: u64) {
         let mut st = lock(&self.state);
-        if !matches!(st.pending.get(&tag), Some(Pending::Waiting { call, .. }) if *call == id) {
+        let epoch = match st.pending.get(&tag) {
+            Some(Pending::Waiting { call, epoch, .. }) if *call == id => *epoch,
+            _ => return,
+        };
+        if epoch != st.epoch {
+            // Waiting to be sent again on a connection being restored: nothing of it
+            // is on any live connection, so the tag is free at once.
+            st.pending.remove(&tag);
+            st.free_tag(tag);
             return;
         }
         st.pending.insert(tag, Pending::Abandoned);
@@ -474,11 +533,10 @@ impl Inner {
             return;
         };
         st.pending.insert(flush_tag, Pending::Flush { old: tag });
-        drop(st);
         self.counts.bump(108);
         let mut frame = BytesMut::new();
         encode_frame(flush_tag, &Tflush { oldtag: tag }.into(), &mut frame);
-        let _ = self.out.send((frame.freeze(), None));
+        let _ = st.out.send((frame.freeze(), None));
     }
 
     /// Routes one reply to whoever waits for it.
@@ -486,12 +544,23 @@ impl Inner {
         &self,
         tag: u16,
         body: Result<Message, wasm9p_proto::DecodeError>,
+        epoch: u64,
     ) -> Result<(), String> {
         let mut st = lock(&self.state);
+        if st.epoch != epoch {
+            return Err("connection replaced".into());
+        }
         match st.pending.remove(&tag) {
             None => Err(format!("reply with unknown tag {tag}")),
-            Some(Pending::Waiting { expect, tx, .. }) => {
+            Some(Pending::Waiting {
+                expect, tx, effect, ..
+            }) => {
                 st.free_tag(tag);
+                if let (Some(recipes), Ok(reply)) = (&mut st.recipes, &body) {
+                    if reply.type_id() == expect {
+                        recipes.apply(effect, reply, epoch);
+                    }
+                }
                 drop(st);
                 let result = match body {
                     Ok(Message::Rlerror(e)) => Err(Errno(e.ecode)),
@@ -545,6 +614,150 @@ impl Inner {
             }
         }
         self.permits.close();
+        self.reconnecting.store(false, Ordering::Release);
+        self.link_changed.notify_waiters();
+    }
+
+    /// Starts the reader and writer tasks of connection `epoch`.
+    fn spawn_link(
+        self: &Arc<Self>,
+        wire: Wire,
+        out: mpsc::UnboundedReceiver<reconnect::Frame>,
+        epoch: u64,
+    ) {
+        let (stream, decoder, buf) = wire.into_parts();
+        let (reader, writer) = tokio::io::split(stream);
+        let weak = Arc::downgrade(self);
+        tokio::spawn(read_loop(weak.clone(), reader, decoder, buf, epoch));
+        tokio::spawn(write_loop(weak, writer, out, epoch));
+    }
+
+    /// Waits while a lost connection is being restored (at most the session timeout).
+    async fn until_connected(&self) -> Result<(), Errno> {
+        while self.reconnecting.load(Ordering::Acquire) {
+            let changed = self.link_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if !self.reconnecting.load(Ordering::Acquire) {
+                break;
+            }
+            if tokio::time::timeout(self.config.timeout, changed)
+                .await
+                .is_err()
+            {
+                return Err(Errno::ETIMEDOUT);
+            }
+        }
+        // A session that gave up is dead: `start_with` says so.
+        Ok(())
+    }
+
+    /// Runs `f` on the recipes (reconnect is on whenever a supervisor runs).
+    pub(crate) fn with_recipes<T>(&self, f: impl FnOnce(&mut Recipes) -> T) -> T {
+        let mut st = lock(&self.state);
+        f(st.recipes.get_or_insert_with(Recipes::default))
+    }
+
+    /// A new connection `wire` is up and `restored` fids are bound on it: mark them,
+    /// send again what was waiting for it, start its tasks and let new calls through.
+    pub(crate) fn resume(self: &Arc<Self>, wire: Wire, restored: &[u32]) {
+        let mut st = lock(&self.state);
+        let epoch = st.epoch;
+        let Some(out) = st.next_out.take() else {
+            return;
+        };
+        let recipes = st.recipes.get_or_insert_with(Recipes::default);
+        recipes.restored(restored, epoch);
+        self.stale_fids
+            .store(recipes.stale(epoch) as u64, Ordering::Relaxed);
+        let mut failed = Vec::new();
+        let mut resend = Vec::new();
+        let tags: Vec<u16> = st.pending.keys().copied().collect();
+        for tag in tags {
+            let Some(Pending::Waiting {
+                epoch: sent_on,
+                retry: Some(frame),
+                ..
+            }) = st.pending.get_mut(&tag)
+            else {
+                continue;
+            };
+            if *sent_on == epoch {
+                continue;
+            }
+            *sent_on = epoch;
+            resend.push((tag, frame.clone()));
+        }
+        for (tag, frame) in resend {
+            if st.out.send(frame).is_err() {
+                failed.push(tag);
+            }
+            self.retried.fetch_add(1, Ordering::Relaxed);
+        }
+        for tag in failed {
+            if let Some(Pending::Waiting { tx, .. }) = st.pending.remove(&tag) {
+                st.free_tag(tag);
+                let _ = tx.send(Err(Errno::EIO));
+            }
+        }
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+        self.spawn_link(wire, out, epoch);
+        drop(st);
+        self.reconnecting.store(false, Ordering::Release);
+        self.link_changed.notify_waiters();
+    }
+
+    /// Connection `epoch` is gone. Without reconnect (or while closing) the session
+    /// dies; otherwise requests in flight are sorted (see the `reconnect` module) and a
+    /// supervisor connects again. Reports about an older connection are ignored.
+    pub(crate) fn lost(self: &Arc<Self>, epoch: u64, why: String) {
+        let mut st = lock(&self.state);
+        if st.dead || st.epoch != epoch {
+            return;
+        }
+        let addr = match &self.addr {
+            Some(addr) if !self.is_closing() => addr.clone(),
+            _ => {
+                drop(st);
+                return self.kill(&why);
+            }
+        };
+        st.epoch += 1;
+        self.reconnecting.store(true, Ordering::Release);
+        let (out, next_out) = mpsc::unbounded_channel();
+        st.out = out;
+        st.next_out = Some(next_out);
+        let mut failed = Vec::new();
+        for (tag, p) in std::mem::take(&mut st.pending) {
+            match p {
+                Pending::Waiting { retry: Some(_), .. } => {
+                    st.pending.insert(tag, p);
+                }
+                Pending::Waiting { expect, tx, .. } => {
+                    st.free_tag(tag);
+                    failed.push((expect, tx));
+                }
+                Pending::Abandoned | Pending::Flush { .. } => st.free_tag(tag),
+            }
+        }
+        drop(st);
+        let clunked = Message::Rclunk(Rclunk {});
+        for (expect, tx) in failed {
+            // A clunk is done: the server forgot every fid with the connection.
+            let _ = tx.send(if expect == clunked.type_id() {
+                Ok(clunked.clone())
+            } else {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                Err(Errno::EIO)
+            });
+        }
+        tracing::warn!("9p session lost: {why}; reconnecting to {addr}");
+        tokio::spawn(reconnect::supervise(
+            Arc::downgrade(self),
+            addr,
+            Instant::now(),
+            why,
+        ));
     }
 }
 
@@ -553,6 +766,7 @@ async fn read_loop(
     mut reader: ReadHalf<BoxStream>,
     mut decoder: FrameDecoder,
     mut buf: BytesMut,
+    epoch: u64,
 ) {
     let why = loop {
         match decoder.decode(&mut buf) {
@@ -560,7 +774,7 @@ async fn read_loop(
                 let Some(session) = inner.upgrade() else {
                     return;
                 };
-                if let Err(why) = session.deliver(frame.tag, frame.body) {
+                if let Err(why) = session.deliver(frame.tag, frame.body, epoch) {
                     break why;
                 }
                 continue;
@@ -578,14 +792,15 @@ async fn read_loop(
         }
     };
     if let Some(session) = inner.upgrade() {
-        session.kill(&why);
+        session.lost(epoch, why);
     }
 }
 
 async fn write_loop(
     inner: Weak<Inner>,
     mut writer: WriteHalf<BoxStream>,
-    mut rx: mpsc::UnboundedReceiver<(Bytes, Option<Bytes>)>,
+    mut rx: mpsc::UnboundedReceiver<reconnect::Frame>,
+    epoch: u64,
 ) {
     let mut segments: Vec<Bytes> = Vec::new();
     while let Some(first) = rx.recv().await {
@@ -604,11 +819,12 @@ async fn write_loop(
         }
         if let Err(e) = write_segments(&mut writer, &mut segments).await {
             if let Some(session) = inner.upgrade() {
-                session.kill(&format!("write: {e}"));
+                session.lost(epoch, format!("write: {e}"));
             }
             return;
         }
     }
-    // Every handle on the session is gone: close our side so the server lets go too.
+    // Every handle on the session is gone (or the connection was replaced): close our
+    // side so the server lets go too.
     let _ = writer.shutdown().await;
 }
