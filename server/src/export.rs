@@ -44,6 +44,8 @@ pub struct Export {
     pub(crate) root: Arc<Dir>,
     /// Device of the root, to keep qid paths of other mounted file systems apart.
     pub(crate) root_dev: u64,
+    /// Fids on this export alive now, over every connection.
+    pub(crate) live_fids: std::sync::atomic::AtomicUsize,
 }
 
 impl Export {
@@ -70,6 +72,7 @@ impl Export {
             read_only: config.read_only,
             root: Arc::new(root),
             root_dev,
+            live_fids: Default::default(),
         })
     }
 

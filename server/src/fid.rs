@@ -117,8 +117,19 @@ pub(crate) struct Fid {
     pub open: Mutex<Open>,
 }
 
+impl Drop for Fid {
+    fn drop(&mut self) {
+        self.export
+            .live_fids
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 impl Fid {
     pub fn new(export: Arc<Export>, node: Node, qid: Qid) -> Fid {
+        export
+            .live_fids
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Fid {
             export,
             node: RwLock::new(node),

@@ -119,6 +119,17 @@ impl Server {
         &self.shared.exports
     }
 
+    /// Fids alive now over every connection and export: what clients hold, plus
+    /// those of requests still being answered. A client that clunks what it walks
+    /// brings this back to its baseline; a closed connection releases all of its own.
+    pub fn live_fids(&self) -> usize {
+        self.shared
+            .exports
+            .iter()
+            .map(|e| e.live_fids.load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
+    }
+
     /// Serves one connection until the peer closes it or it breaks.
     pub async fn serve_connection(&self, stream: BoxStream, peer: String) {
         session::run(self.shared.clone(), stream, peer).await

@@ -10,6 +10,8 @@ use wasm9p_server::{Server, ServerConfig};
 pub struct TestServer {
     /// The bound address (the real port of `tcp:127.0.0.1:0`).
     pub addr: Addr,
+    /// The server itself (its counters).
+    pub server: Server,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -20,6 +22,8 @@ impl TestServer {
         let listen: Addr = listen.parse().unwrap();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let server = Server::new(config).unwrap();
+        let serving = server.clone();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -27,7 +31,7 @@ impl TestServer {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                let server = Server::new(config).unwrap();
+                let server = serving;
                 let listener = Listener::bind(&listen).await.unwrap();
                 addr_tx.send(listener.local_addr().clone()).unwrap();
                 server
@@ -42,6 +46,7 @@ impl TestServer {
             .expect("server did not start");
         TestServer {
             addr,
+            server,
             stop: Some(stop_tx),
             thread: Some(thread),
         }
