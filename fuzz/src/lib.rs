@@ -350,3 +350,6 @@ pub mod server {
         count
     }
 }
+
+pub mod client;
+pub mod namespace;

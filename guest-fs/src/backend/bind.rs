@@ -145,13 +145,21 @@ impl BindFs {
     }
 
     fn do_open(&self, path: &Path, flags: OpenFlags) -> Result<Box<dyn OpenFile>, Errno> {
+        let truncate = flags.truncate && flags.write;
         let mut options = OpenOptions::new();
         options
             .read(flags.read)
             .write(flags.write || flags.append)
-            .truncate(flags.truncate && flags.write);
-        options.append(flags.append);
+            .truncate(truncate);
+        // Rust's OpenOptions refuses append with truncate (EINVAL), which POSIX and
+        // every other mount allow: truncate on open, then turn append on.
+        options.append(flags.append && !truncate);
         let file = self.root.open_with(path, &options).map_err(errno)?;
+        if flags.append && truncate {
+            let fl = rustix::fs::fcntl_getfl(&file).map_err(|e| errno(e.into()))?;
+            rustix::fs::fcntl_setfl(&file, fl | rustix::fs::OFlags::APPEND)
+                .map_err(|e| errno(e.into()))?;
+        }
         if file.metadata().map_err(errno)?.is_dir() {
             return Err(Errno::EISDIR);
         }
