@@ -16,13 +16,7 @@ fn seeds_replay_without_panics() {
 
 #[test]
 fn pseudo_random_inputs_do_not_panic() {
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = xorshift(0x2545_f491_4f6c_dd1d);
     for _ in 0..20_000 {
         let len = (next() % 300) as usize;
         let mut input: Vec<u8> = (0..len).map(|_| next() as u8).collect();
@@ -40,20 +34,7 @@ fn pseudo_random_inputs_do_not_panic() {
 /// those. `WASM9P_WRITE_SEEDS=1 cargo test` rewrites them.
 #[test]
 fn server_seeds_are_current_and_replay() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/server_requests");
-    if std::env::var_os("WASM9P_WRITE_SEEDS").is_some() {
-        std::fs::create_dir_all(&dir).unwrap();
-        for (name, bytes) in wasm9p_fuzz::server::seeds() {
-            std::fs::write(dir.join(name), bytes).unwrap();
-        }
-    }
-    for (name, bytes) in wasm9p_fuzz::server::seeds() {
-        let stored = std::fs::read(dir.join(name))
-            .unwrap_or_else(|e| panic!("seed {name}: {e} (WASM9P_WRITE_SEEDS=1 writes them)"));
-        assert!(
-            stored == bytes,
-            "seed {name} is stale (WASM9P_WRITE_SEEDS=1)"
-        );
+    for (name, bytes) in current_seeds("server_requests", wasm9p_fuzz::server::seeds()) {
         // Every request of a seed is answered (its opening's two as well): the
         // harness reaches the operations.
         let mut frames = 0;
@@ -80,13 +61,7 @@ fn mutated_sessions_do_not_break_the_server() {
         .into_iter()
         .map(|(_, b)| b)
         .collect();
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
     for _ in 0..1500 {
         let mut input = seeds[(next() % seeds.len() as u64) as usize].clone();
         for _ in 0..1 + next() % 4 {
@@ -132,6 +107,32 @@ fn server_regressions_replay() {
     assert!(n >= 1);
 }
 
+/// Checks that `seeds/TARGET/` holds exactly `seeds` (rewriting it first when
+/// `WASM9P_WRITE_SEEDS` is set); returns them.
+fn current_seeds(
+    target: &str,
+    seeds: Vec<(&'static str, Vec<u8>)>,
+) -> Vec<(&'static str, Vec<u8>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("seeds")
+        .join(target);
+    if std::env::var_os("WASM9P_WRITE_SEEDS").is_some() {
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, bytes) in &seeds {
+            std::fs::write(dir.join(name), bytes).unwrap();
+        }
+    }
+    for (name, bytes) in &seeds {
+        let stored = std::fs::read(dir.join(name))
+            .unwrap_or_else(|e| panic!("seed {name}: {e} (WASM9P_WRITE_SEEDS=1 writes them)"));
+        assert!(
+            stored == *bytes,
+            "seed {target}/{name} is stale (WASM9P_WRITE_SEEDS=1)"
+        );
+    }
+    seeds
+}
+
 fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
     move || {
         state ^= state << 13;
@@ -144,20 +145,7 @@ fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
 /// The client target's seeds come from `wasm9p_fuzz::client::seeds` (as the server's).
 #[test]
 fn client_seeds_are_current_and_replay() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/client_replies");
-    if std::env::var_os("WASM9P_WRITE_SEEDS").is_some() {
-        std::fs::create_dir_all(&dir).unwrap();
-        for (name, bytes) in wasm9p_fuzz::client::seeds() {
-            std::fs::write(dir.join(name), bytes).unwrap();
-        }
-    }
-    for (name, bytes) in wasm9p_fuzz::client::seeds() {
-        let stored = std::fs::read(dir.join(name))
-            .unwrap_or_else(|e| panic!("seed {name}: {e} (WASM9P_WRITE_SEEDS=1 writes them)"));
-        assert!(
-            stored == bytes,
-            "seed {name} is stale (WASM9P_WRITE_SEEDS=1)"
-        );
+    for (name, bytes) in current_seeds("client_replies", wasm9p_fuzz::client::seeds()) {
         let ok = wasm9p_fuzz::client::replies(&bytes);
         // A well-behaved server gets every call through; the others some.
         match name {

@@ -100,7 +100,7 @@ async fn workload(ns: &Namespace, files: u32, timeout: Duration) -> Outcome {
             }
             Ok(())
         });
-        record(&mut out, &wrote);
+        record(&mut out, &format!("write {path}"), &wrote);
         if wrote.is_ok() {
             out.written.insert(path.clone(), data.clone());
         }
@@ -117,25 +117,25 @@ async fn workload(ns: &Namespace, files: u32, timeout: Duration) -> Outcome {
         match read {
             // The create itself may have failed: then there is nothing to read.
             Err(Errno::ENOENT) if wrote.is_err() => out.ok += 1,
-            r => record(&mut out, &r.map(|_| ())),
+            r => record(&mut out, &format!("read {path}"), &r.map(|_| ())),
         }
         let missing = timed!("lookup", ns.getattr(&format!("/missing{i}"), true));
         match missing {
             Err(Errno::ENOENT) => out.ok += 1,
             Ok(_) => panic!("/missing{i} exists"),
-            Err(e) => record(&mut out, &Err::<(), _>(e)),
+            Err(e) => record(&mut out, &format!("lookup /missing{i}"), &Err::<(), _>(e)),
         }
     }
     out
 }
 
-fn record(out: &mut Outcome, r: &Result<(), Errno>) {
+fn record(out: &mut Outcome, what: &str, r: &Result<(), Errno>) {
     match r {
         Ok(()) => out.ok += 1,
         Err(e) => {
             assert!(
                 [Errno::EIO, Errno::ETIMEDOUT].contains(e),
-                "an error a guest cannot act on: {e:?}"
+                "{what}: an error a guest cannot act on: {e:?}"
             );
             *out.errors.entry(format!("{e:?}")).or_default() += 1;
         }
@@ -146,6 +146,7 @@ fn record(out: &mut Outcome, r: &Result<(), Errno>) {
 /// the export afterwards.
 async fn under(
     fault: Fault,
+    direction: Direction,
     every: u64,
     cache: &str,
     seed: u64,
@@ -158,7 +159,7 @@ async fn under(
         Schedule {
             seed,
             fault,
-            direction: Direction::Replies,
+            direction,
             every,
             spare: 3,
         },
@@ -181,7 +182,7 @@ async fn under(
     }
     let bytes: usize = out.written.values().map(Vec::len).sum();
     eprintln!(
-        "{fault:?} 1/{every} {cache}: {} ok, errors {:?}, {} files ({bytes} bytes) verified, \
+        "{fault:?} {direction:?} 1/{every} {cache}: {} ok, errors {:?}, {} files ({bytes} bytes) verified, \
          slowest {:?}, {} faults",
         out.ok,
         out.errors,
@@ -196,11 +197,12 @@ async fn under(
 async fn reordered_and_delayed_replies_change_nothing() {
     // 9P replies may come in any order; delays under the timeout are only slower.
     for cache in ["none", "loose"] {
-        let (out, injected) = under(Fault::Reorder, 3, cache, 1, PATIENT).await;
+        let (out, injected) = under(Fault::Reorder, Direction::Replies, 3, cache, 1, PATIENT).await;
         assert!(injected > 10, "the schedule ran");
         assert!(out.errors.is_empty(), "{cache}: {:?}", out.errors);
         let (out, injected) = under(
             Fault::Delay(Duration::from_millis(40)),
+            Direction::Replies,
             4,
             cache,
             2,
@@ -216,13 +218,21 @@ async fn reordered_and_delayed_replies_change_nothing() {
 async fn lost_and_late_replies_time_out_without_hanging_or_corrupting() {
     for cache in ["none", "loose"] {
         // A lost reply: that call fails with ETIMEDOUT after the timeout, the others go on.
-        let (out, injected) = under(Fault::Drop, 12, cache, 3, TIMEOUT).await;
+        let (out, injected) = under(Fault::Drop, Direction::Replies, 12, cache, 3, TIMEOUT).await;
         assert!(injected > 0);
         assert!(out.errors.contains_key("ETIMEDOUT"), "{cache}: {out:?}");
         assert!(out.ok > 20, "the session survives lost replies: {out:?}");
         // A reply later than the timeout: the same, and the late reply is ignored.
         // (The proxy holds the whole link meanwhile, as a stalled network would.)
-        let (out, _) = under(Fault::Delay(TIMEOUT * 2), 40, cache, 4, TIMEOUT).await;
+        let (out, _) = under(
+            Fault::Delay(TIMEOUT * 2),
+            Direction::Replies,
+            40,
+            cache,
+            4,
+            TIMEOUT,
+        )
+        .await;
         assert!(out.errors.contains_key("ETIMEDOUT"), "{cache}: {out:?}");
         assert!(out.ok > 20, "{out:?}");
     }
@@ -232,10 +242,40 @@ async fn lost_and_late_replies_time_out_without_hanging_or_corrupting() {
 async fn a_reset_or_torn_frame_fails_everything_after_it_fast() {
     for fault in [Fault::Reset, Fault::Truncate] {
         for cache in ["none", "loose"] {
-            let (out, injected) = under(fault, 40, cache, 5, TIMEOUT).await;
+            let (out, injected) = under(fault, Direction::Replies, 40, cache, 5, TIMEOUT).await;
             assert_eq!(injected, 1, "one cut ends the connection");
             assert!(out.errors.contains_key("EIO"), "{fault:?} {cache}: {out:?}");
             // After the cut nothing waits for a timeout: the connection is known dead.
+            assert!(out.slowest < TIMEOUT * 2, "{fault:?} {cache}: {out:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_on_requests_fail_only_what_they_hit() {
+    for cache in ["none", "loose"] {
+        // A delayed request is only slower.
+        let (out, injected) = under(
+            Fault::Delay(Duration::from_millis(40)),
+            Direction::Requests,
+            4,
+            cache,
+            6,
+            PATIENT,
+        )
+        .await;
+        assert!(injected > 10);
+        assert!(out.errors.is_empty(), "{cache}: {:?}", out.errors);
+        // A lost request is never answered: that call times out, the session goes on.
+        let (out, injected) = under(Fault::Drop, Direction::Requests, 12, cache, 7, TIMEOUT).await;
+        assert!(injected > 0);
+        assert!(out.errors.contains_key("ETIMEDOUT"), "{cache}: {out:?}");
+        assert!(out.ok > 20, "{cache}: {out:?}");
+        // A request cut on its way: the connection is gone, everything after is EIO.
+        for fault in [Fault::Reset, Fault::Truncate] {
+            let (out, injected) = under(fault, Direction::Requests, 40, cache, 8, TIMEOUT).await;
+            assert_eq!(injected, 1, "one cut ends the connection");
+            assert!(out.errors.contains_key("EIO"), "{fault:?} {cache}: {out:?}");
             assert!(out.slowest < TIMEOUT * 2, "{fault:?} {cache}: {out:?}");
         }
     }

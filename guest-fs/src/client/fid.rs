@@ -8,11 +8,14 @@ use wasm9p_proto::{Errno, Message, Qid, Tclunk, Twalk};
 use super::session::Session;
 
 /// Hands out fid numbers; a number comes back only after its Tclunk was answered.
+/// One whose Tclunk got no answer is never handed out again: the server may still
+/// have it bound, and a walk to it would fail (or worse, succeed on the wrong file).
 #[derive(Debug, Default)]
 pub(crate) struct FidPool {
     next: u32,
     free: Vec<u32>,
     live: usize,
+    lost: usize,
 }
 
 impl FidPool {
@@ -34,8 +37,18 @@ impl FidPool {
         self.free.push(fid);
     }
 
+    /// Retires a number for good (its clunk was not answered): it is not put back.
+    pub(crate) fn lose(&mut self) {
+        self.live -= 1;
+        self.lost += 1;
+    }
+
     pub(crate) fn live(&self) -> usize {
         self.live
+    }
+
+    pub(crate) fn lost(&self) -> usize {
+        self.lost
     }
 }
 
@@ -107,7 +120,7 @@ impl Fid {
     pub async fn clunk(mut self) -> Result<(), Errno> {
         self.gone = true;
         let result = self.session.call(Tclunk { fid: self.id }.into()).await;
-        self.session.inner.free_fid(self.id);
+        self.session.inner.clunked(self.id, &result);
         result.map(drop)
     }
 
@@ -215,8 +228,8 @@ impl Drop for Fid {
         // The number is reused only once the server has answered the clunk (or the
         // session is gone, taking every fid with it).
         session.inner.runtime.clone().spawn(async move {
-            let _ = session.call(Tclunk { fid: id }.into()).await;
-            session.inner.free_fid(id);
+            let result = session.call(Tclunk { fid: id }.into()).await;
+            session.inner.clunked(id, &result);
         });
     }
 }

@@ -16,7 +16,11 @@
 //! - Dropping a request future (or its timeout firing) sends Tflush; the tag is reused
 //!   only after Rflush. Every request times out after [`ClientConfig::timeout`].
 //! - Connection loss fails every pending request with EIO at once and marks the
-//!   session dead; later calls fail with EIO immediately. A reply with an unknown tag or
+//!   session dead; later calls fail with EIO immediately. With
+//!   [`ClientConfig::reconnect`] the session connects again instead and restores its
+//!   fids (module `reconnect`: what is retried, what fails, what goes stale).
+//! - A fid number whose Tclunk got no answer is never reused (the server may still
+//!   have it bound); [`Session::lost_fids`] counts them. A reply with an unknown tag or
 //!   a frame over msize kills the session; a reply of the wrong type, a body that does
 //!   not decode, or a count larger than asked fails that request with EIO. Nothing a
 //!   server sends can make the client allocate more than msize per frame.

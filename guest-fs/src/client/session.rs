@@ -333,6 +333,16 @@ impl Session {
             .live()
     }
 
+    /// Fid numbers retired because their Tclunk was never answered (each may still be
+    /// bound on the server; they are not reused).
+    pub fn lost_fids(&self) -> usize {
+        self.inner
+            .fids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .lost()
+    }
+
     /// Requests sent so far, by type.
     pub fn counts(&self) -> &RpcCounts {
         &self.inner.counts
@@ -492,6 +502,17 @@ impl Inner {
             .unwrap_or_else(|e| e.into_inner())
             .alloc()
             .ok_or(Errno::EMFILE)
+    }
+
+    /// The Tclunk of `fid` ended with `result`: any answer (an error too: the server
+    /// forgets a fid whatever its clunk answers) or a dead session frees the number; no
+    /// answer retires it.
+    pub(crate) fn clunked(&self, fid: u32, result: &Result<Message, Errno>) {
+        let mut pool = self.fids.lock().unwrap_or_else(|e| e.into_inner());
+        match result {
+            Err(Errno::ETIMEDOUT) if !self.is_dead() => pool.lose(),
+            _ => pool.free(fid),
+        }
     }
 
     pub(crate) fn free_fid(&self, fid: u32) {

@@ -1,10 +1,13 @@
 // Attempts to leave the guest's namespace: `..` past the root and past a mount, absolute
 // and relative symlinks that point outside, and writes through them. Nothing outside
-// the mounts exists for the guest, and nothing is created on the host.
+// the mounts exists for the guest, and nothing is created on the host. Also: looping
+// symlinks, opening through a symlinked directory (allowed, and stays inside), and
+// renames and links from one mount to another (EXDEV).
 #include "scenario.h"
 
 int main(int argc, char **argv) {
     const char *d = argc > 1 ? argv[1] : "/data";
+    const char *other = argc > 2 ? argv[2] : "/other";
     char buf[256];
     write_file(at(d, "inside.txt"), "inside");
     show_file("plain", at(d, "inside.txt"));
@@ -29,6 +32,21 @@ int main(int argc, char **argv) {
     SHOW("symlink chain out", symlink("up/passwd", at(d, "chain")));
     show_file("via chain", at(d, "chain"));
     SHOW_DIR("opendir via rel link", opendir(at(d, "up")));
+    SHOW("loop a", symlink("loop-b", at(d, "loop-a")));
+    SHOW("loop b", symlink("loop-a", at(d, "loop-b")));
+    SHOW_FD("open a loop", open(at(d, "loop-a"), O_RDONLY));
+    show_stat("stat a loop", at(d, "loop-a"), 1);
+    SHOW_FD("create through a loop", open(at(d, "loop-a/x"), O_WRONLY | O_CREAT, 0644));
+    SHOW("real dir", mkdir(at(d, "real"), 0755));
+    write_file(at(d, "real/f"), "through");
+    SHOW("dir link", symlink("real", at(d, "dirlink")));
+    show_file("read through a dir link", at(d, "dirlink/f"));
+    SHOW_FD("create through a dir link", open(at(d, "dirlink/made"), O_WRONLY | O_CREAT, 0644));
+    show_stat("made lands in the real dir", at(d, "real/made"), 1);
+    SHOW_DIR("opendir through a dir link", opendir(at(d, "dirlink")));
+    SHOW("rename across mounts", rename(at(d, "inside.txt"), at(other, "inside.txt")));
+    SHOW("rename a dir across mounts", rename(at(d, "real"), at(other, "real")));
+    SHOW("link across mounts", link(at(d, "inside.txt"), at(other, "linked.txt")));
     show_file("still inside", at(d, "inside.txt"));
     return 0;
 }
