@@ -7,8 +7,9 @@
 //! (a context builder, the [`p1::WasiP1View`] trait and [`p1::add_to_linker`] for
 //! embedders); [`p2`], WASI preview2 for components (our `wasi:filesystem` over the
 //! same namespace, wasmtime-wasi for the rest); [`fuse`], the same namespace served to
-//! the host kernel through FUSE (`wasm9p mount`); and [`module_cache`], compiled
-//! modules and components kept on disk.
+//! the host kernel through FUSE (`wasm9p mount`); [`plugin`], file systems written as
+//! components (`type=plugin` mounts); and [`module_cache`], compiled modules and
+//! components kept on disk.
 //!
 //! The embedding, in order: build a [`mounts::MountTable`] inside a tokio runtime; add
 //! preview1 to a `wasmtime::Linker<T>` where `T: WasiP1View`; per guest, build a
@@ -25,3 +26,4 @@ pub mod module_cache;
 pub mod mounts;
 pub mod p1;
 pub mod p2;
+pub mod plugin;

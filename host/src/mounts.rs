@@ -7,8 +7,9 @@
 //! - `type=9p,export=HOSTDIR,target=/g[,...]` (the embedded default: our server in
 //!   process, over an in-memory duplex; no socket, no setup);
 //! - `type=bind,source=HOSTDIR,target=/g[,ro]`, which is what `--dir HOSTDIR::/g` means;
-//! - `type=plugin,component=FILE.wasm,target=/g` is recognised and refused until plugins
-//!   exist.
+//! - `type=plugin,component=FILE.wasm,target=/g[,instances=N][,fuel=N][,cache=..]...`: a
+//!   file system written as a component (world `fs-plugin` of `wit/fs.wit`; see
+//!   [`crate::plugin`]), with the 9p mount options.
 //!
 //! Values cannot contain commas. Every mistake is one line naming the SPEC and what is
 //! wrong with it.
@@ -23,6 +24,8 @@ use wasm9p_guest_fs::mount_options::{NinepOptions, OptionError};
 use wasm9p_guest_fs::namespace::Namespace;
 use wasm9p_proto::Addr;
 use wasm9p_server::{ExportConfig, Server, ServerConfig};
+
+use crate::plugin::PluginFs;
 
 /// One mount to make.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,10 +62,17 @@ pub enum MountKind {
         /// The directory.
         source: PathBuf,
     },
-    /// A filesystem written as a component (not built yet).
+    /// A filesystem written as a component (world `wasm9p:fs/fs-plugin`), served to
+    /// the 9p client in process.
     Plugin {
         /// The component file.
         component: PathBuf,
+        /// Cache mode and the rest, as for a 9p mount.
+        options: NinepOptions,
+        /// Instances serving calls at once.
+        instances: usize,
+        /// Fuel (about one per wasm instruction) one call may burn.
+        fuel: u64,
     },
 }
 
@@ -105,6 +115,8 @@ impl MountSpec {
         let mut component = None;
         let mut options: Vec<(&str, Option<&str>)> = Vec::new();
         let mut read_only = false;
+        let mut instances = None;
+        let mut fuel = None;
         for item in spec.split(',').filter(|s| !s.is_empty()) {
             let (key, value) = match item.split_once('=') {
                 Some((k, v)) => (k, Some(v)),
@@ -122,6 +134,26 @@ impl MountSpec {
                 "export" => export = Some(need()?),
                 "aname" => aname = value.unwrap_or_default().to_owned(),
                 "component" => component = Some(need()?),
+                "instances" => {
+                    instances = Some(
+                        need()?
+                            .parse::<usize>()
+                            .ok()
+                            .filter(|n| (1..=64).contains(n))
+                            .ok_or_else(|| spec_error(spec, "instances= takes 1 to 64"))?,
+                    )
+                }
+                "fuel" => {
+                    fuel = Some(
+                        need()?
+                            .parse::<u64>()
+                            .ok()
+                            .filter(|n| (1_000_000..=1_000_000_000_000).contains(n))
+                            .ok_or_else(|| {
+                                spec_error(spec, "fuel= takes 1000000 to 1000000000000")
+                            })?,
+                    )
+                }
                 "ro" | "readonly" if value.is_none() => read_only = true,
                 "cache" | "negtimeout" | "msize" | "cache_size" | "symlink_cache" | "reconnect" => {
                     options.push((key, value))
@@ -192,13 +224,22 @@ impl MountSpec {
                 }
             }
             "plugin" => {
-                no_cache_options("plugin mounts")?;
+                let options = ninep_options(&options)?;
+                if options.reconnect {
+                    return Err(spec_error(
+                        spec,
+                        "reconnect= applies to mounts of a server (source=), not to plugins",
+                    ));
+                }
                 MountKind::Plugin {
                     component: component
                         .ok_or_else(|| {
                             spec_error(spec, "a plugin mount needs component=FILE.wasm")
                         })?
                         .into(),
+                    options,
+                    instances: instances.unwrap_or(1),
+                    fuel: fuel.unwrap_or(crate::plugin::DEFAULT_FUEL),
                 }
             }
             other => {
@@ -208,6 +249,14 @@ impl MountSpec {
                 ))
             }
         };
+        if !matches!(kind, MountKind::Plugin { .. }) {
+            if let Some(key) = [("instances", instances.is_some()), ("fuel", fuel.is_some())]
+                .iter()
+                .find_map(|(k, given)| given.then_some(k))
+            {
+                return Err(spec_error(spec, format!("{key}= applies to plugin mounts")));
+            }
+        }
         Ok(MountSpec {
             target: target.to_owned(),
             kind,
@@ -253,6 +302,24 @@ impl Mounted {
     pub fn stats(&self) -> Option<MountStats> {
         self.ninep.as_ref().map(|fs| fs.stats())
     }
+}
+
+/// The 9p client and its caches over an in-process server's end of a duplex.
+async fn attach_in_process(
+    client_end: wasm9p_proto::transport::BoxStream,
+    options: &NinepOptions,
+) -> Result<Arc<NinepFs>, String> {
+    let config = ClientConfig {
+        msize: options.msize,
+        ..ClientConfig::default()
+    };
+    let session = Session::over(client_end, config)
+        .await
+        .map_err(|e| e.to_string())?;
+    let fs = NinepFs::attach(&session, "", options)
+        .await
+        .map_err(|e| format!("attach: {e}"))?;
+    Ok(Arc::new(fs))
 }
 
 /// Makes every mount and the namespace holding them. Must run inside a tokio runtime
@@ -306,28 +373,27 @@ pub async fn build(specs: &[MountSpec]) -> Result<(Namespace, Vec<Mounted>), Mou
                 tokio::spawn(async move {
                     server.serve_connection(server_end, "embedded".into()).await
                 });
-                let config = ClientConfig {
-                    msize: options.msize,
-                    ..ClientConfig::default()
-                };
-                let session = Session::over(client_end, config)
-                    .await
-                    .map_err(|e| fail(e.to_string()))?;
-                let fs = Arc::new(
-                    NinepFs::attach(&session, "", options)
-                        .await
-                        .map_err(|e| fail(format!("attach: {e}")))?,
-                );
+                let fs = attach_in_process(client_end, options).await.map_err(fail)?;
                 (
                     fs.clone() as Arc<dyn wasm9p_guest_fs::backend::Backend>,
                     Some(fs),
                 )
             }
-            MountKind::Plugin { component } => {
-                return Err(fail(format!(
-                    "plugin mounts ({}) are not built yet; they come with the WIT plugin work",
-                    component.display()
-                )))
+            MountKind::Plugin {
+                component,
+                options,
+                instances,
+                fuel,
+            } => {
+                let plugin = PluginFs::load(component, *instances, *fuel)
+                    .map_err(|e| fail(format!("{e:#}")))?;
+                let (client_end, server_end) = wasm9p_proto::transport::duplex();
+                tokio::spawn(crate::plugin::serve(Arc::new(plugin), server_end));
+                let fs = attach_in_process(client_end, options).await.map_err(fail)?;
+                (
+                    fs.clone() as Arc<dyn wasm9p_guest_fs::backend::Backend>,
+                    Some(fs),
+                )
             }
         };
         ns.mount(&spec.target, backend, spec.read_only)

@@ -8,15 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// Compiles one C file to a wasm32-wasi command module; each call gets its own output
 /// file, so tests running in parallel never race on one.
 pub fn compile_c_guest(src: &Path) -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/guests");
-    std::fs::create_dir_all(&dir).unwrap();
-    let stem = src.file_stem().unwrap().to_string_lossy();
-    let out = dir.join(format!(
-        "{stem}-{}-{}.wasm",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
+    let out = output_for(src, "");
     let output = Command::new("clang-14")
         .args(["--target=wasm32-wasi", "--sysroot=/usr", "-O1", "-o"])
         .arg(&out)
@@ -36,18 +28,108 @@ pub fn compile_c_guest(src: &Path) -> PathBuf {
 /// command adapter (what `wasm-tools component new --adapt` does); the component is
 /// written next to the module.
 pub fn componentize(module: &Path) -> PathBuf {
+    let out = module.with_extension("component.wasm");
+    encode_component(
+        module,
+        wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_COMMAND_ADAPTER,
+        &out,
+    );
+    out
+}
+
+/// A core module and the preview1 `adapter` (command or reactor) as a component at `out`.
+fn encode_component(module: &Path, adapter: &[u8], out: &Path) {
     let bytes = std::fs::read(module).unwrap();
     let component = wit_component::ComponentEncoder::default()
         .module(&bytes)
-        .and_then(|e| {
-            e.validate(true).adapter(
-                "wasi_snapshot_preview1",
-                wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_COMMAND_ADAPTER,
-            )
-        })
+        .and_then(|e| e.validate(true).adapter("wasi_snapshot_preview1", adapter))
         .and_then(|e| e.encode())
         .unwrap_or_else(|e| panic!("componentizing {}: {e:#}", module.display()));
-    let out = module.with_extension("component.wasm");
-    std::fs::write(&out, component).unwrap();
+    std::fs::write(out, component).unwrap();
+}
+
+/// The wit-bindgen command: `$WASM9P_WIT_BINDGEN`, else what
+/// `scripts/fetch-wit-bindgen` installs in `target/wit-bindgen`.
+pub fn wit_bindgen() -> PathBuf {
+    std::env::var_os("WASM9P_WIT_BINDGEN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/wit-bindgen/bin/wit-bindgen")
+        })
+}
+
+/// Builds a file system plugin written in C (world `fs-plugin` of `wit/fs.wit`) into
+/// the component `out`: wit-bindgen's C bindings, clang-14 for wasm32-wasi as a
+/// reactor, then wit-component with the preview1 reactor adapter.
+pub fn build_c_plugin(src: &Path, out: &Path) -> Result<(), String> {
+    let work = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit");
+    let run = |cmd: &mut Command, what: &str| {
+        let output = cmd
+            .output()
+            .map_err(|e| format!("{what}: {e} (scripts/test installs what is missing)"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{what} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            ))
+        }
+    };
+    run(
+        Command::new(wit_bindgen())
+            .arg("c")
+            .arg(&wit)
+            .args(["--world", "fs-plugin", "--out-dir"])
+            .arg(work.path()),
+        "wit-bindgen",
+    )?;
+    let module = work.path().join("plugin.wasm");
+    run(
+        Command::new("clang-14")
+            .args([
+                "--target=wasm32-wasi",
+                "--sysroot=/usr",
+                "-mexec-model=reactor",
+                "-O2",
+                "-Wall",
+                "-Werror",
+                "-I",
+            ])
+            .arg(work.path())
+            .arg("-o")
+            .arg(&module)
+            .arg(src)
+            .arg(work.path().join("fs_plugin.c"))
+            .arg(work.path().join("fs_plugin_component_type.o")),
+        "clang-14",
+    )?;
+    encode_component(
+        &module,
+        wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
+        out,
+    );
+    Ok(())
+}
+
+/// [`build_c_plugin`] into the tests' guest directory; each call gets its own file.
+pub fn c_plugin(src: &Path) -> PathBuf {
+    let out = output_for(src, "-plugin");
+    build_c_plugin(src, &out).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
     out
+}
+
+/// A fresh file in `target/guests` for what is built from `src`: tests running in
+/// parallel never race on one.
+fn output_for(src: &Path, kind: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/guests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let stem = src.file_stem().unwrap().to_string_lossy();
+    dir.join(format!(
+        "{stem}{kind}-{}-{}.wasm",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
 }

@@ -1,0 +1,476 @@
+//! 9P2000.L in front of a [`PluginFs`], over an in-memory duplex: what lets a plugin
+//! mount reuse the 9p client, its caches and counters unchanged.
+//!
+//! Each request runs in its own task (so that `instances=N` serve N calls at once) and
+//! replies go out through one writer. A fid is a plugin node plus the walk that reached
+//! it (ancestors and names, for `..`, `Trename` and `Tremove`). Node numbers are qid
+//! paths; a qid's version mixes the node's mtime and size, so that pages cached by a
+//! reader are dropped when the file changes. Tflush waits for the request it names.
+//! What a plugin cannot express (ownership, permission changes, setting times, xattrs,
+//! hard links, device nodes, locks) is EOPNOTSUPP.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+use wasm9p_proto::consts::{getattr, open, qid as qt, AT_REMOVEDIR, VERSION_9P2000_L};
+use wasm9p_proto::transport::BoxStream;
+use wasm9p_proto::*;
+
+use super::{Attr, Kind, PluginFs};
+
+/// Largest msize granted.
+const MAX_MSIZE: u32 = 1 << 20;
+
+/// One fid: the node, how the walk got there, and whether it is open.
+#[derive(Clone, Debug)]
+struct FidState {
+    node: u64,
+    /// `(node, name)` of each step from the root: `..` pops, Trename needs the last.
+    steps: Vec<(u64, String)>,
+    open: Option<u32>,
+}
+
+impl FidState {
+    fn parent(&self, root: u64) -> u64 {
+        match self.steps.len() {
+            0 | 1 => root,
+            n => self.steps[n - 2].0,
+        }
+    }
+}
+
+struct Conn {
+    fs: Arc<PluginFs>,
+    fids: Mutex<HashMap<u32, FidState>>,
+    /// Requests being answered, by tag: Tflush waits for them.
+    running: Mutex<HashMap<u16, oneshot::Receiver<()>>>,
+    msize: Mutex<u32>,
+}
+
+/// Serves 9P2000.L for `fs` on `stream` until the client goes away.
+pub async fn serve(fs: Arc<PluginFs>, stream: BoxStream) {
+    let (mut reader, mut writer) = tokio::io::split(stream);
+    let conn = Arc::new(Conn {
+        fs,
+        fids: Mutex::new(HashMap::new()),
+        running: Mutex::new(HashMap::new()),
+        msize: Mutex::new(8192),
+    });
+    let (out, mut replies) = mpsc::unbounded_channel::<BytesMut>();
+    let writing = tokio::spawn(async move {
+        while let Some(frame) = replies.recv().await {
+            if writer.write_all(&frame).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut decoder = FrameDecoder::new(MAX_MSIZE);
+    let mut buf = BytesMut::new();
+    loop {
+        let frame = match decoder.decode(&mut buf) {
+            Ok(Some(frame)) => frame,
+            Ok(None) => {
+                buf.reserve(64 * 1024);
+                match reader.read_buf(&mut buf).await {
+                    Ok(n) if n > 0 => continue,
+                    _ => break,
+                }
+            }
+            Err(_) => break,
+        };
+        let tag = frame.tag;
+        let Ok(msg) = frame.body else {
+            let _ = out.send(reply(tag, Err(Errno::EINVAL)));
+            continue;
+        };
+        if let Message::Tversion(t) = &msg {
+            // Answered in order, before anything after it is read.
+            conn.fids.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            let msize = t.msize.min(MAX_MSIZE);
+            *conn.msize.lock().unwrap_or_else(|e| e.into_inner()) = msize;
+            decoder.set_max_size(msize);
+            let version = if t.version == VERSION_9P2000_L {
+                VERSION_9P2000_L
+            } else {
+                "unknown"
+            };
+            let _ = out.send(reply(
+                tag,
+                Ok(Rversion {
+                    msize,
+                    version: version.into(),
+                }
+                .into()),
+            ));
+            continue;
+        }
+        let (done_tx, done_rx) = oneshot::channel();
+        conn.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(tag, done_rx);
+        let (conn, out) = (conn.clone(), out.clone());
+        tokio::spawn(async move {
+            let answer = conn.handle(msg).await;
+            let _ = out.send(reply(tag, answer));
+            conn.running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&tag);
+            let _ = done_tx.send(());
+        });
+    }
+    drop(out);
+    let _ = writing.await;
+}
+
+fn reply(tag: u16, answer: Result<Message, Errno>) -> BytesMut {
+    let msg = answer.unwrap_or_else(|e| Rlerror { ecode: e.0 }.into());
+    let mut frame = BytesMut::new();
+    encode_frame(tag, &msg, &mut frame);
+    frame
+}
+
+fn qid_of(node: u64, attr: &Attr) -> Qid {
+    Qid {
+        ty: match attr.kind {
+            Kind::Directory => qt::DIR,
+            Kind::Symlink => qt::SYMLINK,
+            Kind::File => 0,
+        },
+        version: (attr.mtime_sec as u32) ^ attr.mtime_nsec ^ (attr.size as u32),
+        path: node,
+    }
+}
+
+fn type_bits(kind: Kind) -> u32 {
+    match kind {
+        Kind::Directory => 0o040000,
+        Kind::Symlink => 0o120000,
+        Kind::File => 0o100000,
+    }
+}
+
+fn dirent_type(kind: Kind) -> u8 {
+    match kind {
+        Kind::Directory => 4,
+        Kind::Symlink => 10,
+        Kind::File => 8,
+    }
+}
+
+/// The name of a new entry: one path component.
+fn check_name(name: &str) -> Result<String, Errno> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+        return Err(Errno::EINVAL);
+    }
+    Ok(name.to_owned())
+}
+
+impl Conn {
+    fn fid(&self, fid: u32) -> Result<FidState, Errno> {
+        self.fids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&fid)
+            .cloned()
+            .ok_or(Errno::EBADF)
+    }
+
+    fn set_fid(&self, fid: u32, state: FidState) {
+        self.fids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(fid, state);
+    }
+
+    fn writable(&self) -> Result<(), Errno> {
+        if self.fs.writable() {
+            Ok(())
+        } else {
+            Err(Errno::EROFS)
+        }
+    }
+
+    async fn qid(&self, node: u64) -> Result<Qid, Errno> {
+        Ok(qid_of(node, &self.fs.getattr(node).await?))
+    }
+
+    async fn handle(&self, msg: Message) -> Result<Message, Errno> {
+        let fs = &self.fs;
+        Ok(match msg {
+            Message::Tattach(t) => {
+                let root = fs.root();
+                let qid = self.qid(root).await?;
+                self.fids
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(t.fid)
+                    .or_insert(FidState {
+                        node: root,
+                        steps: Vec::new(),
+                        open: None,
+                    });
+                Rattach { qid }.into()
+            }
+            Message::Twalk(t) => {
+                let from = self.fid(t.fid)?;
+                if t.newfid != t.fid && self.fid(t.newfid).is_ok() {
+                    return Err(Errno::EEXIST);
+                }
+                let mut at = FidState { open: None, ..from };
+                let mut wqids = Vec::new();
+                for (i, name) in t.wnames.iter().enumerate() {
+                    let step = async {
+                        if name == ".." {
+                            at.steps.pop();
+                            at.node = at.steps.last().map_or(fs.root(), |s| s.0);
+                        } else if name != "." {
+                            at.node = fs.lookup(at.node, check_name(name)?).await?;
+                            at.steps.push((at.node, name.clone()));
+                        }
+                        self.qid(at.node).await
+                    };
+                    match step.await {
+                        Ok(qid) => wqids.push(qid),
+                        Err(e) if i == 0 => return Err(e),
+                        Err(_) => return Ok(Rwalk { wqids }.into()),
+                    }
+                }
+                self.set_fid(t.newfid, at);
+                Rwalk { wqids }.into()
+            }
+            Message::Tgetattr(t) => {
+                let node = self.fid(t.fid)?.node;
+                let a = fs.getattr(node).await?;
+                Rgetattr {
+                    valid: getattr::BASIC,
+                    qid: qid_of(node, &a),
+                    mode: type_bits(a.kind) | (a.mode & 0o7777),
+                    nlink: a.nlink,
+                    size: a.size,
+                    blksize: 4096,
+                    blocks: a.size.div_ceil(512),
+                    atime_sec: a.mtime_sec,
+                    atime_nsec: u64::from(a.mtime_nsec),
+                    mtime_sec: a.mtime_sec,
+                    mtime_nsec: u64::from(a.mtime_nsec),
+                    ctime_sec: a.mtime_sec,
+                    ctime_nsec: u64::from(a.mtime_nsec),
+                    ..Default::default()
+                }
+                .into()
+            }
+            Message::Tsetattr(t) => {
+                use wasm9p_proto::consts::setattr as v;
+                let node = self.fid(t.fid)?.node;
+                // A plugin keeps its own times and has no owners or permission
+                // changes: saying "done" to those would be a lie.
+                if t.valid & (v::MODE | v::UID | v::GID | v::ATIME | v::MTIME) != 0 {
+                    return Err(Errno::EOPNOTSUPP);
+                }
+                if t.valid & v::SIZE != 0 {
+                    self.writable()?;
+                    fs.set_size(node, t.size).await?;
+                }
+                Rsetattr {}.into()
+            }
+            Message::Tlopen(t) => {
+                let mut state = self.fid(t.fid)?;
+                let a = fs.getattr(state.node).await?;
+                let writes = t.flags & open::ACCMODE != open::RDONLY || t.flags & open::TRUNC != 0;
+                if writes {
+                    if a.kind == Kind::Directory {
+                        return Err(Errno::EISDIR);
+                    }
+                    self.writable()?;
+                }
+                if t.flags & open::TRUNC != 0 && a.size > 0 {
+                    fs.set_size(state.node, 0).await?;
+                }
+                state.open = Some(t.flags);
+                let qid = self.qid(state.node).await?;
+                self.set_fid(t.fid, state);
+                Rlopen { qid, iounit: 0 }.into()
+            }
+            Message::Tread(t) => {
+                let node = self.fid(t.fid)?.node;
+                let most = self
+                    .msize
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .saturating_sub(24);
+                let data = fs.read(node, t.offset, t.count.min(most)).await?;
+                Rread {
+                    data: Data::from(data),
+                }
+                .into()
+            }
+            Message::Twrite(t) => {
+                self.writable()?;
+                let node = self.fid(t.fid)?.node;
+                let count = fs.write(node, t.offset, t.data.0.to_vec()).await?;
+                Rwrite { count }.into()
+            }
+            Message::Treaddir(t) => {
+                let node = self.fid(t.fid)?.node;
+                let entries = fs.readdir(node).await?;
+                let mut packer = DirEntryPacker::new(t.count as usize);
+                for (i, e) in entries.iter().enumerate().skip(t.offset as usize) {
+                    let entry = DirEntry {
+                        qid: Qid {
+                            ty: match e.kind {
+                                Kind::Directory => qt::DIR,
+                                Kind::Symlink => qt::SYMLINK,
+                                Kind::File => 0,
+                            },
+                            version: 0,
+                            path: e.node,
+                        },
+                        offset: i as u64 + 1,
+                        ty: dirent_type(e.kind),
+                        name: e.name.clone(),
+                    };
+                    if !packer.push(&entry) {
+                        break;
+                    }
+                }
+                Rreaddir {
+                    data: Data(packer.finish()),
+                }
+                .into()
+            }
+            Message::Treadlink(t) => Rreadlink {
+                target: fs.readlink(self.fid(t.fid)?.node).await?,
+            }
+            .into(),
+            Message::Tlcreate(t) => {
+                self.writable()?;
+                let mut dir = self.fid(t.fid)?;
+                let name = check_name(&t.name)?;
+                let node = fs
+                    .create(
+                        dir.node,
+                        name.clone(),
+                        Kind::File,
+                        t.mode & 0o7777,
+                        String::new(),
+                    )
+                    .await?;
+                dir.node = node;
+                dir.steps.push((node, name));
+                dir.open = Some(t.flags);
+                let qid = self.qid(node).await?;
+                self.set_fid(t.fid, dir);
+                Rlcreate { qid, iounit: 0 }.into()
+            }
+            Message::Tmkdir(t) => {
+                self.writable()?;
+                let dir = self.fid(t.dfid)?.node;
+                let node = fs
+                    .create(
+                        dir,
+                        check_name(&t.name)?,
+                        Kind::Directory,
+                        t.mode & 0o7777,
+                        String::new(),
+                    )
+                    .await?;
+                Rmkdir {
+                    qid: self.qid(node).await?,
+                }
+                .into()
+            }
+            Message::Tsymlink(t) => {
+                self.writable()?;
+                let dir = self.fid(t.fid)?.node;
+                let node = fs
+                    .create(dir, check_name(&t.name)?, Kind::Symlink, 0o777, t.symtgt)
+                    .await?;
+                Rsymlink {
+                    qid: self.qid(node).await?,
+                }
+                .into()
+            }
+            Message::Tunlinkat(t) => {
+                self.writable()?;
+                let dir = self.fid(t.dirfd)?.node;
+                let name = check_name(&t.name)?;
+                let target = fs.getattr(fs.lookup(dir, name.clone()).await?).await?;
+                match (target.kind == Kind::Directory, t.flags & AT_REMOVEDIR != 0) {
+                    (true, false) => return Err(Errno::EISDIR),
+                    (false, true) => return Err(Errno::ENOTDIR),
+                    _ => {}
+                }
+                fs.unlink(dir, name).await?;
+                Runlinkat {}.into()
+            }
+            Message::Trenameat(t) => {
+                self.writable()?;
+                let from = self.fid(t.olddirfid)?.node;
+                let to = self.fid(t.newdirfid)?.node;
+                fs.rename(from, check_name(&t.oldname)?, to, check_name(&t.newname)?)
+                    .await?;
+                Rrenameat {}.into()
+            }
+            Message::Trename(t) => {
+                self.writable()?;
+                let file = self.fid(t.fid)?;
+                let (_, name) = file.steps.last().cloned().ok_or(Errno::EBUSY)?;
+                let to = self.fid(t.dfid)?.node;
+                fs.rename(file.parent(fs.root()), name, to, check_name(&t.name)?)
+                    .await?;
+                Rrename {}.into()
+            }
+            Message::Tremove(t) => {
+                let file = self
+                    .fids
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&t.fid)
+                    .ok_or(Errno::EBADF)?;
+                self.writable()?;
+                let (_, name) = file.steps.last().cloned().ok_or(Errno::EBUSY)?;
+                fs.unlink(file.parent(fs.root()), name).await?;
+                Rremove {}.into()
+            }
+            Message::Tclunk(t) => {
+                self.fids
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&t.fid)
+                    .ok_or(Errno::EBADF)?;
+                Rclunk {}.into()
+            }
+            Message::Tstatfs(t) => {
+                self.fid(t.fid)?;
+                Rstatfs {
+                    ty: 0x0102_1997,
+                    bsize: 4096,
+                    namelen: 255,
+                    ..Default::default()
+                }
+                .into()
+            }
+            Message::Tfsync(t) => {
+                self.fid(t.fid)?;
+                Rfsync {}.into()
+            }
+            Message::Tflush(t) => {
+                let running = self
+                    .running
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&t.oldtag);
+                if let Some(done) = running {
+                    let _ = done.await;
+                }
+                Rflush {}.into()
+            }
+            _ => return Err(Errno::EOPNOTSUPP),
+        })
+    }
+}
