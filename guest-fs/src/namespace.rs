@@ -33,6 +33,7 @@ pub const NAME_MAX: usize = 255;
 pub const PATH_MAX: usize = 4096;
 
 /// One mount.
+#[derive(Clone)]
 pub struct Mount {
     /// Where, as path components from the namespace root (empty: the root itself).
     pub path: Vec<String>,
@@ -40,6 +41,9 @@ pub struct Mount {
     pub backend: Arc<dyn Backend>,
     /// Refuse every change with EROFS.
     pub read_only: bool,
+    /// Unmounted: no path reaches it any more, but locations resolved before (open
+    /// directories) still use its backend.
+    pub detached: bool,
 }
 
 /// Where a path led: a node of some mount, or a virtual directory between mounts.
@@ -68,8 +72,9 @@ impl Location {
     }
 }
 
-/// A mount table.
-#[derive(Default)]
+/// A mount table. Cloning it is cheap (the backends are shared): a guest that mounts
+/// at run time gets its own copy.
+#[derive(Clone, Default)]
 pub struct Namespace {
     mounts: Vec<Mount>,
 }
@@ -116,15 +121,34 @@ impl Namespace {
         if parts.iter().any(|c| c == "." || c == "..") {
             return Err(Errno::EINVAL);
         }
-        if self.mounts.iter().any(|m| m.path == parts) {
+        if self.live().any(|m| m.path == parts) {
             return Err(Errno::EEXIST);
         }
         self.mounts.push(Mount {
             path: parts,
             backend,
             read_only,
+            detached: false,
         });
         Ok(self.mounts.len() - 1)
+    }
+
+    /// Unmounts mount `index` (as [`Namespace::mount`] returned it): paths no longer
+    /// reach it; what was opened or resolved through it before keeps working. Indices
+    /// of the other mounts do not change.
+    pub fn detach(&mut self, index: usize) -> Result<(), Errno> {
+        match self.mounts.get_mut(index) {
+            Some(m) if !m.detached => {
+                m.detached = true;
+                Ok(())
+            }
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    /// The mounts paths can reach.
+    fn live(&self) -> impl Iterator<Item = &Mount> {
+        self.mounts.iter().filter(|m| !m.detached)
     }
 
     /// The mounts, in the order they were made.
@@ -136,8 +160,7 @@ impl Namespace {
     /// a WASI host preopens.
     pub fn mount_points(&self) -> Vec<String> {
         let mut points: Vec<String> = self
-            .mounts
-            .iter()
+            .live()
             .map(|m| format!("/{}", m.path.join("/")))
             .collect();
         points.sort();
@@ -146,12 +169,13 @@ impl Namespace {
     }
 
     fn mount_at(&self, path: &SharedPath) -> Option<usize> {
-        self.mounts.iter().position(|m| path.equals(&m.path))
+        self.mounts
+            .iter()
+            .position(|m| !m.detached && path.equals(&m.path))
     }
 
     fn leads_to_mount(&self, path: &SharedPath) -> bool {
-        self.mounts
-            .iter()
+        self.live()
             .any(|m| m.path.len() > path.len() && path.is_prefix_of(&m.path))
     }
 
@@ -474,7 +498,7 @@ impl Namespace {
             }
         }
         // Mount points (and the virtual directories leading to them) directly below.
-        for mount in &self.mounts {
+        for mount in self.live() {
             if mount.path.len() > dir.path.len() && dir.path.is_prefix_of(&mount.path) {
                 let name = &mount.path[dir.path.len()];
                 if !entries.iter().any(|e| &e.name == name) {

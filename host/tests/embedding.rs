@@ -105,7 +105,7 @@ impl wasmtime_wasi::WasiView for ComponentEmbedder {
 impl wasm9p_host::p2::WasiP2View for ComponentEmbedder {
     fn filesystem(&mut self) -> wasm9p_host::p2::FsView<'_> {
         wasm9p_host::p2::FsView {
-            fs: &self.fs,
+            fs: &mut self.fs,
             table: &mut self.table,
         }
     }

@@ -262,3 +262,226 @@ fn bad_plugins_and_options_are_one_line_and_exit_2() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_component_mounts_an_export_and_a_plugin_at_run_time_within_its_grants() {
+    let memfs = c_plugin(&repo("examples/plugins/memfs.c"));
+    let guest = wasm9p_tests::c_sandbox_guest(&repo("host/tests/guests/sandbox_mounts.c"));
+    let export = tempfile::tempdir().unwrap();
+    std::fs::write(export.path().join("hello.txt"), "hello from 9p\n").unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let ninep = format!(
+        "type=9p,export={},target=/mnt/data,cache=loose",
+        export.path().display()
+    );
+    let plugin = format!(
+        "type=plugin,component={},target=/mnt/scratch",
+        memfs.display()
+    );
+    let denied = "type=bind,source=/etc,target=/mnt/etc".to_string();
+    let run = |grants: &[String]| {
+        let mut args = vec![
+            "run".to_string(),
+            "--dir".into(),
+            format!("{}::/home", home.path().display()),
+        ];
+        for g in grants {
+            args.push("--allow-mount".into());
+            args.push(g.clone());
+        }
+        args.extend([
+            guest.display().to_string(),
+            ninep.clone(),
+            plugin.clone(),
+            denied.clone(),
+        ]);
+        wasm9p(&args)
+    };
+    let out = run(&[format!(
+        "/mnt:export:{},plugin:{}",
+        export.path().display(),
+        memfs.display()
+    )]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout} {stderr}");
+    let expected = [
+        "mount data: ok",
+        "read /mnt/data/hello.txt: hello from 9p",
+        "mount scratch: ok",
+        &format!("read /mnt/scratch/README: {}", README.trim_end()),
+        "write scratch: ok",
+        "read /mnt/scratch/note: noted",
+        "list: /mnt/data 9p (data)",
+        "list: /mnt/scratch plugin (scratch)",
+        "stats data: requests counted, walks counted",
+        "mount denied: denied: no --allow-mount grant covers target /mnt/etc from this source",
+        "mount twice: bad-spec: cannot mount at /mnt/data: File exists (EEXIST)",
+        "unmount data: ok",
+        "read held fd after unmount: hello from 9p",
+        "stat after unmount: No such file or directory",
+        "unmount again: no-such-mount",
+        "stats unknown: no-such-mount",
+        "read /mnt/scratch/note: noted",
+    ];
+    let lines: Vec<&str> = stdout.lines().collect();
+    for line in expected {
+        assert!(lines.contains(&line), "missing {line:?} in:\n{stdout}");
+    }
+    assert!(stdout.contains("mount nonsense: bad-spec: "), "{stdout}");
+    // Nothing was written outside what was mounted.
+    assert!(std::fs::read_dir(home.path()).unwrap().next().is_none());
+
+    // The same guest with a grant elsewhere, and with none: every mount is denied, and
+    // the guest goes on (a typed error, never a trap).
+    // (With no grant at all, `/` is not even preopened: the guest cannot name /mnt.)
+    for (grants, read) in [
+        (vec!["/elsewhere".to_string()], "No such file or directory"),
+        (vec![], "Capabilities insufficient"),
+    ] {
+        let out = run(&grants);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{grants:?}: {stdout} {stderr}");
+        assert!(
+            stdout.starts_with("mount data: denied: "),
+            "{grants:?}: {stdout}"
+        );
+        assert!(
+            stdout.contains("mount scratch: denied: "),
+            "{grants:?}: {stdout}"
+        );
+        assert!(
+            stdout.contains(&format!("read /mnt/data/hello.txt: {read}")),
+            "{grants:?}: {stdout}"
+        );
+    }
+}
+
+#[test]
+fn allow_mount_is_checked_and_refused_for_modules() {
+    let probe = guest("plugin_probe");
+    for (grant, says) in [
+        ("mnt", "PREFIX must be an absolute guest path"),
+        (
+            "/mnt:ftp:host",
+            "is not export:DIR, plugin:FILE, bind:DIR or an address",
+        ),
+    ] {
+        let out = wasm9p(&[
+            "run".into(),
+            "--allow-mount".into(),
+            grant.into(),
+            probe.display().to_string(),
+        ]);
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{grant}: {stderr}");
+        assert!(stderr.contains(says), "{grant}: {stderr}");
+    }
+    let out = wasm9p(&[
+        "run".into(),
+        "--allow-mount".into(),
+        "/mnt".into(),
+        probe.display().to_string(),
+    ]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is for components"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_9p_in_front_of_a_plugin_keeps_the_protocol_rules() {
+    use wasm9p_proto::consts::open;
+    use wasm9p_proto::*;
+    let memfs = c_plugin(&repo("examples/plugins/memfs.c"));
+    let plugin =
+        wasm9p_host::plugin::PluginFs::load(&memfs, 1, wasm9p_host::plugin::DEFAULT_FUEL).unwrap();
+    let (client, server) = wasm9p_proto::transport::duplex();
+    tokio::spawn(wasm9p_host::plugin::serve(
+        std::sync::Arc::new(plugin),
+        server,
+    ));
+    let mut c = wasm9p_tests::Conn::over(client);
+    assert_eq!(c.version(8192).await.msize, 8192);
+    let root = c.attach(0, "").await.unwrap();
+    assert_eq!(root.ty, consts::qid::DIR);
+    assert_eq!(c.attach(0, "").await, Err(Errno::EEXIST), "fid in use");
+    // `..` from a file goes back to the root; a missing name fails the walk.
+    let qids = c.walk(0, 1, "README/..").await.unwrap();
+    assert_eq!(qids[1].path, root.path);
+    assert_eq!(c.walk(0, 2, "missing").await, Err(Errno::ENOENT));
+    assert_eq!(
+        c.walk(0, 1, "README").await,
+        Err(Errno::EEXIST),
+        "newfid in use"
+    );
+    // Create, rename by fid, remove by fid.
+    c.walk(0, 3, "").await.unwrap();
+    let created = c
+        .rpc(Tlcreate {
+            fid: 3,
+            name: "f".into(),
+            flags: open::RDWR,
+            mode: 0o644,
+            gid: 0,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(created, Message::Rlcreate(_)));
+    c.rpc(Trename {
+        fid: 3,
+        dfid: 0,
+        name: "g".into(),
+    })
+    .await
+    .unwrap();
+    assert!(c.walk(0, 4, "g").await.is_ok());
+    assert_eq!(c.walk(0, 5, "f").await, Err(Errno::ENOENT));
+    c.rpc(Tremove { fid: 4 }).await.unwrap();
+    assert_eq!(c.walk(0, 5, "g").await, Err(Errno::ENOENT));
+    // What a plugin cannot do, and fids that do not exist.
+    for (msg, errno) in [
+        (
+            Message::from(Tsetattr {
+                fid: 0,
+                valid: consts::setattr::MODE,
+                mode: 0o700,
+                ..Default::default()
+            }),
+            Errno::EOPNOTSUPP,
+        ),
+        (
+            Txattrwalk {
+                fid: 0,
+                newfid: 9,
+                name: String::new(),
+            }
+            .into(),
+            Errno::EOPNOTSUPP,
+        ),
+        (
+            Tread {
+                fid: 77,
+                offset: 0,
+                count: 10,
+            }
+            .into(),
+            Errno::EBADF,
+        ),
+        (Tclunk { fid: 77 }.into(), Errno::EBADF),
+        (
+            Tmkdir {
+                dfid: 0,
+                name: "../x".into(),
+                mode: 0o755,
+                gid: 0,
+            }
+            .into(),
+            Errno::EINVAL,
+        ),
+    ] {
+        assert_eq!(c.rpc(msg.clone()).await.unwrap_err(), errno, "{msg:?}");
+    }
+    assert!(matches!(
+        c.rpc(Tflush { oldtag: 5 }).await.unwrap(),
+        Message::Rflush(_)
+    ));
+}

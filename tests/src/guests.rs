@@ -62,6 +62,12 @@ pub fn wit_bindgen() -> PathBuf {
 /// the component `out`: wit-bindgen's C bindings, clang-14 for wasm32-wasi as a
 /// reactor, then wit-component with the preview1 reactor adapter.
 pub fn build_c_plugin(src: &Path, out: &Path) -> Result<(), String> {
+    build_c_component(src, "fs-plugin", true, out)
+}
+
+/// Builds C against `world` of `wit/fs.wit` into the component `out`: a reactor (a
+/// plugin) or a command (a guest, `main`), with the matching preview1 adapter.
+pub fn build_c_component(src: &Path, world: &str, reactor: bool, out: &Path) -> Result<(), String> {
     let work = tempfile::tempdir().map_err(|e| e.to_string())?;
     let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit");
     let run = |cmd: &mut Command, what: &str| {
@@ -81,13 +87,30 @@ pub fn build_c_plugin(src: &Path, out: &Path) -> Result<(), String> {
         Command::new(wit_bindgen())
             .arg("c")
             .arg(&wit)
-            .args(["--world", "fs-plugin", "--out-dir"])
+            .args(["--world", world, "--out-dir"])
             .arg(work.path()),
         "wit-bindgen",
     )?;
-    let module = work.path().join("plugin.wasm");
+    let stem = world.replace('-', "_");
+    let module = work.path().join("module.wasm");
+    // Both are built as reactors: in the command model wasm-ld wraps every export in a
+    // call of the C constructors, cabi_realloc included, and the host calls
+    // cabi_realloc to return lists and strings, when the guest may not call imports
+    // (which the constructors do: wasi-libc finds its preopens). A command gets its
+    // `_start` from a shim instead, calling main as crt1 would.
+    let shim = work.path().join("start.c");
+    std::fs::write(
+        &shim,
+        "#include <stdlib.h>\nint __main_void(void);\n\
+         __attribute__((export_name(\"_start\"))) void wasm9p_start(void) { exit(__main_void()); }\n",
+    )
+    .map_err(|e| e.to_string())?;
+    let mut clang = Command::new("clang-14");
+    if !reactor {
+        clang.arg(&shim);
+    }
     run(
-        Command::new("clang-14")
+        clang
             .args([
                 "--target=wasm32-wasi",
                 "--sysroot=/usr",
@@ -101,16 +124,26 @@ pub fn build_c_plugin(src: &Path, out: &Path) -> Result<(), String> {
             .arg("-o")
             .arg(&module)
             .arg(src)
-            .arg(work.path().join("fs_plugin.c"))
-            .arg(work.path().join("fs_plugin_component_type.o")),
+            .arg(work.path().join(format!("{stem}.c")))
+            .arg(work.path().join(format!("{stem}_component_type.o"))),
         "clang-14",
     )?;
-    encode_component(
-        &module,
-        wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
-        out,
-    );
+    let adapter = if reactor {
+        wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER
+    } else {
+        wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_COMMAND_ADAPTER
+    };
+    encode_component(&module, adapter, out);
     Ok(())
+}
+
+/// A C guest of the `sandbox` world (it may mount at run time) as a command component
+/// in the tests' guest directory; each call gets its own file.
+pub fn c_sandbox_guest(src: &Path) -> PathBuf {
+    let out = output_for(src, "-sandbox");
+    build_c_component(src, "sandbox", false, &out)
+        .unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+    out
 }
 
 /// [`build_c_plugin`] into the tests' guest directory; each call gets its own file.

@@ -23,7 +23,10 @@ pub use clang::{clang_wasm, parse_cc1_line, ClangWasm};
 pub use conn::Conn;
 pub use diod::{diod_available, free_port, Diod};
 pub use fixture::Tree;
-pub use guests::{build_c_plugin, c_plugin, compile_c_guest, componentize, wit_bindgen};
+pub use guests::{
+    build_c_component, build_c_plugin, c_plugin, c_sandbox_guest, compile_c_guest, componentize,
+    wit_bindgen,
+};
 pub use rng::Rng;
 pub use serve_process::{served_addr, spawn_serve};
 pub use server::TestServer;

@@ -532,3 +532,51 @@ fn attributes_links_listings_and_statfs() {
         );
     });
 }
+
+#[test]
+fn a_detached_mount_is_unreachable_but_what_was_opened_through_it_works() {
+    block_on(async {
+        let mut ns = Namespace::new();
+        ns.mount("/", Arc::new(MemoryFs::new()), false).unwrap();
+        let m = ns
+            .mount("/mnt/x", Arc::new(MemoryFs::new()), false)
+            .unwrap();
+        ns.write("/mnt/x/f", 0, text("kept")).await.unwrap();
+        let file = ns
+            .open(
+                "/mnt/x/f",
+                crate::backend::OpenFlags {
+                    read: true,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        let dir = ns.resolve("/mnt/x", true).await.unwrap();
+        // A copy made before the unmount still sees the mount.
+        let before = ns.clone();
+        ns.detach(m).unwrap();
+        assert_eq!(ns.detach(m), Err(Errno::EINVAL), "twice");
+        assert_eq!(
+            ns.getattr("/mnt/x/f", true).await.unwrap_err(),
+            Errno::ENOENT
+        );
+        assert_eq!(ns.readdir("/mnt").await.unwrap_err(), Errno::ENOENT);
+        assert!(!ns.mount_points().contains(&"/mnt/x".to_string()));
+        assert_eq!(&file.read_at(0, 10).await.unwrap()[..], b"kept");
+        assert!(
+            ns.getattr_at(&dir).await.is_ok(),
+            "a location resolved before"
+        );
+        assert_eq!(&before.read("/mnt/x/f").await.unwrap()[..], b"kept");
+        // The place can be mounted again; the other mounts' indices do not move.
+        let again = ns
+            .mount("/mnt/x", Arc::new(MemoryFs::new()), false)
+            .unwrap();
+        assert_ne!(again, m);
+        assert_eq!(
+            ns.getattr("/mnt/x/f", true).await.unwrap_err(),
+            Errno::ENOENT
+        );
+    });
+}

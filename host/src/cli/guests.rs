@@ -20,7 +20,7 @@ use super::{fail, first_line, parse_env, say, EXIT_USAGE};
 use crate::module_cache::{ModuleCache, Program, Progress};
 use crate::mounts::{MountSpec, MountTable, MountTableBuilder};
 use crate::p1::{Input, Output, P1Program, WasiP1Ctx};
-use crate::p2::{P2Program, WasiP2Ctx, WasiP2Fs};
+use crate::p2::{MountGrant, P2Program, WasiP2Ctx, WasiP2Fs};
 
 /// What a guest runs as.
 enum Runner {
@@ -114,6 +114,16 @@ pub struct GuestArgs {
     /// Compile the module every time instead.
     #[arg(long)]
     pub no_module_cache: bool,
+    /// Let a component guest mount file systems at run time (`wasm9p:fs/mounts`) at
+    /// PREFIX or below, from SOURCES: comma-separated 9p server addresses,
+    /// `export:DIR`, `plugin:FILE`, `bind:DIR` (without SOURCES: 9p servers by address
+    /// only). Repeatable.
+    #[arg(long = "allow-mount", value_name = "PREFIX[:SOURCES]", value_parser = parse_grant)]
+    pub allow_mount: Vec<MountGrant>,
+}
+
+fn parse_grant(s: &str) -> Result<MountGrant, String> {
+    s.parse()
 }
 
 /// `wasm9p run`.
@@ -158,6 +168,7 @@ pub struct BatchArgs {
 struct Host {
     mounts: MountTable,
     program: Runner,
+    grants: Vec<MountGrant>,
     started: Instant,
     runtime: tokio::runtime::Runtime,
 }
@@ -190,6 +201,16 @@ impl Host {
             )
         };
         let program = match cache.load(&engine, path, &report_progress(&cache)) {
+            Ok(Program::Module(_)) if !args.allow_mount.is_empty() => {
+                return Err(fail(
+                    EXIT_USAGE,
+                    &format!(
+                        "--allow-mount: {} is a preview1 module; mounting at run time \
+                         (wasm9p:fs/mounts) is for components",
+                        path.display()
+                    ),
+                ))
+            }
             Ok(Program::Module(module)) => {
                 Runner::P1(P1Program::new(&engine, &module).map_err(link_error)?)
             }
@@ -202,6 +223,7 @@ impl Host {
             runtime,
             mounts,
             program,
+            grants: args.allow_mount.clone(),
             started,
         })
     }
@@ -249,10 +271,12 @@ impl Host {
                     Stdio::Capture => wasi.stdout(out.clone()).stderr(err.clone()),
                 };
                 let result = self.runtime.block_on(async {
+                    let mut fs = WasiP2Fs::new(ns).await;
+                    fs.allow_mounts(self.grants.clone()).await;
                     let ctx = WasiP2Ctx {
                         wasi: wasi.build(),
                         table: Default::default(),
-                        fs: WasiP2Fs::new(ns).await,
+                        fs,
                     };
                     program.run(ctx).await
                 });
@@ -299,7 +323,15 @@ fn report_progress(cache: &ModuleCache) -> impl Fn(Progress) + Sync + '_ {
 fn exit_code(result: wasmtime::Result<i32>) -> (u8, Option<String>) {
     match result {
         Ok(code) => (code.clamp(0, 255) as u8, None),
-        Err(e) => (1, Some(first_line(&format!("{e:#}")).to_string())),
+        // The outermost message is often only "error while executing at wasm
+        // backtrace:"; the cause (the trap's kind, a host error) is what tells.
+        Err(e) => {
+            // WASM9P_TRAP_DETAIL=1: the whole error with the guest's wasm backtrace.
+            if std::env::var_os("WASM9P_TRAP_DETAIL").is_some() {
+                say(&format!("{e:?}"));
+            }
+            (1, Some(first_line(&e.root_cause().to_string()).to_string()))
+        }
     }
 }
 

@@ -15,6 +15,7 @@
 mod bindings;
 mod errors;
 mod filesystem;
+mod mounts;
 mod streams;
 
 use std::sync::Arc;
@@ -29,6 +30,7 @@ pub use bindings::wasi::filesystem::types::ErrorCode;
 pub type FsError = wasmtime_wasi::TrappableError<ErrorCode>;
 
 pub use filesystem::{Descriptor, DirectoryStream};
+pub use mounts::MountGrant;
 
 /// A component's filesystem: a namespace and the directories preopened from it.
 pub struct WasiP2Fs {
@@ -36,6 +38,8 @@ pub struct WasiP2Fs {
     preopens: Vec<(Location, String)>,
     /// Every file opened, to write back what is still buffered when the guest ends.
     opened: std::sync::Mutex<Vec<std::sync::Weak<dyn wasm9p_guest_fs::backend::OpenFile>>>,
+    /// What the guest may mount at run time, and what it did (`wasm9p:fs/mounts`).
+    runtime_mounts: mounts::RuntimeMounts,
 }
 
 impl WasiP2Fs {
@@ -51,7 +55,20 @@ impl WasiP2Fs {
             ns,
             preopens,
             opened: Default::default(),
+            runtime_mounts: Default::default(),
         }
+    }
+
+    /// Lets the guest mount what `grants` allow (`wasm9p:fs/mounts`); with any grant,
+    /// `/` is preopened too (a virtual directory if nothing is mounted there), so that
+    /// the guest reaches what it mounts.
+    pub async fn allow_mounts(&mut self, grants: Vec<MountGrant>) {
+        if !grants.is_empty() && !self.preopens.iter().any(|(_, p)| p == "/") {
+            if let Ok(root) = self.ns.resolve("/", true).await {
+                self.preopens.insert(0, (root, "/".into()));
+            }
+        }
+        self.runtime_mounts.grants = grants;
     }
 
     fn opened(&self, file: &Arc<dyn wasm9p_guest_fs::backend::OpenFile>) {
@@ -79,7 +96,7 @@ impl WasiP2Fs {
 /// table (shared with wasmtime-wasi's streams).
 pub struct FsView<'a> {
     /// The namespace and preopens.
-    pub fs: &'a WasiP2Fs,
+    pub fs: &'a mut WasiP2Fs,
     /// The resource table.
     pub table: &'a mut ResourceTable,
 }
@@ -98,7 +115,8 @@ impl HasData for HasFs {
 }
 
 /// Adds all of WASI preview2 to `linker` (which must be on an async engine): wasmtime-
-/// wasi's interfaces, with `wasi:filesystem` replaced by ours.
+/// wasi's interfaces, with `wasi:filesystem` replaced by ours; and `wasm9p:fs/mounts`
+/// (refusing every mount unless [`WasiP2Fs::allow_mounts`] granted some).
 pub fn add_to_linker<T: WasiP2View + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     wasmtime_wasi::p2::add_to_linker_async(linker)?;
     // Ours replace wasmtime-wasi's definitions of the same names.
@@ -106,6 +124,7 @@ pub fn add_to_linker<T: WasiP2View + 'static>(linker: &mut Linker<T>) -> wasmtim
     bindings::wasi::filesystem::types::add_to_linker::<T, HasFs>(linker, T::filesystem)?;
     bindings::wasi::filesystem::preopens::add_to_linker::<T, HasFs>(linker, T::filesystem)?;
     linker.allow_shadowing(false);
+    mounts::bindings::wasm9p::fs::mounts::add_to_linker::<T, HasFs>(linker, T::filesystem)?;
     Ok(())
 }
 
@@ -132,7 +151,7 @@ impl WasiView for WasiP2Ctx {
 impl WasiP2View for WasiP2Ctx {
     fn filesystem(&mut self) -> FsView<'_> {
         FsView {
-            fs: &self.fs,
+            fs: &mut self.fs,
             table: &mut self.table,
         }
     }

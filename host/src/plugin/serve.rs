@@ -205,15 +205,18 @@ impl Conn {
             Message::Tattach(t) => {
                 let root = fs.root();
                 let qid = self.qid(root).await?;
-                self.fids
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(t.fid)
-                    .or_insert(FidState {
+                let mut fids = self.fids.lock().unwrap_or_else(|e| e.into_inner());
+                if fids.contains_key(&t.fid) {
+                    return Err(Errno::EEXIST);
+                }
+                fids.insert(
+                    t.fid,
+                    FidState {
                         node: root,
                         steps: Vec::new(),
                         open: None,
-                    });
+                    },
+                );
                 Rattach { qid }.into()
             }
             Message::Twalk(t) => {
