@@ -7,7 +7,7 @@
 //! - `type=9p,export=HOSTDIR,target=/g[,...]` (the embedded default: our server in
 //!   process, over an in-memory duplex; no socket, no setup);
 //! - `type=bind,source=HOSTDIR,target=/g[,ro]`, which is what `--dir HOSTDIR::/g` means;
-//! - `type=plugin,component=FILE.wasm,target=/g[,instances=N][,fuel=N][,cache=..]...`: a
+//! - `type=plugin,component=FILE.wasm,target=/g[,instances=N][,fuel=N][,call_timeout=S][,cache=..]...`: a
 //!   file system written as a component (world `fs-plugin` of `wit/fs.wit`; see
 //!   [`crate::plugin`]), with the 9p mount options.
 //!
@@ -25,7 +25,7 @@ use wasm9p_guest_fs::namespace::Namespace;
 use wasm9p_proto::Addr;
 use wasm9p_server::{ExportConfig, Server, ServerConfig};
 
-use crate::plugin::PluginFs;
+use crate::plugin::{PluginFs, PluginLimits};
 
 /// One mount to make.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,10 +69,8 @@ pub enum MountKind {
         component: PathBuf,
         /// Cache mode and the rest, as for a 9p mount.
         options: NinepOptions,
-        /// Instances serving calls at once.
-        instances: usize,
-        /// Fuel (about one per wasm instruction) one call may burn.
-        fuel: u64,
+        /// Instances, fuel and time per call.
+        limits: PluginLimits,
     },
 }
 
@@ -115,8 +113,8 @@ impl MountSpec {
         let mut component = None;
         let mut options: Vec<(&str, Option<&str>)> = Vec::new();
         let mut read_only = false;
-        let mut instances = None;
-        let mut fuel = None;
+        let mut limits = PluginLimits::default();
+        let mut plugin_key = None;
         for item in spec.split(',').filter(|s| !s.is_empty()) {
             let (key, value) = match item.split_once('=') {
                 Some((k, v)) => (k, Some(v)),
@@ -134,25 +132,9 @@ impl MountSpec {
                 "export" => export = Some(need()?),
                 "aname" => aname = value.unwrap_or_default().to_owned(),
                 "component" => component = Some(need()?),
-                "instances" => {
-                    instances = Some(
-                        need()?
-                            .parse::<usize>()
-                            .ok()
-                            .filter(|n| (1..=64).contains(n))
-                            .ok_or_else(|| spec_error(spec, "instances= takes 1 to 64"))?,
-                    )
-                }
-                "fuel" => {
-                    fuel = Some(
-                        need()?
-                            .parse::<u64>()
-                            .ok()
-                            .filter(|n| (1_000_000..=1_000_000_000_000).contains(n))
-                            .ok_or_else(|| {
-                                spec_error(spec, "fuel= takes 1000000 to 1000000000000")
-                            })?,
-                    )
+                "instances" | "fuel" | "call_timeout" => {
+                    limits.set(key, need()?).map_err(|e| spec_error(spec, e))?;
+                    plugin_key = Some(key);
                 }
                 "ro" | "readonly" if value.is_none() => read_only = true,
                 "cache" | "negtimeout" | "msize" | "cache_size" | "symlink_cache" | "reconnect" => {
@@ -238,8 +220,7 @@ impl MountSpec {
                         })?
                         .into(),
                     options,
-                    instances: instances.unwrap_or(1),
-                    fuel: fuel.unwrap_or(crate::plugin::DEFAULT_FUEL),
+                    limits,
                 }
             }
             other => {
@@ -249,13 +230,8 @@ impl MountSpec {
                 ))
             }
         };
-        if !matches!(kind, MountKind::Plugin { .. }) {
-            if let Some(key) = [("instances", instances.is_some()), ("fuel", fuel.is_some())]
-                .iter()
-                .find_map(|(k, given)| given.then_some(k))
-            {
-                return Err(spec_error(spec, format!("{key}= applies to plugin mounts")));
-            }
+        if let Some(key) = plugin_key.filter(|_| !matches!(kind, MountKind::Plugin { .. })) {
+            return Err(spec_error(spec, format!("{key}= applies to plugin mounts")));
         }
         Ok(MountSpec {
             target: target.to_owned(),
@@ -382,11 +358,10 @@ pub async fn build(specs: &[MountSpec]) -> Result<(Namespace, Vec<Mounted>), Mou
             MountKind::Plugin {
                 component,
                 options,
-                instances,
-                fuel,
+                limits,
             } => {
-                let plugin = PluginFs::load(component, *instances, *fuel)
-                    .map_err(|e| fail(format!("{e:#}")))?;
+                let plugin =
+                    PluginFs::load(component, *limits).map_err(|e| fail(format!("{e:#}")))?;
                 let (client_end, server_end) = wasm9p_proto::transport::duplex();
                 tokio::spawn(crate::plugin::serve(Arc::new(plugin), server_end));
                 let fs = attach_in_process(client_end, options).await.map_err(fail)?;

@@ -117,18 +117,22 @@ fn what_memfs_cannot_do_is_a_clear_error() {
 }
 
 #[test]
-fn a_plugin_that_traps_or_spins_fails_its_mount_with_eio_and_nothing_else() {
+fn a_plugin_that_traps_spins_or_sleeps_fails_its_mount_with_eio_and_nothing_else() {
     let faulty = c_plugin(&repo("host/tests/plugins/faulty.c"));
     let probe = guest("plugin_probe");
     let dir = tempfile::tempdir().unwrap();
-    for (bad, why) in [("trap", "wasm trap"), ("spin", "fuel")] {
+    for (bad, why) in [
+        ("trap", "wasm trap"),
+        ("spin", "fuel"),
+        ("sleep", "longer than 2 s"),
+    ] {
         let start = Instant::now();
         let out = wasm9p(&[
             "run".into(),
             "--mount".into(),
-            // A small budget so that the spinning call is stopped quickly.
+            // A small budget and time limit, so that the bad calls are stopped quickly.
             format!(
-                "type=plugin,component={},target=/p,fuel=200000000",
+                "type=plugin,component={},target=/p,fuel=200000000,call_timeout=2",
                 faulty.display()
             ),
             "--mount".into(),
@@ -232,6 +236,13 @@ fn bad_plugins_and_options_are_one_line_and_exit_2() {
         (
             "type=bind,source=/tmp,target=/p,fuel=1000000".to_string(),
             "fuel= applies to plugin mounts",
+        ),
+        (
+            format!(
+                "type=plugin,component={},target=/p,call_timeout=0",
+                memfs.display()
+            ),
+            "call_timeout= takes 1 to 3600",
         ),
     ] {
         let out = wasm9p(&[
@@ -392,8 +403,7 @@ async fn the_9p_in_front_of_a_plugin_keeps_the_protocol_rules() {
     use wasm9p_proto::consts::open;
     use wasm9p_proto::*;
     let memfs = c_plugin(&repo("examples/plugins/memfs.c"));
-    let plugin =
-        wasm9p_host::plugin::PluginFs::load(&memfs, 1, wasm9p_host::plugin::DEFAULT_FUEL).unwrap();
+    let plugin = wasm9p_host::plugin::PluginFs::load(&memfs, Default::default()).unwrap();
     let (client, server) = wasm9p_proto::transport::duplex();
     tokio::spawn(wasm9p_host::plugin::serve(
         std::sync::Arc::new(plugin),

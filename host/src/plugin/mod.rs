@@ -10,10 +10,13 @@
 //! arguments; its stderr is the host's.
 //!
 //! Safety: each call runs with a fuel budget (`fuel=N`, about one unit per wasm
-//! instruction; [`DEFAULT_FUEL`] is seconds of work). A call that traps or runs out of fuel fails with EIO,
-//! and so does every later call on that mount: the plugin's state is no longer trusted
-//! (a writable plugin's files live in its memory). The host and every other mount go
-//! on; the first failure is logged once.
+//! instruction; [`DEFAULT_FUEL`] is seconds of work) and a wall-clock limit
+//! (`call_timeout=SECONDS`, default 30: fuel does not tick while a plugin waits in a host
+//! call, a WASI sleep say). A call that traps, runs out of fuel or out of time fails with
+//! EIO, and so does every later call on that mount: the plugin's state is no longer
+//! trusted (a writable plugin's files live in its memory). The host and every other
+//! mount go on; the first failure is logged once. (An instance stuck in a host call is
+//! abandoned with its thread.)
 //!
 //! Instances: `instances=N` (default 1) instances serve calls in parallel, each call
 //! taking a free one. Several instances suit plugins whose answers do not depend on
@@ -24,6 +27,7 @@ mod serve;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use wasm9p_proto::Errno;
 use wasmtime::component::{Component, Linker, ResourceTable};
@@ -47,6 +51,47 @@ use bindings::{FsPlugin, FsPluginPre};
 
 /// Fuel one call may burn by default (about one unit per wasm instruction).
 pub const DEFAULT_FUEL: u64 = 5_000_000_000;
+
+/// How a plugin mount runs its plugin: `instances=`, `fuel=`, `call_timeout=`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PluginLimits {
+    /// Instances serving calls at once (1 to 64).
+    pub instances: usize,
+    /// Fuel one call may burn.
+    pub fuel: u64,
+    /// Wall-clock time one call may take.
+    pub call_timeout: Duration,
+}
+
+impl Default for PluginLimits {
+    fn default() -> Self {
+        PluginLimits {
+            instances: 1,
+            fuel: DEFAULT_FUEL,
+            call_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl PluginLimits {
+    /// Sets `key` (`instances`, `fuel` or `call_timeout`) from its SPEC value.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let number = |lo: u64, hi: u64| {
+            value
+                .parse::<u64>()
+                .ok()
+                .filter(|n| (lo..=hi).contains(n))
+                .ok_or_else(|| format!("{key}= takes {lo} to {hi}"))
+        };
+        match key {
+            "instances" => self.instances = number(1, 64)? as usize,
+            "fuel" => self.fuel = number(1_000_000, 1_000_000_000_000)?,
+            "call_timeout" => self.call_timeout = Duration::from_secs(number(1, 3600)?),
+            _ => return Err(format!("unknown plugin option {key}")),
+        }
+        Ok(())
+    }
+}
 
 struct PluginState {
     ctx: WasiCtx,
@@ -74,7 +119,7 @@ pub struct PluginFs {
     /// Wakes a caller waiting for a free instance.
     available: tokio::sync::Semaphore,
     broken: AtomicBool,
-    fuel: u64,
+    limits: PluginLimits,
     root: u64,
     writable: bool,
 }
@@ -91,7 +136,7 @@ impl std::fmt::Debug for PluginFs {
 impl PluginFs {
     /// Compiles `component` and makes `instances` instances of it. The error is one
     /// line for the user.
-    pub fn load(component: &Path, instances: usize, fuel: u64) -> Result<PluginFs, String> {
+    pub fn load(component: &Path, limits: PluginLimits) -> Result<PluginFs, String> {
         let name = component_name(component);
         let mut config = Config::new();
         config.consume_fuel(true);
@@ -113,7 +158,7 @@ impl PluginFs {
             })?;
         let start = |e: wasmtime::Error| format!("{name}: {e:#}");
         let mut pool = Vec::new();
-        for _ in 0..instances.max(1) {
+        for _ in 0..limits.instances.max(1) {
             let mut store = Store::new(
                 &engine,
                 PluginState {
@@ -121,7 +166,7 @@ impl PluginFs {
                     table: ResourceTable::new(),
                 },
             );
-            store.set_fuel(fuel).map_err(start)?;
+            store.set_fuel(limits.fuel).map_err(start)?;
             let plugin = pre.instantiate(&mut store).map_err(start)?;
             pool.push(Instance { store, plugin });
         }
@@ -134,7 +179,7 @@ impl PluginFs {
             available: tokio::sync::Semaphore::new(pool.len()),
             free: Mutex::new(pool),
             broken: AtomicBool::new(false),
-            fuel,
+            limits,
             root,
             writable,
         })
@@ -172,27 +217,33 @@ impl PluginFs {
             .unwrap_or_else(|e| e.into_inner())
             .pop()
             .ok_or(Errno::EIO)?;
-        let this = self.clone();
-        let fuel = self.fuel;
-        let (instance, result) = tokio::task::spawn_blocking(move || {
+        let fuel = self.limits.fuel;
+        let running = tokio::task::spawn_blocking(move || {
             let result = match instance.store.set_fuel(fuel) {
                 Ok(()) => f(&instance.plugin, &mut instance.store),
                 Err(e) => Err(e),
             };
             (instance, result)
-        })
-        .await
-        .map_err(|_| Errno::EIO)?;
+        });
+        let (instance, result) = match tokio::time::timeout(self.limits.call_timeout, running).await
+        {
+            Ok(Ok(done)) => done,
+            Ok(Err(_)) => return Err(Errno::EIO),
+            Err(_) => {
+                // The instance stays with its stuck thread; the permit goes with it.
+                permit.forget();
+                self.fail(&format!(
+                    "a call took longer than {} s",
+                    self.limits.call_timeout.as_secs()
+                ));
+                return Err(Errno::EIO);
+            }
+        };
         let answer = match result {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(errno_of(e)),
             Err(trap) => {
-                if !this.broken.swap(true, Ordering::Relaxed) {
-                    tracing::error!(
-                        "plugin {}: {trap:#}; its mount answers EIO from now on",
-                        this.name
-                    );
-                }
+                self.fail(&format!("{trap:#}"));
                 Err(Errno::EIO)
             }
         };
@@ -202,6 +253,16 @@ impl PluginFs {
             .push(instance);
         drop(permit);
         answer
+    }
+
+    /// The plugin is not trusted any more: say why, once.
+    fn fail(&self, why: &str) {
+        if !self.broken.swap(true, Ordering::Relaxed) {
+            tracing::error!(
+                "plugin {}: {why}; its mount answers EIO from now on",
+                self.name
+            );
+        }
     }
 
     pub(crate) async fn lookup(self: &Arc<Self>, dir: u64, name: String) -> Result<u64, Errno> {

@@ -1,16 +1,18 @@
 // A read-only plugin that misbehaves on purpose, for host/tests/plugins.rs: reading
 // /ok works, reading /trap traps (unreachable), reading /spin never returns (the host
-// stops it when its fuel runs out).
+// stops it when its fuel runs out), reading /sleep sleeps for an hour in a WASI call
+// (where fuel does not tick; the host's call timeout stops it).
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fs_plugin.h"
 
 typedef exports_wasm9p_fs_backend_error_t error_t;
 
-static const char *names[] = {"ok", "trap", "spin"};
+static const char *names[] = {"ok", "trap", "spin", "sleep"};
 #define ROOT 1
-#define FILES 3
+#define FILES 4
 
 uint64_t exports_wasm9p_fs_backend_root(void) { return ROOT; }
 bool exports_wasm9p_fs_backend_writable(void) { return false; }
@@ -49,6 +51,10 @@ bool exports_wasm9p_fs_backend_read(uint64_t node, uint64_t offset, uint32_t len
     if (node == 4) {
         volatile uint64_t spin = 0;
         for (;;) spin++;
+    }
+    if (node == 5) {
+        struct timespec hour = {3600, 0};
+        nanosleep(&hour, NULL);
     }
     if (node != 2) { *err = WASM9P_FS_TYPES_ERROR_IS_DIRECTORY; return false; }
     static const char text[] = "fine\n";
