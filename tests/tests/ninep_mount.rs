@@ -810,6 +810,71 @@ async fn loose_reopen_of_a_file_only_opened_before_sends_nothing() {
     ns.setattr("/b", &chmod, true).await.unwrap();
     drop(ns.open("/b", read).await.unwrap());
     assert_eq!(rpcs(&fs, "lopen"), 3);
+    // ... and once it has, the opens after it are warm again.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let before = fs.session().counts().total();
+    drop(ns.open("/b", read).await.unwrap());
+    assert_eq!(
+        fs.session().counts().total(),
+        before,
+        "warm again after the change"
+    );
+}
+
+#[tokio::test]
+async fn loose_reopens_of_a_file_written_through_the_mount_go_out_once_then_are_warm() {
+    // A file made by the build itself (a generated header), then included many times.
+    let dir = tree();
+    let server = TestServer::tcp(dir.path());
+    let (ns, fs) = mount(&server, "cache=loose").await;
+    ns.write(
+        "/generated.h",
+        0,
+        Bytes::from_static(b"#define GENERATED 1\n"),
+    )
+    .await
+    .unwrap();
+    let read = OpenFlags {
+        read: true,
+        ..Default::default()
+    };
+    let lopens = rpcs(&fs, "lopen");
+    drop(ns.open("/generated.h", read).await.unwrap());
+    assert_eq!(
+        rpcs(&fs, "lopen"),
+        lopens + 1,
+        "the first open after the write asks"
+    );
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let before = fs.session().counts().total();
+    for _ in 0..100 {
+        drop(ns.open("/generated.h", read).await.unwrap());
+    }
+    assert_eq!(
+        fs.session().counts().total(),
+        before,
+        "100 warm opens, no RPC"
+    );
+    assert_eq!(
+        read_all(&ns, "/generated.h").await.unwrap(),
+        "#define GENERATED 1\n"
+    );
+    // Written again: the next open asks again, and reads the new bytes.
+    ns.write(
+        "/generated.h",
+        0,
+        Bytes::from_static(b"#define GENERATED 2\n"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        read_all(&ns, "/generated.h").await.unwrap(),
+        "#define GENERATED 2\n"
+    );
 }
 
 #[tokio::test]

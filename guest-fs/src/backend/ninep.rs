@@ -508,12 +508,18 @@ impl Backend for NinepFs {
             // the cached qid and not changed through it since: the cached qid stands,
             // and the server is asked only if a read misses the pages (see
             // `ninep_file`). A first open goes to the server, so that whatever open
-            // may answer (EACCES, ENOENT...) comes from it.
+            // may answer (EACCES, ENOENT...) comes from it; so does the first one after
+            // each change through the mount (write, truncate, chmod, chown: the
+            // generation moves on), and it makes the next ones deferrable again.
             let deferrable = self.meta && self.mode.has(CacheMode::FILE) && read_only;
+            let generation = self.cache.generation(n.qid.path);
             let lazy = deferrable
-                && (self.cache.was_readable(n.qid.path, n.qid.version)
-                    || self.cache.has_page(n.qid.path, n.qid.version, 0, 0))
-                && !self.cache.was_written(n.qid.path);
+                && (self
+                    .cache
+                    .was_readable(n.qid.path, n.qid.version, generation)
+                    || self
+                        .cache
+                        .has_page(n.qid.path, n.qid.version, generation, 0));
             let (source, qid) = if lazy {
                 let path = n.path.to_vec();
                 (
@@ -539,7 +545,9 @@ impl Backend for NinepFs {
             )
             .await?;
             if deferrable && !lazy {
-                self.cache.insert_readable(qid.path, qid.version);
+                // Keyed as the next open will look it up: by the cached node's qid.
+                self.cache
+                    .insert_readable(n.qid.path, n.qid.version, generation);
             }
             let open: Box<dyn OpenFile> = Box::new(open);
             if flags.truncate && flags.write {

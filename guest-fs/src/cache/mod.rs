@@ -55,6 +55,7 @@ enum Key {
     Readable {
         path: u64,
         version: u32,
+        generation: u64,
     },
 }
 
@@ -78,7 +79,11 @@ impl Hash for Key {
                 generation,
                 index,
             } => (4u8, *path, *version, *generation, *index).hash(state),
-            Key::Readable { path, version } => (5u8, *path, *version).hash(state),
+            Key::Readable {
+                path,
+                version,
+                generation,
+            } => (5u8, *path, *version, *generation).hash(state),
         }
     }
 }

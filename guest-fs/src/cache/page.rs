@@ -58,14 +58,27 @@ impl MountCache {
     }
 
     /// Records that the server opened file `path` at `version` for reading through this
-    /// mount, so that a later read-only open of that version may be deferred.
-    pub fn insert_readable(&self, path: u64, version: u32) {
-        self.store
-            .insert(Key::Readable { path, version }, Entry::Readable);
+    /// mount after its `generation`-th change through the mount, so that a later
+    /// read-only open of that version, with no change through the mount in between,
+    /// may be deferred.
+    pub fn insert_readable(&self, path: u64, version: u32, generation: u64) {
+        self.store.insert(
+            Key::Readable {
+                path,
+                version,
+                generation,
+            },
+            Entry::Readable,
+        );
     }
 
-    /// Whether file `path` at `version` was opened for reading before (counts nothing).
-    pub fn was_readable(&self, path: u64, version: u32) -> bool {
-        self.store.contains_key(&Key::Readable { path, version })
+    /// Whether file `path` at `version` was opened for reading since its
+    /// `generation`-th change through this mount (counts nothing).
+    pub fn was_readable(&self, path: u64, version: u32, generation: u64) -> bool {
+        self.store.contains_key(&Key::Readable {
+            path,
+            version,
+            generation,
+        })
     }
 }
