@@ -61,36 +61,7 @@ fn mutated_sessions_do_not_break_the_server() {
         .into_iter()
         .map(|(_, b)| b)
         .collect();
-    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
-    for _ in 0..1500 {
-        let mut input = seeds[(next() % seeds.len() as u64) as usize].clone();
-        for _ in 0..1 + next() % 4 {
-            if input.is_empty() {
-                break;
-            }
-            let at = (next() % input.len() as u64) as usize;
-            match next() % 6 {
-                0 => input[at] ^= 1 << (next() % 8),
-                1 => input[at] = [0, 0xff, 0x7f, 0x80, 1][(next() % 5) as usize],
-                2 => input.truncate(at),
-                3 => {
-                    let end = (at + 1 + (next() % 16) as usize).min(input.len());
-                    let piece = input[at..end].to_vec();
-                    input.splice(at..at, piece);
-                }
-                4 => {
-                    let other = &seeds[(next() % seeds.len() as u64) as usize];
-                    let from = (next() % other.len() as u64) as usize;
-                    input.extend_from_slice(&other[from..]);
-                }
-                _ => {
-                    // A length field (any 4 bytes) made huge or tiny.
-                    let end = (at + 4).min(input.len());
-                    let v = [0u8, 0xff][(next() % 2) as usize];
-                    input[at..end].fill(v);
-                }
-            }
-        }
+    for input in mutants(&seeds, 0x9e37_79b9_7f4a_7c15, 1500) {
         let _ = wasm9p_fuzz::server::requests(&input);
     }
 }
@@ -133,6 +104,45 @@ fn current_seeds(
     seeds
 }
 
+/// `count` deterministic mutants of `seeds`: one to four edits each (a bit flipped, a
+/// byte set to an edge value, a cut, a piece repeated, another seed's tail spliced on,
+/// four bytes, a length field say, made 0 or 0xff).
+fn mutants(seeds: &[Vec<u8>], state: u64, count: usize) -> Vec<Vec<u8>> {
+    let mut next = xorshift(state);
+    (0..count)
+        .map(|_| {
+            let mut input = seeds[(next() % seeds.len() as u64) as usize].clone();
+            for _ in 0..1 + next() % 4 {
+                if input.is_empty() {
+                    break;
+                }
+                let at = (next() % input.len() as u64) as usize;
+                match next() % 6 {
+                    0 => input[at] ^= 1 << (next() % 8),
+                    1 => input[at] = [0, 0xff, 0x7f, 0x80, 1][(next() % 5) as usize],
+                    2 => input.truncate(at),
+                    3 => {
+                        let end = (at + 1 + (next() % 64) as usize).min(input.len());
+                        let piece = input[at..end].to_vec();
+                        input.splice(at..at, piece);
+                    }
+                    4 => {
+                        let other = &seeds[(next() % seeds.len() as u64) as usize];
+                        let from = (next() % other.len() as u64) as usize;
+                        input.extend_from_slice(&other[from..]);
+                    }
+                    _ => {
+                        let end = (at + 4).min(input.len());
+                        let v = [0u8, 0xff][(next() % 2) as usize];
+                        input[at..end].fill(v);
+                    }
+                }
+            }
+            input
+        })
+        .collect()
+}
+
 fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
     move || {
         state ^= state << 13;
@@ -163,30 +173,7 @@ fn mutated_server_replies_do_not_break_the_client() {
         .into_iter()
         .map(|(_, b)| b)
         .collect();
-    let mut next = xorshift(0x51_7cc1_b727_220a);
-    for _ in 0..1500 {
-        let mut input = seeds[(next() % seeds.len() as u64) as usize].clone();
-        for _ in 0..1 + next() % 4 {
-            if input.is_empty() {
-                break;
-            }
-            let at = (next() % input.len() as u64) as usize;
-            match next() % 5 {
-                0 => input[at] ^= 1 << (next() % 8),
-                1 => input[at] = [0, 0xff, 0x7f, 0x80, 1][(next() % 5) as usize],
-                2 => input.truncate(at),
-                3 => {
-                    let end = (at + 1 + (next() % 64) as usize).min(input.len());
-                    let piece = input[at..end].to_vec();
-                    input.splice(at..at, piece);
-                }
-                _ => {
-                    let end = (at + 4).min(input.len());
-                    let v = [0u8, 0xff][(next() % 2) as usize];
-                    input[at..end].fill(v);
-                }
-            }
-        }
+    for input in mutants(&seeds, 0x51_7cc1_b727_220a, 1500) {
         let _ = wasm9p_fuzz::client::replies(&input);
     }
 }

@@ -243,14 +243,6 @@ impl MountCache {
             .unwrap_or(0)
     }
 
-    /// Whether the file with qid path `path` was changed through this mount.
-    pub fn was_written(&self, path: u64) -> bool {
-        self.written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key(&path)
-    }
-
     /// Bytes held now (never more than the capacity).
     pub fn bytes(&self) -> u64 {
         self.store.weight()

@@ -377,8 +377,9 @@ impl Wire {
         }
     }
 
-    /// Sends `msg` and waits for its reply (Rlerror as `Err`). An I/O failure or a
-    /// frame that does not decode is `Err(message)` via `Broken`.
+    /// Sends `msg` and waits for its reply: Rlerror is [`WireError::Refused`]; a
+    /// failed connection, a reply that does not decode or one of the wrong type or tag
+    /// is [`WireError::Broken`].
     pub(crate) async fn rpc(&mut self, tag: u16, msg: Message) -> Result<Message, WireError> {
         let mut frame = BytesMut::new();
         encode_frame(tag, &msg, &mut frame);
