@@ -7,7 +7,9 @@
 //! or a different configuration never picks up a stale artifact. A hit is mapped from
 //! disk (`deserialize_file`, no copy); a miss compiles once, reports progress while it
 //! does, and stores the artifact by writing a temporary file and renaming it into
-//! place, so concurrent first runs cannot see half a file.
+//! place, so concurrent first runs cannot see half a file. Plugin components come
+//! through [`ModuleCache::load_component`] and are kept the same way (under their own
+//! engine's settings, which meter fuel).
 //!
 //! Trust: a cached artifact is native code. The cache directory is created private
 //! (mode 0700) and only artifacts this module wrote are ever loaded; the guest's own
@@ -74,11 +76,17 @@ pub enum Progress {
     NotStored(String),
 }
 
-/// Compiled artifacts on disk, or none.
+/// Compiled artifacts on disk, or none (the default).
 #[derive(Debug, Clone)]
 pub struct ModuleCache {
     dir: Option<PathBuf>,
     limit_bytes: u64,
+}
+
+impl Default for ModuleCache {
+    fn default() -> Self {
+        Self::disabled()
+    }
 }
 
 /// How often a long compile says it is still going.
@@ -145,10 +153,39 @@ impl ModuleCache {
         path: &Path,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Program, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+        let bytes = read(path)?;
+        self.load_bytes(engine, path, bytes, progress)
+    }
+
+    /// As [`ModuleCache::load`], for a file that must be a component (a plugin): a core
+    /// module is refused before anything is compiled.
+    pub fn load_component(
+        &self,
+        engine: &Engine,
+        path: &Path,
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<Component, LoadError> {
+        let bytes = read(path)?;
+        let not_a_component = || LoadError::Invalid {
             path: path.into(),
-            source,
-        })?;
+            why: "it is not a component".into(),
+        };
+        if !is_component(&bytes) {
+            return Err(not_a_component());
+        }
+        match self.load_bytes(engine, path, bytes, progress)? {
+            Program::Component(component) => Ok(component),
+            Program::Module(_) => Err(not_a_component()),
+        }
+    }
+
+    fn load_bytes(
+        &self,
+        engine: &Engine,
+        path: &Path,
+        bytes: Vec<u8>,
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<Program, LoadError> {
         let invalid = |why: String| LoadError::Invalid {
             path: path.into(),
             why,
@@ -256,6 +293,13 @@ fn with_ticks<T>(progress: &(dyn Fn(Progress) + Sync), work: impl FnOnce() -> T)
         let out = work();
         drop(done);
         out
+    })
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
+    std::fs::read(path).map_err(|source| LoadError::Read {
+        path: path.into(),
+        source,
     })
 }
 
@@ -487,5 +531,26 @@ mod tests {
         std::fs::write(&precompiled, engine.precompile_module(&wasm_bytes).unwrap()).unwrap();
         let err = cache.load(&engine, &precompiled, &quiet()).err().unwrap();
         assert!(err.to_string().contains("precompiled"), "{err}");
+    }
+
+    #[test]
+    fn a_core_module_is_refused_where_a_component_is_wanted_before_any_compile() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = ModuleCache::at(tmp.path().join("cache"));
+        let engine = Engine::default();
+        let module = wasm(tmp.path(), "add.wasm", ADD_WAT);
+        let compiled = std::sync::atomic::AtomicBool::new(false);
+        let record = |_: Progress| compiled.store(true, std::sync::atomic::Ordering::Relaxed);
+        let err = cache
+            .load_component(&engine, &module, &record)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("is not a component"), "{err}");
+        assert!(!compiled.into_inner(), "nothing was compiled");
+        assert!(artifacts(&tmp.path().join("cache")).is_empty());
+        let component = tmp.path().join("empty.wasm");
+        std::fs::write(&component, wat::parse_str("(component)").unwrap()).unwrap();
+        cache.load_component(&engine, &component, &quiet()).unwrap();
+        assert_eq!(artifacts(&tmp.path().join("cache")).len(), 1);
     }
 }

@@ -25,6 +25,7 @@ use wasm9p_guest_fs::namespace::Namespace;
 use wasm9p_proto::Addr;
 use wasm9p_server::{ExportConfig, Server, ServerConfig};
 
+use crate::module_cache::ModuleCache;
 use crate::plugin::{PluginFs, PluginLimits};
 
 /// One mount to make.
@@ -300,7 +301,11 @@ async fn attach_in_process(
 
 /// Makes every mount and the namespace holding them. Must run inside a tokio runtime
 /// (9p sessions and the embedded server run on it).
-pub async fn build(specs: &[MountSpec]) -> Result<(Namespace, Vec<Mounted>), MountError> {
+/// Plugin components' compiled code is kept in `cache`.
+pub async fn build(
+    specs: &[MountSpec],
+    cache: &ModuleCache,
+) -> Result<(Namespace, Vec<Mounted>), MountError> {
     let mut ns = Namespace::new();
     let mut made = Vec::new();
     for spec in specs {
@@ -360,8 +365,8 @@ pub async fn build(specs: &[MountSpec]) -> Result<(Namespace, Vec<Mounted>), Mou
                 options,
                 limits,
             } => {
-                let plugin =
-                    PluginFs::load(component, *limits).map_err(|e| fail(format!("{e:#}")))?;
+                let plugin = PluginFs::load(component, *limits, cache)
+                    .map_err(|e| fail(format!("{e:#}")))?;
                 let (client_end, server_end) = wasm9p_proto::transport::duplex();
                 tokio::spawn(crate::plugin::serve(Arc::new(plugin), server_end));
                 let fs = attach_in_process(client_end, options).await.map_err(fail)?;
@@ -462,6 +467,7 @@ impl Drop for MountTable {
 #[derive(Debug, Default, Clone)]
 pub struct MountTableBuilder {
     specs: Vec<MountSpec>,
+    module_cache: ModuleCache,
 }
 
 impl MountTableBuilder {
@@ -483,6 +489,14 @@ impl MountTableBuilder {
         self
     }
 
+    /// Where plugin mounts keep their components' compiled code, so that the next
+    /// process mounting the same plugin maps it instead of compiling it again (default:
+    /// not kept).
+    pub fn module_cache(mut self, cache: ModuleCache) -> Self {
+        self.module_cache = cache;
+        self
+    }
+
     /// Whether nothing was added.
     pub fn is_empty(&self) -> bool {
         self.specs.is_empty()
@@ -492,7 +506,7 @@ impl MountTableBuilder {
     /// inside the tokio runtime that guests' contexts will be given: the sessions and
     /// embedded servers live on it.
     pub async fn build(self) -> Result<MountTable, MountError> {
-        let (ns, mounted) = build(&self.specs).await?;
+        let (ns, mounted) = build(&self.specs, &self.module_cache).await?;
         Ok(MountTable {
             ns: Arc::new(ns),
             mounted,

@@ -110,7 +110,7 @@ async fn embedded_remote_and_bind_mounts_build_one_namespace() {
         .unwrap(),
         MountSpec::parse_dir(&format!("{}::/scratch", bound.path().display())).unwrap(),
     ];
-    let (ns, mounted) = build(&specs).await.unwrap();
+    let (ns, mounted) = build(&specs, &Default::default()).await.unwrap();
     for dir in ["/usr", "/remote", "/scratch"] {
         let text = ns.read(&format!("{dir}/include/stdio.h")).await.unwrap();
         assert_eq!(&text[..], b"int printf(const char *, ...);\n", "{dir}");
@@ -188,7 +188,7 @@ async fn mounts_that_cannot_be_made_fail_with_one_line() {
     ];
     for spec in cases {
         let parsed = MountSpec::parse(&spec).unwrap();
-        let err = match build(&[parsed]).await {
+        let err = match build(&[parsed], &Default::default()).await {
             Err(e @ MountError::Mount { .. }) => e.to_string(),
             Err(e) => panic!("{spec}: wrong kind of error {e}"),
             Ok(_) => panic!("{spec}: mounted"),
@@ -202,7 +202,7 @@ async fn mounts_that_cannot_be_made_fail_with_one_line() {
         MountSpec::parse_dir("/tmp::/g").unwrap(),
         MountSpec::parse_dir("/tmp::/g").unwrap(),
     ];
-    assert!(build(&two)
+    assert!(build(&two, &Default::default())
         .await
         .err()
         .unwrap()

@@ -32,7 +32,7 @@ fn run(wasm: &Path, spec: &str, args: &[&str]) -> Run {
         .build()
         .unwrap();
     let specs = [MountSpec::parse(spec).unwrap()];
-    let (ns, mounted) = rt.block_on(build(&specs)).unwrap();
+    let (ns, mounted) = rt.block_on(build(&specs, &Default::default())).unwrap();
     let (out, err) = (
         Arc::new(Mutex::new(Vec::new())),
         Arc::new(Mutex::new(Vec::new())),

@@ -403,7 +403,9 @@ async fn the_9p_in_front_of_a_plugin_keeps_the_protocol_rules() {
     use wasm9p_proto::consts::open;
     use wasm9p_proto::*;
     let memfs = c_plugin(&repo("examples/plugins/memfs.c"));
-    let plugin = wasm9p_host::plugin::PluginFs::load(&memfs, Default::default()).unwrap();
+    let plugin =
+        wasm9p_host::plugin::PluginFs::load(&memfs, Default::default(), &Default::default())
+            .unwrap();
     let (client, server) = wasm9p_proto::transport::duplex();
     tokio::spawn(wasm9p_host::plugin::serve(
         std::sync::Arc::new(plugin),
@@ -494,4 +496,138 @@ async fn the_9p_in_front_of_a_plugin_keeps_the_protocol_rules() {
         c.rpc(Tflush { oldtag: 5 }).await.unwrap(),
         Message::Rflush(_)
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_plugin_directory_is_listed_whole_with_one_plugin_call_per_pass() {
+    use wasm9p_proto::consts::open;
+    use wasm9p_proto::*;
+    let memfs = c_plugin(&repo("examples/plugins/memfs.c"));
+    let plugin = std::sync::Arc::new(
+        wasm9p_host::plugin::PluginFs::load(&memfs, Default::default(), &Default::default())
+            .unwrap(),
+    );
+    let (client, server) = wasm9p_proto::transport::duplex();
+    tokio::spawn(wasm9p_host::plugin::serve(plugin.clone(), server));
+    let mut c = wasm9p_tests::Conn::over(client);
+    c.version(8192).await;
+    c.attach(0, "").await.unwrap();
+    c.rpc(Tmkdir {
+        dfid: 0,
+        name: "big".into(),
+        mode: 0o755,
+        gid: 0,
+    })
+    .await
+    .unwrap();
+    c.walk(0, 1, "big").await.unwrap();
+    let names: Vec<String> = (0..600).map(|i| format!("entry-{i:04}")).collect();
+    for name in &names {
+        c.walk(1, 2, "").await.unwrap();
+        c.rpc(Tlcreate {
+            fid: 2,
+            name: name.clone(),
+            flags: open::RDWR,
+            mode: 0o644,
+            gid: 0,
+        })
+        .await
+        .unwrap();
+        c.clunk(2).await.unwrap();
+    }
+    c.lopen(1, open::RDONLY).await.unwrap();
+    // 600 entries take about 20 replies of 1 KiB: one plugin call in all.
+    let before = plugin.calls();
+    let listed = c.readdir_all(1, 1024).await.unwrap();
+    assert_eq!(plugin.calls() - before, 1, "plugin calls for one pass");
+    let mut seen: Vec<String> = listed.iter().map(|e| e.name.clone()).collect();
+    seen.sort();
+    assert_eq!(seen, names, "every entry exactly once");
+    // Reading from the start again asks the plugin again, and sees what changed.
+    c.walk(1, 2, "").await.unwrap();
+    c.rpc(Tlcreate {
+        fid: 2,
+        name: "late".into(),
+        flags: open::RDWR,
+        mode: 0o644,
+        gid: 0,
+    })
+    .await
+    .unwrap();
+    let before = plugin.calls();
+    let again = c.readdir_all(1, 1024).await.unwrap();
+    assert_eq!(plugin.calls() - before, 1);
+    assert_eq!(again.len(), 601);
+    assert!(again.iter().any(|e| e.name == "late"));
+}
+
+#[test]
+fn a_plugins_compiled_code_is_kept_in_the_module_cache_and_reused() {
+    let memfs = c_plugin(&repo("examples/plugins/memfs.c"));
+    let probe = guest("plugin_probe");
+    let cache = tempfile::tempdir().unwrap();
+    let artifacts = || {
+        let mut found: Vec<(PathBuf, std::time::SystemTime)> = std::fs::read_dir(cache.path())
+            .map(|d| {
+                d.map(|e| e.unwrap().path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+                    .map(|p| {
+                        let modified = p.metadata().unwrap().modified().unwrap();
+                        (p, modified)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.sort();
+        found
+    };
+    let run = |extra: &[&str]| {
+        let mut args: Vec<String> = vec!["run".into()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend([
+            "--mount".into(),
+            format!("type=plugin,component={},target=/p", memfs.display()),
+            probe.display().to_string(),
+            "read:/p/README".into(),
+        ]);
+        let out = wasm9p(&args);
+        assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+        assert!(text(&out).0.contains("memfs"), "{:?}", text(&out));
+    };
+    let dir = cache.path().display().to_string();
+    run(&["--module-cache", &dir]);
+    let first = artifacts();
+    assert_eq!(
+        first.len(),
+        2,
+        "the guest's and the plugin's code: {first:?}"
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    run(&["--module-cache", &dir]);
+    let second = artifacts();
+    assert_eq!(
+        second.iter().map(|a| &a.0).collect::<Vec<_>>(),
+        first.iter().map(|a| &a.0).collect::<Vec<_>>(),
+        "nothing compiled anew"
+    );
+    assert!(
+        second.iter().zip(&first).all(|(s, f)| s.1 > f.1),
+        "both artifacts were used again (a hit refreshes the mtime)"
+    );
+    // --no-module-cache keeps nothing, for plugins either.
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .env("WASM9P_CACHE_DIR", empty.path())
+        .args([
+            "run",
+            "--no-module-cache",
+            "--mount",
+            &format!("type=plugin,component={},target=/p", memfs.display()),
+            &probe.display().to_string(),
+            "read:/p/README",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
 }

@@ -169,6 +169,8 @@ struct Host {
     mounts: MountTable,
     program: Runner,
     grants: Vec<MountGrant>,
+    /// Where guests and plugins keep their compiled code.
+    module_cache: ModuleCache,
     started: Instant,
     runtime: tokio::runtime::Runtime,
 }
@@ -177,7 +179,12 @@ impl Host {
     /// Mounts and module, or the exit code of a setup failure (already reported).
     fn prepare(args: &GuestArgs, path: &Path) -> Result<Host, ExitCode> {
         let started = Instant::now();
-        let table = args.namespace.table()?;
+        let cache = match (&args.module_cache, args.no_module_cache) {
+            (_, true) => ModuleCache::disabled(),
+            (Some(dir), false) => ModuleCache::at(dir),
+            (None, false) => ModuleCache::user_default(),
+        };
+        let table = args.namespace.table()?.module_cache(cache.clone());
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -188,11 +195,6 @@ impl Host {
         // One engine for both: components run as futures on the mounts' runtime, core
         // modules on plain threads.
         let engine = wasmtime::Engine::default();
-        let cache = match (&args.module_cache, args.no_module_cache) {
-            (_, true) => ModuleCache::disabled(),
-            (Some(dir), false) => ModuleCache::at(dir),
-            (None, false) => ModuleCache::user_default(),
-        };
         let link_error = |e: wasmtime::Error| {
             let why = format!("{e:#}");
             fail(
@@ -224,6 +226,7 @@ impl Host {
             mounts,
             program,
             grants: args.allow_mount.clone(),
+            module_cache: cache,
             started,
         })
     }
@@ -272,7 +275,8 @@ impl Host {
                 };
                 let result = self.runtime.block_on(async {
                     let mut fs = WasiP2Fs::new(ns).await;
-                    fs.allow_mounts(self.grants.clone()).await;
+                    fs.allow_mounts(self.grants.clone(), self.module_cache.clone())
+                        .await;
                     let ctx = WasiP2Ctx {
                         wasi: wasi.build(),
                         table: Default::default(),

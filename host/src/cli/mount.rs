@@ -27,8 +27,9 @@ pub struct MountArgs {
 /// unmounts) or until it is unmounted from outside (`umount`, `fusermount3 -u`).
 pub fn mount(args: MountArgs) -> ExitCode {
     let started = Instant::now();
+    // Plugin mounts keep their compiled code where guests' goes by default.
     let table = match args.namespace.table() {
-        Ok(table) => table,
+        Ok(table) => table.module_cache(crate::module_cache::ModuleCache::user_default()),
         Err(code) => return code,
     };
     if !args.mountpoint.is_dir() {

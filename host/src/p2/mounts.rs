@@ -20,6 +20,7 @@ use std::sync::Arc;
 use wasm9p_guest_fs::backend::ninep::NinepFs;
 
 use super::FsView;
+use crate::module_cache::ModuleCache;
 use crate::mounts::{MountKind, MountSpec};
 
 pub(super) mod bindings {
@@ -137,6 +138,7 @@ impl MountGrant {
 #[derive(Default)]
 pub(crate) struct RuntimeMounts {
     pub(crate) grants: Vec<MountGrant>,
+    pub(crate) module_cache: ModuleCache,
     made: Vec<Made>,
     next_id: MountId,
 }
@@ -175,9 +177,10 @@ impl Host for FsView<'_> {
                 spec.target
             )));
         }
-        let (built, mut mounted) = crate::mounts::build(std::slice::from_ref(&spec))
-            .await
-            .map_err(|e| MountError::Unavailable(e.to_string()))?;
+        let (built, mut mounted) =
+            crate::mounts::build(std::slice::from_ref(&spec), &runtime.module_cache)
+                .await
+                .map_err(|e| MountError::Unavailable(e.to_string()))?;
         let backend = built.mounts()[0].backend.clone();
         let mut ns = (*self.fs.ns).clone();
         let index = ns

@@ -25,14 +25,16 @@
 mod serve;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use wasm9p_proto::Errno;
-use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Config, Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::module_cache::ModuleCache;
 
 pub use serve::serve;
 
@@ -119,6 +121,8 @@ pub struct PluginFs {
     /// Wakes a caller waiting for a free instance.
     available: tokio::sync::Semaphore,
     broken: AtomicBool,
+    /// Calls made into the plugin.
+    calls: AtomicU64,
     limits: PluginLimits,
     root: u64,
     writable: bool,
@@ -134,17 +138,20 @@ impl std::fmt::Debug for PluginFs {
 }
 
 impl PluginFs {
-    /// Compiles `component` and makes `instances` instances of it. The error is one
-    /// line for the user.
-    pub fn load(component: &Path, limits: PluginLimits) -> Result<PluginFs, String> {
+    /// Compiles `component` (or maps its compiled code from `cache`) and makes
+    /// `limits.instances` instances of it. The error is one line for the user.
+    pub fn load(
+        component: &Path,
+        limits: PluginLimits,
+        cache: &ModuleCache,
+    ) -> Result<PluginFs, String> {
         let name = component_name(component);
         let mut config = Config::new();
         config.consume_fuel(true);
         let engine = Engine::new(&config).map_err(|e| format!("{e:#}"))?;
-        let bytes = std::fs::read(component)
-            .map_err(|e| format!("cannot read {}: {e}", component.display()))?;
-        let component = Component::new(&engine, &bytes)
-            .map_err(|e| format!("{name} is not a component: {e:#}"))?;
+        let component = cache
+            .load_component(&engine, component, &|_| {})
+            .map_err(|e| e.to_string())?;
         let mut linker = Linker::<PluginState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| format!("{e:#}"))?;
         let pre = linker
@@ -179,6 +186,7 @@ impl PluginFs {
             available: tokio::sync::Semaphore::new(pool.len()),
             free: Mutex::new(pool),
             broken: AtomicBool::new(false),
+            calls: AtomicU64::new(0),
             limits,
             root,
             writable,
@@ -200,6 +208,11 @@ impl PluginFs {
         self.broken.load(Ordering::Relaxed)
     }
 
+    /// How many calls the host has made into the plugin so far (setup excluded).
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
     /// Runs `f` on a free instance, on a blocking thread, with a fresh fuel budget.
     async fn call<T: Send + 'static>(
         self: &Arc<Self>,
@@ -211,6 +224,7 @@ impl PluginFs {
             return Err(Errno::EIO);
         }
         let permit = self.available.acquire().await.map_err(|_| Errno::EIO)?;
+        self.calls.fetch_add(1, Ordering::Relaxed);
         let mut instance = self
             .free
             .lock()

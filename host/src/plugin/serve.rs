@@ -5,7 +5,10 @@
 //! replies go out through one writer. A fid is a plugin node plus the walk that reached
 //! it (ancestors and names, for `..`, `Trename` and `Tremove`). Node numbers are qid
 //! paths; a qid's version mixes the node's mtime and size, so that pages cached by a
-//! reader are dropped when the file changes. Tflush waits for the request it names.
+//! reader are dropped when the file changes. A Treaddir at offset 0 asks the plugin for
+//! the listing and keeps it with the fid; later offsets page through that snapshot (so a
+//! large directory costs one plugin call per pass, not one per reply). Tflush waits for
+//! the request it names.
 //! What a plugin cannot express (ownership, permission changes, setting times, xattrs,
 //! hard links, device nodes, locks) is EOPNOTSUPP.
 
@@ -19,7 +22,7 @@ use wasm9p_proto::consts::{getattr, open, qid as qt, AT_REMOVEDIR, VERSION_9P200
 use wasm9p_proto::transport::BoxStream;
 use wasm9p_proto::*;
 
-use super::{Attr, Kind, PluginFs};
+use super::{Attr, Dirent, Kind, PluginFs};
 
 /// Largest msize granted.
 const MAX_MSIZE: u32 = 1 << 20;
@@ -31,6 +34,9 @@ struct FidState {
     /// `(node, name)` of each step from the root: `..` pops, Trename needs the last.
     steps: Vec<(u64, String)>,
     open: Option<u32>,
+    /// The directory's listing as read at offset 0: later offsets page through this
+    /// snapshot instead of asking the plugin for the whole listing again.
+    listing: Option<Arc<Vec<Dirent>>>,
 }
 
 impl FidState {
@@ -215,6 +221,7 @@ impl Conn {
                         node: root,
                         steps: Vec::new(),
                         open: None,
+                        listing: None,
                     },
                 );
                 Rattach { qid }.into()
@@ -224,7 +231,11 @@ impl Conn {
                 if t.newfid != t.fid && self.fid(t.newfid).is_ok() {
                     return Err(Errno::EEXIST);
                 }
-                let mut at = FidState { open: None, ..from };
+                let mut at = FidState {
+                    open: None,
+                    listing: None,
+                    ..from
+                };
                 let mut wqids = Vec::new();
                 for (i, name) in t.wnames.iter().enumerate() {
                     let step = async {
@@ -295,6 +306,7 @@ impl Conn {
                     fs.set_size(state.node, 0).await?;
                 }
                 state.open = Some(t.flags);
+                state.listing = None;
                 let qid = self.qid(state.node).await?;
                 self.set_fid(t.fid, state);
                 Rlopen { qid, iounit: 0 }.into()
@@ -319,8 +331,18 @@ impl Conn {
                 Rwrite { count }.into()
             }
             Message::Treaddir(t) => {
-                let node = self.fid(t.fid)?.node;
-                let entries = fs.readdir(node).await?;
+                let state = self.fid(t.fid)?;
+                let entries = match &state.listing {
+                    Some(listing) if t.offset > 0 => listing.clone(),
+                    _ => {
+                        let listing = Arc::new(fs.readdir(state.node).await?);
+                        let mut fids = self.fids.lock().unwrap_or_else(|e| e.into_inner());
+                        if let Some(state) = fids.get_mut(&t.fid) {
+                            state.listing = Some(listing.clone());
+                        }
+                        listing
+                    }
+                };
                 let mut packer = DirEntryPacker::new(t.count as usize);
                 for (i, e) in entries.iter().enumerate().skip(t.offset as usize) {
                     let entry = DirEntry {
