@@ -279,6 +279,39 @@ impl Mounted {
     pub fn stats(&self) -> Option<MountStats> {
         self.ninep.as_ref().map(|fs| fs.stats())
     }
+
+    /// This mount's entry in `--stats`: target, type, RPCs by type, failed walks, cache
+    /// hits and reconnects.
+    pub fn stats_json(&self) -> serde_json::Value {
+        use serde_json::{json, Map};
+        let stats = self.stats();
+        let mut rpc = Map::new();
+        let mut cache = json!({
+            "dentry_hits": 0, "dentry_misses": 0, "negative_hits": 0, "symlink_hits": 0,
+            "attr_hits": 0, "page_hits": 0, "page_misses": 0,
+        });
+        if let Some(s) = &stats {
+            for (name, n) in &s.rpc {
+                rpc.insert((*name).to_owned(), json!(n));
+            }
+            let c = &s.cache;
+            cache = json!({
+                "dentry_hits": c.dentry_hits, "dentry_misses": c.dentry_misses,
+                "negative_hits": c.negative_hits, "symlink_hits": c.symlink_hits,
+                "attr_hits": c.attr_hits, "page_hits": c.page_hits, "page_misses": c.page_misses,
+            });
+        }
+        rpc.insert(
+            "total".into(),
+            json!(stats.as_ref().map_or(0, |s| s.rpc_total)),
+        );
+        let failed_walks = stats.as_ref().map_or(0, |s| s.failed_walks);
+        let r = stats.as_ref().map(|s| s.reconnect).unwrap_or_default();
+        let reconnect = json!({ "reconnects": r.reconnects, "retried": r.retried,
+                                "failed": r.failed, "stale_fids": r.stale_fids });
+        json!({ "target": self.spec.target, "type": self.spec.type_name(), "rpc": rpc,
+                "failed_walks": failed_walks, "cache": cache, "reconnect": reconnect })
+    }
 }
 
 /// The 9p client and its caches over an in-process server's end of a duplex.
@@ -300,8 +333,8 @@ async fn attach_in_process(
 }
 
 /// Makes every mount and the namespace holding them. Must run inside a tokio runtime
-/// (9p sessions and the embedded server run on it).
-/// Plugin components' compiled code is kept in `cache`.
+/// (9p sessions and the embedded server run on it). Plugin components' compiled code is
+/// kept in `cache`.
 pub async fn build(
     specs: &[MountSpec],
     cache: &ModuleCache,
@@ -388,37 +421,8 @@ pub async fn build(
 
 /// The `--stats` JSON of the CLI contract.
 pub fn stats_json(mounts: &[Mounted], guests: u64, wall_ms: u64) -> serde_json::Value {
-    use serde_json::{json, Map, Value};
-    let mounts: Vec<Value> = mounts
-        .iter()
-        .map(|m| {
-            let stats = m.stats();
-            let mut rpc = Map::new();
-            let mut cache = json!({
-                "dentry_hits": 0, "dentry_misses": 0, "negative_hits": 0, "symlink_hits": 0,
-                "attr_hits": 0, "page_hits": 0, "page_misses": 0,
-            });
-            if let Some(s) = &stats {
-                for (name, n) in &s.rpc {
-                    rpc.insert((*name).to_owned(), json!(n));
-                }
-                let c = &s.cache;
-                cache = json!({
-                    "dentry_hits": c.dentry_hits, "dentry_misses": c.dentry_misses,
-                    "negative_hits": c.negative_hits, "symlink_hits": c.symlink_hits,
-                    "attr_hits": c.attr_hits, "page_hits": c.page_hits, "page_misses": c.page_misses,
-                });
-            }
-            rpc.insert("total".into(), json!(stats.as_ref().map_or(0, |s| s.rpc_total)));
-            let failed_walks = stats.as_ref().map_or(0, |s| s.failed_walks);
-            let r = stats.as_ref().map(|s| s.reconnect).unwrap_or_default();
-            let reconnect = json!({ "reconnects": r.reconnects, "retried": r.retried,
-                                    "failed": r.failed, "stale_fids": r.stale_fids });
-            json!({ "target": m.spec.target, "type": m.spec.type_name(), "rpc": rpc,
-                    "failed_walks": failed_walks, "cache": cache, "reconnect": reconnect })
-        })
-        .collect();
-    json!({ "mounts": mounts, "guests": guests, "wall_ms": wall_ms })
+    let mounts: Vec<serde_json::Value> = mounts.iter().map(Mounted::stats_json).collect();
+    serde_json::json!({ "mounts": mounts, "guests": guests, "wall_ms": wall_ms })
 }
 
 /// A host's mounts: the namespace guests see, and what was mounted (for counters).

@@ -290,9 +290,14 @@ fn a_component_mounts_an_export_and_a_plugin_at_run_time_within_its_grants() {
         memfs.display()
     );
     let denied = "type=bind,source=/etc,target=/mnt/etc".to_string();
+    let stats_file = tempfile::NamedTempFile::new().unwrap();
+    let stats = || -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(stats_file.path()).unwrap()).unwrap()
+    };
     let run = |grants: &[String]| {
         let mut args = vec![
             "run".to_string(),
+            format!("--stats={}", stats_file.path().display()),
             "--dir".into(),
             format!("{}::/home", home.path().display()),
         ];
@@ -341,6 +346,24 @@ fn a_component_mounts_an_export_and_a_plugin_at_run_time_within_its_grants() {
     assert!(stdout.contains("mount nonsense: bad-spec: "), "{stdout}");
     // Nothing was written outside what was mounted.
     assert!(std::fs::read_dir(home.path()).unwrap().next().is_none());
+    // --stats lists what the guest mounted, with its final counters: the export when
+    // it was unmounted, memfs when the guest ended.
+    let made = stats()["runtime_mounts"].as_array().unwrap().clone();
+    assert_eq!(made.len(), 2, "{made:?}");
+    for (entry, (target, ty, spec)) in made.iter().zip([
+        ("/mnt/data", "9p", &ninep),
+        ("/mnt/scratch", "plugin", &plugin),
+    ]) {
+        assert_eq!(entry["target"], target, "{entry}");
+        assert_eq!(entry["type"], ty, "{entry}");
+        assert_eq!(entry["spec"], spec.as_str(), "{entry}");
+        assert!(
+            entry["guest"].as_str().unwrap().contains("sandbox_mounts"),
+            "{entry}"
+        );
+        assert!(entry["rpc"]["total"].as_u64().unwrap() > 0, "{entry}");
+    }
+    assert!(made[1]["rpc"]["write"].as_u64().unwrap() > 0, "{}", made[1]);
 
     // The same guest with a grant elsewhere, and with none: every mount is denied, and
     // the guest goes on (a typed error, never a trap).
@@ -364,6 +387,16 @@ fn a_component_mounts_an_export_and_a_plugin_at_run_time_within_its_grants() {
             stdout.contains(&format!("read /mnt/data/hello.txt: {read}")),
             "{grants:?}: {stdout}"
         );
+        let listed = stats().get("runtime_mounts").cloned();
+        if grants.is_empty() {
+            assert_eq!(listed, None, "nothing to list without --allow-mount");
+        } else {
+            assert_eq!(
+                listed,
+                Some(serde_json::json!([])),
+                "every mount was denied"
+            );
+        }
     }
 }
 

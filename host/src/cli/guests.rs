@@ -20,7 +20,7 @@ use super::{fail, first_line, parse_env, say, EXIT_USAGE};
 use crate::module_cache::{ModuleCache, Program, Progress};
 use crate::mounts::{MountSpec, MountTable, MountTableBuilder};
 use crate::p1::{Input, Output, P1Program, WasiP1Ctx};
-use crate::p2::{MountGrant, P2Program, WasiP2Ctx, WasiP2Fs};
+use crate::p2::{MountGrant, P2Program, RuntimeMountRecord, WasiP2Ctx, WasiP2Fs};
 
 /// What a guest runs as.
 enum Runner {
@@ -171,6 +171,8 @@ struct Host {
     grants: Vec<MountGrant>,
     /// Where guests and plugins keep their compiled code.
     module_cache: ModuleCache,
+    /// The mounts guests made at run time, as they went (for `--stats`).
+    runtime_mounts: RuntimeMountRecord,
     started: Instant,
     runtime: tokio::runtime::Runtime,
 }
@@ -227,6 +229,7 @@ impl Host {
             program,
             grants: args.allow_mount.clone(),
             module_cache: cache,
+            runtime_mounts: Default::default(),
             started,
         })
     }
@@ -277,6 +280,9 @@ impl Host {
                     let mut fs = WasiP2Fs::new(ns).await;
                     fs.allow_mounts(self.grants.clone(), self.module_cache.clone())
                         .await;
+                    if !self.grants.is_empty() {
+                        fs.record_runtime_mounts(self.runtime_mounts.clone(), argv.join(" "));
+                    }
                     let ctx = WasiP2Ctx {
                         wasi: wasi.build(),
                         table: Default::default(),
@@ -289,10 +295,19 @@ impl Host {
         }
     }
 
-    /// The `--stats` JSON as of now.
+    /// The `--stats` JSON as of now; with `--allow-mount`, `runtime_mounts` lists the
+    /// mounts guests made, as they went.
     fn stats_now(&self, guests: u64) -> serde_json::Value {
         let wall_ms = self.started.elapsed().as_millis() as u64;
-        self.mounts.stats_json(guests, wall_ms)
+        let mut stats = self.mounts.stats_json(guests, wall_ms);
+        if !self.grants.is_empty() {
+            let made = self
+                .runtime_mounts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            stats["runtime_mounts"] = made.clone().into();
+        }
+        stats
     }
 }
 
@@ -438,7 +453,15 @@ pub fn batch(args: BatchArgs) -> ExitCode {
             started.elapsed().as_secs_f64()
         ));
         let after = host.stats_now((total * pass) as u64);
-        pass_stats.push(counters_added(&after, &snapshot));
+        let mut added = counters_added(&after, &snapshot);
+        // Mounts made at run time are listed once, in the pass that made them.
+        if let (Some(now), Some(before)) = (
+            after["runtime_mounts"].as_array(),
+            snapshot["runtime_mounts"].as_array(),
+        ) {
+            added["runtime_mounts"] = now[before.len().min(now.len())..].to_vec().into();
+        }
+        pass_stats.push(added);
         snapshot = after;
     }
     snapshot["passes"] = serde_json::Value::Array(pass_stats);

@@ -32,7 +32,7 @@ pub use bindings::wasi::filesystem::types::ErrorCode;
 pub type FsError = wasmtime_wasi::TrappableError<ErrorCode>;
 
 pub use filesystem::{Descriptor, DirectoryStream};
-pub use mounts::MountGrant;
+pub use mounts::{MountGrant, RuntimeMountRecord};
 
 /// A component's filesystem: a namespace and the directories preopened from it.
 pub struct WasiP2Fs {
@@ -73,6 +73,12 @@ impl WasiP2Fs {
         }
         self.runtime_mounts.grants = grants;
         self.runtime_mounts.module_cache = cache;
+    }
+
+    /// Records each mount the guest makes in `record` when it goes (unmounted, or the
+    /// guest ended), as its `--stats` entry labelled `guest`.
+    pub fn record_runtime_mounts(&mut self, record: RuntimeMountRecord, guest: impl Into<String>) {
+        self.runtime_mounts.record = Some((record, guest.into()));
     }
 
     fn opened(&self, file: &Arc<dyn wasm9p_guest_fs::backend::OpenFile>) {

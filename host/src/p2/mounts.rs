@@ -15,13 +15,11 @@
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
-
-use wasm9p_guest_fs::backend::ninep::NinepFs;
+use std::sync::{Arc, Mutex};
 
 use super::FsView;
 use crate::module_cache::ModuleCache;
-use crate::mounts::{MountKind, MountSpec};
+use crate::mounts::{MountKind, MountSpec, Mounted};
 
 pub(super) mod bindings {
     #![allow(missing_docs)]
@@ -139,6 +137,8 @@ impl MountGrant {
 pub(crate) struct RuntimeMounts {
     pub(crate) grants: Vec<MountGrant>,
     pub(crate) module_cache: ModuleCache,
+    /// Where made mounts are recorded when they go, with the guest's label.
+    pub(crate) record: Option<(RuntimeMountRecord, String)>,
     made: Vec<Made>,
     next_id: MountId,
 }
@@ -147,18 +147,48 @@ struct Made {
     id: MountId,
     /// Its index in the guest's namespace.
     index: usize,
-    target: String,
-    kind: &'static str,
+    /// The SPEC as the guest wrote it.
     spec: String,
-    ninep: Option<Arc<NinepFs>>,
+    mounted: Mounted,
+}
+
+/// Where the mounts guests made at run time are recorded as they go (unmounted, or
+/// their guest ended): each one's `--stats` entry, with `"spec"` (as the guest wrote it)
+/// and `"guest"` (the label given to [`super::WasiP2Fs::record_runtime_mounts`]) added.
+pub type RuntimeMountRecord = Arc<Mutex<Vec<serde_json::Value>>>;
+
+impl Made {
+    fn record(&self, guest: &str) -> serde_json::Value {
+        let mut entry = self.mounted.stats_json();
+        entry["spec"] = self.spec.clone().into();
+        entry["guest"] = guest.into();
+        entry
+    }
 }
 
 impl RuntimeMounts {
+    /// Records `made` where asked, if asked.
+    fn record(&self, made: &Made) {
+        if let Some((record, guest)) = &self.record {
+            let entry = made.record(guest);
+            record.lock().unwrap_or_else(|e| e.into_inner()).push(entry);
+        }
+    }
+
     fn find(&self, id: MountId) -> Result<&Made, MountError> {
         self.made
             .iter()
             .find(|m| m.id == id)
             .ok_or(MountError::NoSuchMount)
+    }
+}
+
+impl Drop for RuntimeMounts {
+    /// The guest is gone: record what it still had mounted.
+    fn drop(&mut self) {
+        for made in &self.made {
+            self.record(made);
+        }
     }
 }
 
@@ -190,13 +220,12 @@ impl Host for FsView<'_> {
         let runtime = &mut self.fs.runtime_mounts;
         runtime.next_id += 1;
         let id = runtime.next_id;
+        let mounted = mounted.pop().expect("one spec built, one mount made");
         runtime.made.push(Made {
             id,
             index,
-            target: spec.target.clone(),
-            kind: spec.type_name(),
             spec: text,
-            ninep: mounted.pop().and_then(|m| m.ninep),
+            mounted,
         });
         Ok(id)
     }
@@ -206,7 +235,11 @@ impl Host for FsView<'_> {
         let mut ns = (*self.fs.ns).clone();
         ns.detach(index).map_err(|_| MountError::NoSuchMount)?;
         self.fs.ns = Arc::new(ns);
-        self.fs.runtime_mounts.made.retain(|m| m.id != id);
+        let runtime = &mut self.fs.runtime_mounts;
+        if let Some(at) = runtime.made.iter().position(|m| m.id == id) {
+            let made = runtime.made.remove(at);
+            runtime.record(&made);
+        }
         Ok(())
     }
 
@@ -217,8 +250,8 @@ impl Host for FsView<'_> {
             .iter()
             .map(|m| MountInfo {
                 id: m.id,
-                target: m.target.clone(),
-                kind: m.kind.into(),
+                target: m.mounted.spec.target.clone(),
+                kind: m.mounted.spec.type_name().into(),
                 spec: m.spec.clone(),
             })
             .collect()
@@ -226,7 +259,7 @@ impl Host for FsView<'_> {
 
     async fn stats(&mut self, id: MountId) -> Result<MountStats, MountError> {
         let made = self.fs.runtime_mounts.find(id)?;
-        let Some(s) = made.ninep.as_ref().map(|fs| fs.stats()) else {
+        let Some(s) = made.mounted.stats() else {
             return Ok(MountStats {
                 rpc: Vec::new(),
                 rpc_total: 0,
