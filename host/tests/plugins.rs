@@ -323,6 +323,8 @@ fn a_component_mounts_an_export_and_a_plugin_at_run_time_within_its_grants() {
     let expected = [
         "mount data: ok",
         "read /mnt/data/hello.txt: hello from 9p",
+        "preopens: / /home",
+        "wasi:filesystem stat /mnt/data/hello.txt: 14 bytes",
         "mount scratch: ok",
         &format!("read /mnt/scratch/README: {}", README.trim_end()),
         "write scratch: ok",

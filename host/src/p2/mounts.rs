@@ -27,6 +27,13 @@ pub(super) mod bindings {
         path: "../wit",
         world: "wasm9p:fs/sandbox",
         imports: { default: async },
+        // The world's wasi:filesystem is ours (super::bindings), over wasmtime-wasi's
+        // io and clocks: only `mounts` is generated here.
+        with: {
+            "wasi:io": wasmtime_wasi::p2::bindings::io,
+            "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+            "wasi:filesystem": crate::p2::bindings::wasi::filesystem,
+        },
     });
 }
 

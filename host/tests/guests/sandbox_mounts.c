@@ -1,6 +1,8 @@
 // A component of the `sandbox` world (wit/fs.wit): mounts a 9p export and a plugin at
 // run time through wasm9p:fs/mounts, reads and writes through both, lists them, reads
 // their counters, is refused what the host did not allow, and unmounts with a file open.
+// It also calls the world's own wasi:filesystem import (not only wasi-libc's): the
+// preopens, and a stat through `/` of what it mounted.
 //
 // usage: sandbox_mounts NINEP_SPEC PLUGIN_SPEC DENIED_SPEC
 #include <errno.h>
@@ -48,10 +50,42 @@ static void show_file(const char *path) {
     printf("read %s: %s", path, buf);
 }
 
+// Through the world's wasi:filesystem import: the preopens' names, and the size of
+// PATH (absolute) found from the `/` preopen.
+static void wasi_stat(const char *path) {
+    wasi_filesystem_preopens_list_tuple2_own_descriptor_string_t dirs;
+    wasi_filesystem_preopens_get_directories(&dirs);
+    printf("preopens:");
+    int root = -1;
+    for (size_t i = 0; i < dirs.len; i++) {
+        sandbox_string_t *name = &dirs.ptr[i].f1;
+        printf(" %.*s", (int)name->len, (const char *)name->ptr);
+        if (name->len == 1 && name->ptr[0] == '/') root = (int)i;
+    }
+    printf("\n");
+    if (root >= 0) {
+        sandbox_string_t rel;
+        sandbox_string_dup(&rel, path + 1);
+        wasi_filesystem_types_descriptor_stat_t st;
+        wasi_filesystem_types_error_code_t code;
+        wasi_filesystem_types_borrow_descriptor_t dir =
+            wasi_filesystem_types_borrow_descriptor(dirs.ptr[root].f0);
+        if (wasi_filesystem_types_method_descriptor_stat_at(dir, WASI_FILESYSTEM_TYPES_PATH_FLAGS_SYMLINK_FOLLOW, &rel,
+                                                            &st, &code))
+            printf("wasi:filesystem stat %s: %llu bytes\n", path, (unsigned long long)st.size);
+        else
+            printf("wasi:filesystem stat %s: error-code %d\n", path, (int)code);
+        sandbox_string_free(&rel);
+    }
+    for (size_t i = 0; i < dirs.len; i++) wasi_filesystem_types_descriptor_drop_own(dirs.ptr[i].f0);
+    wasi_filesystem_preopens_list_tuple2_own_descriptor_string_free(&dirs);
+}
+
 int main(int argc, char **argv) {
     if (argc != 4) return 2;
     int data = mount_spec("data", argv[1]);
     show_file("/mnt/data/hello.txt");
+    wasi_stat("/mnt/data/hello.txt");
     int scratch = mount_spec("scratch", argv[2]);
     show_file("/mnt/scratch/README");
     int fd = open("/mnt/scratch/note", O_WRONLY | O_CREAT | O_TRUNC, 0644);
