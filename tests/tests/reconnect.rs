@@ -255,3 +255,115 @@ async fn connections_cut_again_and_again_lose_no_acknowledged_write() {
         assert!(written.len() >= 20, "{cache}: most writes get through");
     }
 }
+
+/// A relay to `upstream` whose first connection never passes a Tclunk on (so none is
+/// answered) until [`ClunkEater::cut`] closes it; later connections relay everything.
+struct ClunkEater {
+    addr: Addr,
+    cut: Arc<tokio::sync::Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ClunkEater {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ClunkEater {
+    async fn start(upstream: &Addr) -> ClunkEater {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::net::{TcpListener, TcpStream};
+        let upstream = upstream.to_string();
+        let upstream = upstream.strip_prefix("tcp:").unwrap().to_string();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(tokio::sync::Notify::new());
+        let cut_first = cut.clone();
+        let task = tokio::spawn(async move {
+            let mut first = true;
+            while let Ok((client, _)) = listener.accept().await {
+                let server = TcpStream::connect(&upstream).await.unwrap();
+                let (mut from_client, mut to_client) = client.into_split();
+                let (mut from_server, mut to_server) = server.into_split();
+                let replies = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut from_server, &mut to_client).await;
+                });
+                let eat = std::mem::take(&mut first);
+                let cut = cut_first.clone();
+                tokio::spawn(async move {
+                    let requests = async {
+                        let mut head = [0u8; 5];
+                        loop {
+                            from_client.read_exact(&mut head).await?;
+                            let size = u32::from_le_bytes(head[..4].try_into().unwrap());
+                            let mut rest = vec![0u8; size as usize - 5];
+                            from_client.read_exact(&mut rest).await?;
+                            if eat && head[4] == 120 {
+                                continue; // Tclunk
+                            }
+                            to_server.write_all(&head).await?;
+                            to_server.write_all(&rest).await?;
+                        }
+                        #[allow(unreachable_code)]
+                        Ok::<(), std::io::Error>(())
+                    };
+                    if eat {
+                        tokio::select! {
+                            _ = requests => {}
+                            _ = cut.notified() => {}
+                        }
+                    } else {
+                        let _ = requests.await;
+                    }
+                    // Both directions close: the client sees the connection go.
+                    replies.abort();
+                });
+            }
+        });
+        ClunkEater {
+            addr: Addr::Tcp {
+                host: "127.0.0.1".into(),
+                port,
+            },
+            cut,
+            task,
+        }
+    }
+
+    fn cut(&self) {
+        self.cut.notify_one();
+    }
+}
+
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fid_whose_clunk_went_unanswered_is_retired_until_a_reconnect_gives_it_back() {
+    let dir = Tree::build(&[Tree::file("a", "alpha")]);
+    let server = serve_on(dir.path(), "tcp:127.0.0.1:0");
+    let eater = ClunkEater::start(&server.addr).await;
+    let (ns, fs) = mount(&eater.addr, "none", Duration::from_secs(1)).await;
+    let session = fs.session().clone();
+    // Reading the file walks a fid to it; its clunk is never answered.
+    assert_eq!(&ns.read("/a").await.unwrap()[..], b"alpha");
+    eventually("a clunk timed out", || session.lost_fids() >= 1).await;
+    let lost = session.lost_fids();
+    eater.cut();
+    // The next call waits for the new connection, where the lost numbers are free.
+    assert_eq!(&ns.read("/a").await.unwrap()[..], b"alpha");
+    assert_eq!(fs.stats().reconnect.reconnects, 1);
+    assert_eq!(session.lost_fids(), 0, "{lost} lost before the reconnect");
+    // And they are used again without clashing with anything bound on the server.
+    for _ in 0..20 {
+        assert_eq!(&ns.read("/a").await.unwrap()[..], b"alpha");
+        assert_eq!(ns.getattr("/a", true).await.unwrap().size, 5);
+    }
+    assert_eq!(session.lost_fids(), 0);
+}

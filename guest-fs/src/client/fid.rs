@@ -8,14 +8,16 @@ use wasm9p_proto::{Errno, Message, Qid, Tclunk, Twalk};
 use super::session::Session;
 
 /// Hands out fid numbers; a number comes back only after its Tclunk was answered.
-/// One whose Tclunk got no answer is never handed out again: the server may still
-/// have it bound, and a walk to it would fail (or worse, succeed on the wrong file).
+/// One whose Tclunk got no answer is not handed out again on that connection: the
+/// server may still have it bound, and a walk to it would fail (or worse, succeed on
+/// the wrong file). A new connection (a reconnect) starts with no fid bound but those
+/// the session restores, so the lost numbers come back then.
 #[derive(Debug, Default)]
 pub(crate) struct FidPool {
     next: u32,
     free: Vec<u32>,
     live: usize,
-    lost: usize,
+    lost: Vec<u32>,
 }
 
 impl FidPool {
@@ -37,10 +39,15 @@ impl FidPool {
         self.free.push(fid);
     }
 
-    /// Retires a number for good (its clunk was not answered): it is not put back.
-    pub(crate) fn lose(&mut self) {
+    /// Retires a number whose clunk was not answered, until [`FidPool::reclaim_lost`].
+    pub(crate) fn lose(&mut self, fid: u32) {
         self.live -= 1;
-        self.lost += 1;
+        self.lost.push(fid);
+    }
+
+    /// The connection those numbers were lost on is gone: they are free again.
+    pub(crate) fn reclaim_lost(&mut self) {
+        self.free.append(&mut self.lost);
     }
 
     pub(crate) fn live(&self) -> usize {
@@ -48,7 +55,7 @@ impl FidPool {
     }
 
     pub(crate) fn lost(&self) -> usize {
-        self.lost
+        self.lost.len()
     }
 }
 
@@ -228,7 +235,7 @@ impl Drop for Fid {
         // The number is reused only once the server has answered the clunk (or the
         // session is gone, taking every fid with it).
         session.inner.runtime.clone().spawn(async move {
-            let result = session.call(Tclunk { fid: id }.into()).await;
+            let result = session.call_once_connected(Tclunk { fid: id }.into()).await;
             session.inner.clunked(id, &result);
         });
     }

@@ -1,24 +1,25 @@
-//! The session: handshake, tag pool, the reader and writer tasks, cancellation.
+//! The session: handshake, tag pool, starting calls, cancellation. The connection under
+//! it (reader and writer tasks, replies, losing it) is `link`.
 
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use bytes::BytesMut;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 use wasm9p_proto::consts::{DEFAULT_MSIZE, MIN_MSIZE, NOFID, NOTAG};
-use wasm9p_proto::transport::{connect, write_segments, BoxStream};
+use wasm9p_proto::transport::{connect, BoxStream};
 use wasm9p_proto::{
-    encode_frame, encode_frame_head, Addr, Errno, FrameDecoder, Message, Rattach, Rclunk, Tattach,
-    Tflush,
+    encode_frame, encode_frame_head, Addr, Errno, Message, Rattach, Tattach, Tflush,
 };
 
 use super::fid::{Fid, FidPool};
 use super::reconnect::{self, Effect, Recipes, Wire};
+
+mod link;
 
 /// How a session behaves.
 #[derive(Clone, Debug)]
@@ -334,7 +335,8 @@ impl Session {
     }
 
     /// Fid numbers retired because their Tclunk was never answered (each may still be
-    /// bound on the server; they are not reused).
+    /// bound on the server): not reused on this connection, free again after a
+    /// reconnect.
     pub fn lost_fids(&self) -> usize {
         self.inner
             .fids
@@ -375,6 +377,14 @@ impl Session {
     /// Sends one request and waits for its reply; Rlerror becomes `Err`.
     pub(crate) async fn call(&self, msg: Message) -> Result<Message, Errno> {
         self.start(msg).await?.wait().await
+    }
+
+    /// Like [`Session::call`], but waits out a reconnect however long it takes (the
+    /// supervisor gives up within the session timeout, and the session dies): for a
+    /// Tclunk, whose ETIMEDOUT must mean "sent, not answered", never "not sent".
+    pub(crate) async fn call_once_connected(&self, msg: Message) -> Result<Message, Errno> {
+        while self.inner.until_connected().await.is_err() {}
+        self.call(msg).await
     }
 
     /// Sends one request; the returned handle waits for the reply. Starting several
@@ -421,6 +431,8 @@ impl Session {
                 if stale {
                     return Err(Errno::ESTALE);
                 }
+                // Even if no tag is left to send it: a clunk that fails here has its
+                // number retired until a reconnect, which must not restore the fid.
                 recipes.on_send(&msg);
                 (reconnect::retryable(&msg), Effect::of(&msg))
             }
@@ -506,11 +518,13 @@ impl Inner {
 
     /// The Tclunk of `fid` ended with `result`: any answer (an error too: the server
     /// forgets a fid whatever its clunk answers) or a dead session frees the number; no
-    /// answer retires it.
+    /// answer, or no tag to send it with, retires it until the next reconnect.
     pub(crate) fn clunked(&self, fid: u32, result: &Result<Message, Errno>) {
+        // (`state` before `fids`, as `resume` takes them.)
+        let dead = self.is_dead();
         let mut pool = self.fids.lock().unwrap_or_else(|e| e.into_inner());
         match result {
-            Err(Errno::ETIMEDOUT) if !self.is_dead() => pool.lose(),
+            Err(Errno::ETIMEDOUT | Errno::EAGAIN) if !dead => pool.lose(fid),
             _ => pool.free(fid),
         }
     }
@@ -559,293 +573,4 @@ impl Inner {
         encode_frame(flush_tag, &Tflush { oldtag: tag }.into(), &mut frame);
         let _ = st.out.send((frame.freeze(), None));
     }
-
-    /// Routes one reply to whoever waits for it.
-    fn deliver(
-        &self,
-        tag: u16,
-        body: Result<Message, wasm9p_proto::DecodeError>,
-        epoch: u64,
-    ) -> Result<(), String> {
-        let mut st = lock(&self.state);
-        if st.epoch != epoch {
-            return Err("connection replaced".into());
-        }
-        match st.pending.remove(&tag) {
-            None => Err(format!("reply with unknown tag {tag}")),
-            Some(Pending::Waiting {
-                expect, tx, effect, ..
-            }) => {
-                st.free_tag(tag);
-                if let (Some(recipes), Ok(reply)) = (&mut st.recipes, &body) {
-                    if reply.type_id() == expect {
-                        recipes.apply(effect, reply, epoch);
-                    }
-                }
-                drop(st);
-                let result = match body {
-                    Ok(Message::Rlerror(e)) => Err(Errno(e.ecode)),
-                    Ok(m) if m.type_id() == expect => Ok(m),
-                    Ok(m) => {
-                        tracing::warn!(
-                            "9p: {} in reply to a request expecting type {expect}",
-                            m.name()
-                        );
-                        Err(Errno::EIO)
-                    }
-                    Err(e) => {
-                        tracing::warn!("9p: undecodable reply: {e}");
-                        Err(Errno::EIO)
-                    }
-                };
-                let _ = tx.send(result);
-                Ok(())
-            }
-            Some(Pending::Abandoned) => {
-                // The reply to a flushed request: the tag waits for Rflush.
-                st.pending.insert(tag, Pending::Abandoned);
-                Ok(())
-            }
-            Some(Pending::Flush { old }) => {
-                st.pending.remove(&old);
-                st.free_tag(old);
-                st.free_tag(tag);
-                Ok(())
-            }
-        }
-    }
-
-    /// The connection is gone: every waiter gets EIO now, later calls get it at once.
-    pub(crate) fn kill(&self, why: &str) {
-        let mut st = lock(&self.state);
-        if st.dead {
-            return;
-        }
-        st.dead = true;
-        let pending = std::mem::take(&mut st.pending);
-        drop(st);
-        if self.is_closing() {
-            tracing::debug!("9p session closed: {why}");
-        } else {
-            tracing::warn!("9p session lost: {why}");
-        }
-        for (_, p) in pending {
-            if let Pending::Waiting { tx, .. } = p {
-                let _ = tx.send(Err(Errno::EIO));
-            }
-        }
-        self.permits.close();
-        self.reconnecting.store(false, Ordering::Release);
-        self.link_changed.notify_waiters();
-    }
-
-    /// Starts the reader and writer tasks of connection `epoch`.
-    fn spawn_link(
-        self: &Arc<Self>,
-        wire: Wire,
-        out: mpsc::UnboundedReceiver<reconnect::Frame>,
-        epoch: u64,
-    ) {
-        let (stream, decoder, buf) = wire.into_parts();
-        let (reader, writer) = tokio::io::split(stream);
-        let weak = Arc::downgrade(self);
-        tokio::spawn(read_loop(weak.clone(), reader, decoder, buf, epoch));
-        tokio::spawn(write_loop(weak, writer, out, epoch));
-    }
-
-    /// Waits while a lost connection is being restored (at most the session timeout).
-    async fn until_connected(&self) -> Result<(), Errno> {
-        while self.reconnecting.load(Ordering::Acquire) {
-            let changed = self.link_changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            if !self.reconnecting.load(Ordering::Acquire) {
-                break;
-            }
-            if tokio::time::timeout(self.config.timeout, changed)
-                .await
-                .is_err()
-            {
-                return Err(Errno::ETIMEDOUT);
-            }
-        }
-        // A session that gave up is dead: `start_with` says so.
-        Ok(())
-    }
-
-    /// Runs `f` on the recipes (reconnect is on whenever a supervisor runs).
-    pub(crate) fn with_recipes<T>(&self, f: impl FnOnce(&mut Recipes) -> T) -> T {
-        let mut st = lock(&self.state);
-        f(st.recipes.get_or_insert_with(Recipes::default))
-    }
-
-    /// A new connection `wire` is up and `restored` fids are bound on it: mark them,
-    /// send again what was waiting for it, start its tasks and let new calls through.
-    pub(crate) fn resume(self: &Arc<Self>, wire: Wire, restored: &[u32]) {
-        let mut st = lock(&self.state);
-        let epoch = st.epoch;
-        let Some(out) = st.next_out.take() else {
-            return;
-        };
-        let recipes = st.recipes.get_or_insert_with(Recipes::default);
-        recipes.restored(restored, epoch);
-        self.stale_fids
-            .store(recipes.stale(epoch) as u64, Ordering::Relaxed);
-        let mut failed = Vec::new();
-        let mut resend = Vec::new();
-        let tags: Vec<u16> = st.pending.keys().copied().collect();
-        for tag in tags {
-            let Some(Pending::Waiting {
-                epoch: sent_on,
-                retry: Some(frame),
-                ..
-            }) = st.pending.get_mut(&tag)
-            else {
-                continue;
-            };
-            if *sent_on == epoch {
-                continue;
-            }
-            *sent_on = epoch;
-            resend.push((tag, frame.clone()));
-        }
-        for (tag, frame) in resend {
-            if st.out.send(frame).is_err() {
-                failed.push(tag);
-            }
-            self.retried.fetch_add(1, Ordering::Relaxed);
-        }
-        for tag in failed {
-            if let Some(Pending::Waiting { tx, .. }) = st.pending.remove(&tag) {
-                st.free_tag(tag);
-                let _ = tx.send(Err(Errno::EIO));
-            }
-        }
-        self.reconnects.fetch_add(1, Ordering::Relaxed);
-        self.spawn_link(wire, out, epoch);
-        drop(st);
-        self.reconnecting.store(false, Ordering::Release);
-        self.link_changed.notify_waiters();
-    }
-
-    /// Connection `epoch` is gone. Without reconnect (or while closing) the session
-    /// dies; otherwise requests in flight are sorted (see the `reconnect` module) and a
-    /// supervisor connects again. Reports about an older connection are ignored.
-    pub(crate) fn lost(self: &Arc<Self>, epoch: u64, why: String) {
-        let mut st = lock(&self.state);
-        if st.dead || st.epoch != epoch {
-            return;
-        }
-        let addr = match &self.addr {
-            Some(addr) if !self.is_closing() => addr.clone(),
-            _ => {
-                drop(st);
-                return self.kill(&why);
-            }
-        };
-        st.epoch += 1;
-        self.reconnecting.store(true, Ordering::Release);
-        let (out, next_out) = mpsc::unbounded_channel();
-        st.out = out;
-        st.next_out = Some(next_out);
-        let mut failed = Vec::new();
-        for (tag, p) in std::mem::take(&mut st.pending) {
-            match p {
-                Pending::Waiting { retry: Some(_), .. } => {
-                    st.pending.insert(tag, p);
-                }
-                Pending::Waiting { expect, tx, .. } => {
-                    st.free_tag(tag);
-                    failed.push((expect, tx));
-                }
-                Pending::Abandoned | Pending::Flush { .. } => st.free_tag(tag),
-            }
-        }
-        drop(st);
-        let clunked = Message::Rclunk(Rclunk {});
-        for (expect, tx) in failed {
-            // A clunk is done: the server forgot every fid with the connection.
-            let _ = tx.send(if expect == clunked.type_id() {
-                Ok(clunked.clone())
-            } else {
-                self.failed.fetch_add(1, Ordering::Relaxed);
-                Err(Errno::EIO)
-            });
-        }
-        tracing::warn!("9p session lost: {why}; reconnecting to {addr}");
-        tokio::spawn(reconnect::supervise(
-            Arc::downgrade(self),
-            addr,
-            Instant::now(),
-            why,
-        ));
-    }
-}
-
-async fn read_loop(
-    inner: Weak<Inner>,
-    mut reader: ReadHalf<BoxStream>,
-    mut decoder: FrameDecoder,
-    mut buf: BytesMut,
-    epoch: u64,
-) {
-    let why = loop {
-        match decoder.decode(&mut buf) {
-            Ok(Some(frame)) => {
-                let Some(session) = inner.upgrade() else {
-                    return;
-                };
-                if let Err(why) = session.deliver(frame.tag, frame.body, epoch) {
-                    break why;
-                }
-                continue;
-            }
-            Ok(None) => {}
-            Err(e) => break e.to_string(),
-        }
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(64 * 1024);
-        }
-        match reader.read_buf(&mut buf).await {
-            Ok(0) => break "connection closed by the server".to_string(),
-            Ok(_) => {}
-            Err(e) => break e.to_string(),
-        }
-    };
-    if let Some(session) = inner.upgrade() {
-        session.lost(epoch, why);
-    }
-}
-
-async fn write_loop(
-    inner: Weak<Inner>,
-    mut writer: WriteHalf<BoxStream>,
-    mut rx: mpsc::UnboundedReceiver<reconnect::Frame>,
-    epoch: u64,
-) {
-    let mut segments: Vec<Bytes> = Vec::new();
-    while let Some(first) = rx.recv().await {
-        let mut batched = 0;
-        let mut next = Some(first);
-        while let Some((frame, payload)) = next.take() {
-            batched += frame.len();
-            segments.push(frame);
-            if let Some(payload) = payload {
-                batched += payload.len();
-                segments.push(payload);
-            }
-            if batched < 1024 * 1024 {
-                next = rx.try_recv().ok();
-            }
-        }
-        if let Err(e) = write_segments(&mut writer, &mut segments).await {
-            if let Some(session) = inner.upgrade() {
-                session.lost(epoch, format!("write: {e}"));
-            }
-            return;
-        }
-    }
-    // Every handle on the session is gone (or the connection was replaced): close our
-    // side so the server lets go too.
-    let _ = writer.shutdown().await;
 }
