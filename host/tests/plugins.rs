@@ -450,6 +450,11 @@ async fn the_9p_in_front_of_a_plugin_keeps_the_protocol_rules() {
     assert_eq!(c.version(8192).await.msize, 8192);
     let root = c.attach(0, "").await.unwrap();
     assert_eq!(root.ty, consts::qid::DIR);
+    // A plugin's files belong to the user running the host (checked as another user by
+    // `a_plugins_files_belong_to_the_user_running_the_host`).
+    let attr = c.getattr(0).await.unwrap();
+    assert_eq!(attr.uid, rustix::process::geteuid().as_raw());
+    assert_eq!(attr.gid, rustix::process::getegid().as_raw());
     assert_eq!(c.attach(0, "").await, Err(Errno::EEXIST), "fid in use");
     // `..` from a file goes back to the root; a missing name fails the walk.
     let qids = c.walk(0, 1, "README/..").await.unwrap();
@@ -665,4 +670,60 @@ fn a_plugins_compiled_code_is_kept_in_the_module_cache_and_reused() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
     assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
+}
+
+/// Run by [`a_plugins_files_belong_to_the_user_running_the_host`] as another user:
+/// loads memfs from `WASM9P_TEST_PLUGIN` and prints the root's owner.
+#[test]
+#[ignore = "run as another user by a_plugins_files_belong_to_the_user_running_the_host"]
+fn plugin_owner_probe() {
+    use wasm9p_proto::*;
+    let Some(memfs) = std::env::var_os("WASM9P_TEST_PLUGIN") else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let plugin = wasm9p_host::plugin::PluginFs::load(
+            Path::new(&memfs),
+            Default::default(),
+            &Default::default(),
+        )
+        .unwrap();
+        let (client, server) = wasm9p_proto::transport::duplex();
+        tokio::spawn(wasm9p_host::plugin::serve(
+            std::sync::Arc::new(plugin),
+            server,
+        ));
+        let mut c = wasm9p_tests::Conn::over(client);
+        c.version(8192).await;
+        c.attach(0, "").await.unwrap();
+        let attr: Rgetattr = c.getattr(0).await.unwrap();
+        println!("owner {} {}", attr.uid, attr.gid);
+    });
+}
+
+#[test]
+fn a_plugins_files_belong_to_the_user_running_the_host() {
+    use std::os::unix::process::CommandExt;
+    let memfs = c_plugin(&repo("examples/plugins/memfs.c"));
+    // As root, become `nobody` (65534) for the probe; as anyone else, stay yourself.
+    let me = rustix::process::geteuid().as_raw();
+    let (uid, gid) = if me == 0 {
+        (65534, 65534)
+    } else {
+        (me, rustix::process::getegid().as_raw())
+    };
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "plugin_owner_probe", "--nocapture"])
+        .env("WASM9P_TEST_PLUGIN", &memfs)
+        .uid(uid)
+        .gid(gid)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!("owner {uid} {gid}")),
+        "{stdout}\n{stderr}"
+    );
 }

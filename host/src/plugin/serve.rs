@@ -9,8 +9,9 @@
 //! the listing and keeps it with the fid; later offsets page through that snapshot (so a
 //! large directory costs one plugin call per pass, not one per reply). Tflush waits for
 //! the request it names.
-//! What a plugin cannot express (ownership, permission changes, setting times, xattrs,
-//! hard links, device nodes, locks) is EOPNOTSUPP.
+//! A plugin has no owners: its files belong to the user running the host. What a plugin
+//! cannot express (ownership and permission changes, setting times, xattrs, hard links,
+//! device nodes, locks) is EOPNOTSUPP.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -264,6 +265,8 @@ impl Conn {
                     valid: getattr::BASIC,
                     qid: qid_of(node, &a),
                     mode: type_bits(a.kind) | (a.mode & 0o7777),
+                    uid: rustix::process::geteuid().as_raw(),
+                    gid: rustix::process::getegid().as_raw(),
                     nlink: a.nlink,
                     size: a.size,
                     blksize: 4096,
