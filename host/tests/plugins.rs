@@ -713,9 +713,22 @@ fn a_plugins_files_belong_to_the_user_running_the_host() {
     } else {
         (me, rustix::process::getegid().as_raw())
     };
-    let out = Command::new(std::env::current_exe().unwrap())
+    // The probe and the plugin, copied where that user can reach them (the checkout
+    // may be private to root).
+    use std::os::unix::fs::PermissionsExt;
+    let place = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(place.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let probe = place.path().join("probe");
+    std::fs::copy(std::env::current_exe().unwrap(), &probe).unwrap();
+    let plugin = place.path().join("memfs.wasm");
+    std::fs::copy(&memfs, &plugin).unwrap();
+    for (file, mode) in [(&probe, 0o755), (&plugin, 0o644)] {
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let out = Command::new(&probe)
         .args(["--ignored", "--exact", "plugin_owner_probe", "--nocapture"])
-        .env("WASM9P_TEST_PLUGIN", &memfs)
+        .env("WASM9P_TEST_PLUGIN", &plugin)
+        .current_dir(place.path())
         .uid(uid)
         .gid(gid)
         .output()
