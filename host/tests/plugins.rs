@@ -740,3 +740,47 @@ fn a_plugins_files_belong_to_the_user_running_the_host() {
         "{stdout}\n{stderr}"
     );
 }
+
+#[test]
+fn a_plugin_stuck_in_a_host_call_does_not_hold_up_its_runtime_going_away() {
+    use wasm9p_proto::consts::open;
+    use wasm9p_proto::*;
+    let faulty = c_plugin(&repo("host/tests/plugins/faulty.c"));
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let read = rt.block_on(async {
+            let mut limits = wasm9p_host::plugin::PluginLimits::default();
+            limits.set("call_timeout", "1").unwrap();
+            let plugin =
+                wasm9p_host::plugin::PluginFs::load(&faulty, limits, &Default::default()).unwrap();
+            let (client, server) = wasm9p_proto::transport::duplex();
+            tokio::spawn(wasm9p_host::plugin::serve(
+                std::sync::Arc::new(plugin),
+                server,
+            ));
+            let mut c = wasm9p_tests::Conn::over(client);
+            c.version(8192).await;
+            c.attach(0, "").await.unwrap();
+            c.walk(0, 1, "sleep").await.unwrap();
+            c.lopen(1, open::RDONLY).await.unwrap();
+            // The plugin sleeps for an hour in this call.
+            c.rpc(Tread {
+                fid: 1,
+                offset: 0,
+                count: 10,
+            })
+            .await
+            .map(|_| ())
+        });
+        // The instance is still in its hour-long sleep: dropping the runtime must not
+        // wait for it (an embedder's shutdown would hang for the hour). (It does not:
+        // the sleep is a timer of this runtime, which fires as the runtime goes.)
+        drop(rt);
+        done.send(read).unwrap();
+    });
+    let read = finished
+        .recv_timeout(Duration::from_secs(120))
+        .expect("dropping the runtime waited for the sleeping plugin");
+    assert_eq!(read, Err(Errno::EIO));
+}
