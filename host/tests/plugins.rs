@@ -36,6 +36,25 @@ fn text(out: &Output) -> (String, String) {
     )
 }
 
+/// The plugin at `path`, loaded with `limits` and served over 9P in process, and a
+/// connection to it that negotiated msize 8192 (the caller attaches).
+async fn plugin_over_9p(
+    path: &Path,
+    limits: wasm9p_host::plugin::PluginLimits,
+) -> (
+    std::sync::Arc<wasm9p_host::plugin::PluginFs>,
+    wasm9p_tests::Conn,
+) {
+    let plugin = std::sync::Arc::new(
+        wasm9p_host::plugin::PluginFs::load(path, limits, &Default::default()).unwrap(),
+    );
+    let (client, server) = wasm9p_proto::transport::duplex();
+    tokio::spawn(wasm9p_host::plugin::serve(plugin.clone(), server));
+    let mut c = wasm9p_tests::Conn::over(client);
+    assert_eq!(c.version(8192).await.msize, 8192);
+    (plugin, c)
+}
+
 const README: &str = "memfs: files in this mount live in the plugin's memory.\n";
 
 #[test]
@@ -438,16 +457,7 @@ async fn the_9p_in_front_of_a_plugin_keeps_the_protocol_rules() {
     use wasm9p_proto::consts::open;
     use wasm9p_proto::*;
     let memfs = c_plugin(&repo("examples/plugins/memfs.c"));
-    let plugin =
-        wasm9p_host::plugin::PluginFs::load(&memfs, Default::default(), &Default::default())
-            .unwrap();
-    let (client, server) = wasm9p_proto::transport::duplex();
-    tokio::spawn(wasm9p_host::plugin::serve(
-        std::sync::Arc::new(plugin),
-        server,
-    ));
-    let mut c = wasm9p_tests::Conn::over(client);
-    assert_eq!(c.version(8192).await.msize, 8192);
+    let (_, mut c) = plugin_over_9p(&memfs, Default::default()).await;
     let root = c.attach(0, "").await.unwrap();
     assert_eq!(root.ty, consts::qid::DIR);
     // A plugin's files belong to the user running the host (checked as another user by
@@ -543,14 +553,7 @@ async fn a_large_plugin_directory_is_listed_whole_with_one_plugin_call_per_pass(
     use wasm9p_proto::consts::open;
     use wasm9p_proto::*;
     let memfs = c_plugin(&repo("examples/plugins/memfs.c"));
-    let plugin = std::sync::Arc::new(
-        wasm9p_host::plugin::PluginFs::load(&memfs, Default::default(), &Default::default())
-            .unwrap(),
-    );
-    let (client, server) = wasm9p_proto::transport::duplex();
-    tokio::spawn(wasm9p_host::plugin::serve(plugin.clone(), server));
-    let mut c = wasm9p_tests::Conn::over(client);
-    c.version(8192).await;
+    let (plugin, mut c) = plugin_over_9p(&memfs, Default::default()).await;
     c.attach(0, "").await.unwrap();
     c.rpc(Tmkdir {
         dfid: 0,
@@ -683,19 +686,7 @@ fn plugin_owner_probe() {
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let plugin = wasm9p_host::plugin::PluginFs::load(
-            Path::new(&memfs),
-            Default::default(),
-            &Default::default(),
-        )
-        .unwrap();
-        let (client, server) = wasm9p_proto::transport::duplex();
-        tokio::spawn(wasm9p_host::plugin::serve(
-            std::sync::Arc::new(plugin),
-            server,
-        ));
-        let mut c = wasm9p_tests::Conn::over(client);
-        c.version(8192).await;
+        let (_, mut c) = plugin_over_9p(Path::new(&memfs), Default::default()).await;
         c.attach(0, "").await.unwrap();
         let attr: Rgetattr = c.getattr(0).await.unwrap();
         println!("owner {} {}", attr.uid, attr.gid);
@@ -752,15 +743,7 @@ fn a_plugin_stuck_in_a_host_call_does_not_hold_up_its_runtime_going_away() {
         let read = rt.block_on(async {
             let mut limits = wasm9p_host::plugin::PluginLimits::default();
             limits.set("call_timeout", "1").unwrap();
-            let plugin =
-                wasm9p_host::plugin::PluginFs::load(&faulty, limits, &Default::default()).unwrap();
-            let (client, server) = wasm9p_proto::transport::duplex();
-            tokio::spawn(wasm9p_host::plugin::serve(
-                std::sync::Arc::new(plugin),
-                server,
-            ));
-            let mut c = wasm9p_tests::Conn::over(client);
-            c.version(8192).await;
+            let (_, mut c) = plugin_over_9p(&faulty, limits).await;
             c.attach(0, "").await.unwrap();
             c.walk(0, 1, "sleep").await.unwrap();
             c.lopen(1, open::RDONLY).await.unwrap();
