@@ -273,7 +273,7 @@ async fn apply(ns: &Namespace, op: &Op) -> Outcome {
             names.sort();
             Outcome::Names(names)
         }),
-        Op::Link { from, to } => done(ns.link(from.path(), to.path()).await),
+        Op::Link { from, to } => done(ns.link(from.path(), to.path(), false).await),
     }
 }
 

@@ -369,11 +369,20 @@ impl Namespace {
         Err(Errno::ELOOP)
     }
 
-    /// Creates a symlink at `path` holding `target`.
+    /// Creates a symlink at `path` holding `target`. A trailing slash on `path` asks for
+    /// a directory, which a symlink is not: EEXIST if a directory is there, ENOTDIR if
+    /// something else is, ENOENT if nothing is (as Linux's `symlinkat`).
     pub async fn symlink(&self, target: &str, path: &str) -> Result<(), Errno> {
         let (dir, name) = self.resolve_parent(path).await?;
         if self.is_mount_point(&dir, &name) {
             return Err(Errno::EEXIST);
+        }
+        if path.ends_with('/') {
+            return Err(match self.resolve(path, true).await {
+                Ok(found) if found.is_dir() => Errno::EEXIST,
+                Ok(_) => Errno::ENOTDIR,
+                Err(e) => e,
+            });
         }
         self.writable(&dir)?
             .symlink(&dir.node, &name, target)
@@ -381,21 +390,35 @@ impl Namespace {
             .map(drop)
     }
 
-    /// Removes a file or symlink (`dir_only == false`) or an empty directory.
+    /// Removes a file or symlink (`dir_only == false`) or an empty directory. A
+    /// trailing slash names a directory: unlinking `dir/` is EISDIR, `file/` ENOTDIR.
     pub async fn unlink(&self, path: &str, dir_only: bool) -> Result<(), Errno> {
         let (dir, name) = self.resolve_parent(path).await?;
         if self.is_mount_point(&dir, &name) {
             return Err(Errno::EBUSY);
+        }
+        if path.ends_with('/') {
+            self.trailing_slash_names_dir(path).await?;
+            if !dir_only {
+                return Err(Errno::EISDIR);
+            }
         }
         self.writable(&dir)?
             .unlink(&dir.node, &name, dir_only)
             .await
     }
 
-    /// Renames within one mount; EXDEV across mounts.
+    /// Renames within one mount; EXDEV across mounts. A trailing slash on either name
+    /// demands that the source is a directory (ENOTDIR otherwise).
     pub async fn rename(&self, from: &str, to: &str) -> Result<(), Errno> {
         let (from_dir, from_name) = self.resolve_parent(from).await?;
         let (to_dir, to_name) = self.resolve_parent(to).await?;
+        if from.ends_with('/') || to.ends_with('/') {
+            let source = self.lookup(&from_dir, &from_name).await?;
+            if !source.is_dir() {
+                return Err(Errno::ENOTDIR);
+            }
+        }
         if self.is_mount_point(&from_dir, &from_name) || self.is_mount_point(&to_dir, &to_name) {
             return Err(Errno::EBUSY);
         }
@@ -406,6 +429,16 @@ impl Namespace {
         backend
             .rename(&from_dir.node, &from_name, &to_dir.node, &to_name)
             .await
+    }
+
+    /// With `path` ending in `/`: Ok if it names a directory (a final symlink followed),
+    /// ENOTDIR if it names something else.
+    async fn trailing_slash_names_dir(&self, path: &str) -> Result<(), Errno> {
+        match self.resolve(path, true).await {
+            Ok(found) if found.is_dir() => Ok(()),
+            Ok(_) => Err(Errno::ENOTDIR),
+            Err(e) => Err(e),
+        }
     }
 
     /// The target of the symlink at `path`.
@@ -453,15 +486,23 @@ impl Namespace {
         self.writable(at)?.setattr(&at.node, attr).await
     }
 
-    /// Makes `to` a hard link to the file at `from`; EXDEV across mounts.
-    pub async fn link(&self, from: &str, to: &str) -> Result<(), Errno> {
-        let target = self.resolve(from, false).await?;
+    /// Makes `to` a hard link to the file at `from` (to what a final symlink there
+    /// points at with `follow`, to the symlink itself without); EXDEV across mounts.
+    pub async fn link(&self, from: &str, to: &str, follow: bool) -> Result<(), Errno> {
+        let target = self.resolve(from, follow).await?;
         if target.is_dir() {
             return Err(Errno::EPERM);
         }
         let (dir, name) = self.resolve_parent(to).await?;
         if self.is_mount_point(&dir, &name) {
             return Err(Errno::EEXIST);
+        }
+        if to.ends_with('/') {
+            // A new name with a trailing slash asks for a directory (Linux's linkat).
+            return Err(match self.lookup(&dir, &name).await {
+                Ok(_) => Errno::EEXIST,
+                Err(e) => e,
+            });
         }
         if target.mount != dir.mount {
             return Err(Errno::EXDEV);

@@ -27,3 +27,4 @@ pub mod mounts;
 pub mod p1;
 pub mod p2;
 pub mod plugin;
+mod wasi_fs;

@@ -1,7 +1,15 @@
 //! An exported directory and how a client's `aname` selects it.
+//!
+//! An `aname` names an export (empty for the only one, its name, its path as
+//! configured, or its canonical path) or a directory inside one: `NAME/sub/dir`, or a
+//! path below the export's path (`/srv/base/sub/dir`, as diod accepts). A directory
+//! inside is reached one name at a time beneath the export's root without following
+//! any symlink, and a `..` in the aname is refused: an attach can never leave its
+//! export. The fids of such an attach have that directory as their root (`..` stays
+//! there) and count with the export's own.
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use cap_std::ambient_authority;
@@ -44,8 +52,9 @@ pub struct Export {
     pub(crate) root: Arc<Dir>,
     /// Device of the root, to keep qid paths of other mounted file systems apart.
     pub(crate) root_dev: u64,
-    /// Fids on this export alive now, over every connection.
-    pub(crate) live_fids: std::sync::atomic::AtomicUsize,
+    /// Fids on this export alive now, over every connection (shared with the
+    /// attach points inside it).
+    pub(crate) live_fids: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Export {
@@ -76,12 +85,68 @@ impl Export {
         })
     }
 
-    /// Whether `aname` names this export: empty, its name, its path as configured, or
-    /// its canonical path.
+    /// Whether `aname` names this export: its name, its path as configured, or its
+    /// canonical path.
     pub fn matches(&self, aname: &str) -> bool {
-        aname == self.name
-            || Path::new(aname) == self.path
-            || Path::new(aname) == self.canonical
-            || Path::new(aname.trim_end_matches('/')) == self.canonical
+        self.below(aname).is_some_and(|rest| rest.is_empty())
+    }
+
+    /// What `aname` names below this export, as the path after the export's name or
+    /// path (empty: the export itself); `None` if it does not start with either.
+    pub fn below<'a>(&self, aname: &'a str) -> Option<&'a str> {
+        let trimmed = aname.trim_end_matches('/');
+        let prefixes = [
+            self.name.as_str(),
+            self.path.to_str().unwrap_or(""),
+            self.canonical.to_str().unwrap_or(""),
+        ];
+        prefixes
+            .into_iter()
+            .map(|p| p.trim_end_matches('/'))
+            .filter(|p| !p.is_empty() || aname.starts_with('/'))
+            .find_map(|prefix| {
+                let rest = trimmed.strip_prefix(prefix)?;
+                if rest.is_empty() {
+                    Some("")
+                } else {
+                    rest.strip_prefix('/')
+                }
+            })
+    }
+
+    /// The directory `rel` (names separated by `/`) inside this export, as an export
+    /// of its own for one attach: each name opened beneath the root without following
+    /// symlinks; `..` is EACCES, a missing name ENOENT, a non-directory or a symlink
+    /// ENOTDIR.
+    pub(crate) fn subdir(&self, rel: &str) -> Result<Export, wasm9p_proto::Errno> {
+        use cap_fs_ext::DirExt;
+        use wasm9p_proto::Errno;
+        let mut dir: Option<Dir> = None;
+        let mut names = Vec::new();
+        for name in rel.split('/').filter(|n| !n.is_empty() && *n != ".") {
+            if name == ".." {
+                return Err(Errno::EACCES);
+            }
+            let parent = dir.as_ref().unwrap_or(&self.root);
+            let next = parent.open_dir_nofollow(name).map_err(|e| match Errno::from(&e) {
+                Errno::ELOOP => Errno::ENOTDIR,
+                other => other,
+            })?;
+            names.push(name);
+            dir = Some(next);
+        }
+        let Some(dir) = dir else {
+            return Err(Errno::EINVAL);
+        };
+        let rel = names.join("/");
+        Ok(Export {
+            name: format!("{}/{rel}", self.name),
+            path: self.path.join(&rel),
+            canonical: self.canonical.join(&rel),
+            read_only: self.read_only,
+            root: Arc::new(dir),
+            root_dev: self.root_dev,
+            live_fids: self.live_fids.clone(),
+        })
     }
 }

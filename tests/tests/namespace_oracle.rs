@@ -84,7 +84,7 @@ async fn apply(ns: &Namespace, op: &Op) -> String {
         Op::Rename(a, b) => ns.rename(&p(a), &p(b)).await.map(|_| String::new()),
         Op::Symlink(t, n) => ns.symlink(t, &p(n)).await.map(|_| String::new()),
         Op::Readlink(n) => ns.readlink(&p(n)).await.map(|t| t.to_string()),
-        Op::Link(a, b) => ns.link(&p(a), &p(b)).await.map(|_| String::new()),
+        Op::Link(a, b) => ns.link(&p(a), &p(b), false).await.map(|_| String::new()),
         // A directory's size is the host file system's business (ext4 says 4096).
         Op::Stat(n) => match ns.resolve(&p(n), false).await {
             Ok(at) if at.is_dir() => ns

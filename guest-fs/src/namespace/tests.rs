@@ -467,14 +467,14 @@ fn attributes_links_listings_and_statfs() {
         .unwrap();
         let a = ns.getattr("/file", true).await.unwrap();
         assert_eq!((a.mode, a.size, a.mtime), (0o600, 2, (7, 8)));
-        ns.link("/file", "/usr/hard").await.unwrap();
+        ns.link("/file", "/usr/hard", false).await.unwrap();
         assert_eq!(ns.getattr("/file", true).await.unwrap().nlink, 2);
         assert_eq!(read(&ns, "/usr/hard").await.unwrap(), "in");
         assert_eq!(
-            ns.link("/file", "/tmp/hard").await.unwrap_err(),
+            ns.link("/file", "/tmp/hard", false).await.unwrap_err(),
             Errno::EXDEV
         );
-        assert_eq!(ns.link("/usr", "/usr2").await.unwrap_err(), Errno::EPERM);
+        assert_eq!(ns.link("/usr", "/usr2", false).await.unwrap_err(), Errno::EPERM);
         assert_eq!(
             ns.setattr(
                 "/ro/readme",

@@ -54,6 +54,10 @@ pub struct NamespaceArgs {
     /// A host directory bound at a guest path (HOSTDIR::/GUEST, or HOSTDIR at itself).
     #[arg(long = "dir", value_name = "HOST::GUEST")]
     pub dirs: Vec<String>,
+    /// No file system at all: an empty namespace, no preopened directory (without
+    /// this, no --mount and no --dir means the current directory at /).
+    #[arg(long, conflicts_with_all = ["mounts", "dirs"])]
+    pub no_mounts: bool,
     /// Print mount statistics as JSON at the end: to FILE, or stderr.
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-", require_equals = true)]
     pub stats: Option<String>,
@@ -73,7 +77,7 @@ impl NamespaceArgs {
         for spec in parsed {
             table = table.spec(spec.map_err(|e| fail(EXIT_USAGE, &e.to_string()))?);
         }
-        if table.is_empty() {
+        if table.is_empty() && !self.no_mounts {
             table = table
                 .mount("type=9p,export=.,target=/,cache=loose")
                 .expect("the default SPEC parses");

@@ -443,7 +443,7 @@ impl Filesystem for NamespaceFs {
     ) {
         let path = self.path(ino).and_then(|from| {
             let to = self.child(newparent, newname)?;
-            self.rt.block_on(self.ns.link(&from, &to))?;
+            self.rt.block_on(self.ns.link(&from, &to, false))?;
             Ok(to)
         });
         self.entry(path, reply);

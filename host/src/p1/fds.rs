@@ -1,12 +1,14 @@
 //! The descriptor table: stdio, preopened directories, open directories and files, each
-//! with the rights it was opened with.
+//! with the mode it was opened with. Rights are what wasmtime makes of them: reported
+//! from the open mode, never narrowed (`fd_fdstat_set_rights` is `ENOTSUP`), and the
+//! mode is what is enforced.
 
 use std::collections::BTreeMap;
 
 use wasm9p_guest_fs::backend::OpenFile;
 use wasm9p_guest_fs::namespace::Location;
 
-use super::types::{Errno, Fdflags, Rights};
+use super::types::{Errno, Fdflags};
 
 /// Most descriptors one guest may hold open.
 pub const MAX_FDS: usize = 16 * 1024;
@@ -31,10 +33,6 @@ pub struct DirDesc {
     pub loc: Location,
     /// The guest path it was preopened as, if it was.
     pub preopen: Option<String>,
-    /// Rights on the directory itself and for what is opened through it.
-    pub rights: Rights,
-    /// Rights files opened through it may have.
-    pub inheriting: Rights,
     /// Entries read so far, as `(name, filetype, inode)`; cookie `i` is entry `i`.
     pub listing: Option<Vec<(String, super::types::Filetype, u64)>>,
 }
@@ -47,10 +45,12 @@ pub struct FileDesc {
     pub file: Box<dyn OpenFile>,
     /// The current offset.
     pub pos: u64,
-    /// Fd flags (append, sync...).
+    /// Fd flags (append, nonblock); append may change on an open file.
     pub flags: Fdflags,
-    /// Rights it was opened with.
-    pub rights: Rights,
+    /// Open for reading.
+    pub read: bool,
+    /// Open for writing.
+    pub write: bool,
 }
 
 /// A guest's descriptors.
@@ -74,8 +74,6 @@ impl FdTable {
         let desc = Desc::Dir(DirDesc {
             loc,
             preopen: Some(guest_path),
-            rights: Rights::all(),
-            inheriting: Rights::all(),
             listing: None,
         });
         let _ = self.push(desc);

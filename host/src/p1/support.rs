@@ -57,11 +57,8 @@ impl WasiP1Ctx {
     ) -> Result<String, Error> {
         let dir = self.dir(dirfd)?;
         let rel = memory.as_cow_str(path)?;
-        if rel.starts_with('/') {
-            // Preview1 paths are relative to a directory capability.
-            return Err(Errno::Notcapable.into());
-        }
-        Ok(dir.loc.join(&rel))
+        // Relative to a directory capability, and never above it.
+        crate::wasi_fs::beneath(&dir.loc, &rel).map_err(Error::from)
     }
 
     pub(super) fn filestat(&self, loc: &Location) -> Result<types::Filestat, Error> {
@@ -186,7 +183,7 @@ impl WasiP1Ctx {
     ) -> Result<Bytes, Error> {
         let rt = self.rt.clone();
         let f = self.file_mut(fd)?;
-        if !f.rights.contains(types::Rights::FD_READ) {
+        if !f.read {
             return Err(Errno::Badf.into());
         }
         let at = offset.unwrap_or(f.pos);
@@ -205,7 +202,7 @@ impl WasiP1Ctx {
     ) -> Result<u32, Error> {
         let rt = self.rt.clone();
         let f = self.file_mut(fd)?;
-        if !f.rights.contains(types::Rights::FD_WRITE) {
+        if !f.write {
             return Err(Errno::Badf.into());
         }
         let append = f.flags.contains(types::Fdflags::APPEND) && offset.is_none();
@@ -240,6 +237,43 @@ impl WasiP1Ctx {
             error,
             type_,
             fd_readwrite,
+        }
+    }
+
+    /// `fd_sync` / `fd_datasync`: a file's writes made durable; a directory has
+    /// nothing buffered here, so syncing it succeeds (the common `fsync(dirfd)` after a
+    /// rename, as on Linux).
+    pub(super) fn sync(&mut self, fd: types::Fd, datasync: bool) -> Result<(), Error> {
+        let rt = self.rt.clone();
+        match self.fds.get_mut(fd.into())? {
+            Desc::File(f) => super::block_on_handle(&rt, f.file.fsync(datasync)).map_err(Error::from),
+            Desc::Dir(_) => Ok(()),
+            Desc::Stdin | Desc::Stdout | Desc::Stderr => Err(Errno::Inval.into()),
+        }
+    }
+
+    /// What stdio descriptor `fd` is, as wasmtime says: a character device when the
+    /// host's own stream is a terminal, unknown otherwise (a pipe, a file, captured).
+    pub(super) fn stdio_filetype(&self, fd: types::Fd) -> types::Filetype {
+        use std::io::IsTerminal;
+        let inherited = match u32::from(fd) {
+            0 => self.stdin == super::Input::Inherit && std::io::stdin().is_terminal(),
+            1 => matches!(self.stdout, Output::Inherit) && std::io::stdout().is_terminal(),
+            _ => matches!(self.stderr, Output::Inherit) && std::io::stderr().is_terminal(),
+        };
+        if inherited {
+            types::Filetype::CharacterDevice
+        } else {
+            types::Filetype::Unknown
+        }
+    }
+
+    /// The socket calls on `fd`: EBADF if it is no descriptor, ENOTSOCK otherwise (a
+    /// guest gets no sockets through preview1 here).
+    pub(super) fn not_a_socket(&self, fd: types::Fd) -> Error {
+        match self.fds.get(fd.into()) {
+            Ok(_) => Errno::Notsock.into(),
+            Err(e) => e.into(),
         }
     }
 
@@ -280,4 +314,41 @@ pub(super) fn write_strings<'a>(
         ptrs = ptrs.add(1)?;
     }
     Ok(())
+}
+
+/// The rights a preopened directory reports (base, inheriting): wasmtime's fixed set,
+/// which "many userlands" expect.
+pub(super) fn preopen_rights() -> (types::Rights, types::Rights) {
+    use types::Rights as R;
+    let base = R::PATH_CREATE_DIRECTORY
+        | R::PATH_CREATE_FILE
+        | R::PATH_LINK_SOURCE
+        | R::PATH_LINK_TARGET
+        | R::PATH_OPEN
+        | R::FD_READDIR
+        | R::PATH_READLINK
+        | R::PATH_RENAME_SOURCE
+        | R::PATH_RENAME_TARGET
+        | R::PATH_SYMLINK
+        | R::PATH_REMOVE_DIRECTORY
+        | R::PATH_UNLINK_FILE
+        | R::PATH_FILESTAT_GET
+        | R::PATH_FILESTAT_SET_TIMES
+        | R::FD_FILESTAT_GET
+        | R::FD_FILESTAT_SET_TIMES;
+    let inheriting = base
+        | R::FD_DATASYNC
+        | R::FD_READ
+        | R::FD_SEEK
+        | R::FD_FDSTAT_SET_FLAGS
+        | R::FD_SYNC
+        | R::FD_TELL
+        | R::FD_WRITE
+        | R::FD_ADVISE
+        | R::FD_ALLOCATE
+        | R::FD_FILESTAT_GET
+        | R::FD_FILESTAT_SET_SIZE
+        | R::FD_FILESTAT_SET_TIMES
+        | R::POLL_FD_READWRITE;
+    (base, inheriting)
 }

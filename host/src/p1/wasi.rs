@@ -3,7 +3,6 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use wasm9p_guest_fs::backend::{Kind, OpenFlags};
 use wiggle::{GuestMemory, GuestPtr};
 
 use super::fds::{Desc, DirDesc, FileDesc};
@@ -100,12 +99,24 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
         &mut self,
         _memory: &mut GuestMemory<'_>,
         fd: types::Fd,
-        _offset: types::Filesize,
-        _len: types::Filesize,
+        offset: types::Filesize,
+        len: types::Filesize,
     ) -> Result<(), Error> {
-        self.file_mut(fd)?;
-        // Removed from later WASI versions; 9P has no preallocation either.
-        Err(Errno::Notsup.into())
+        // As posix_fallocate: the file is at least offset + len long afterwards, and
+        // never shorter than it was (9P has no preallocation, so growing is a truncate).
+        let rt = self.rt.clone();
+        let f = self.file_mut(fd)?;
+        if !f.write {
+            return Err(Errno::Badf.into());
+        }
+        let end = offset.checked_add(len).ok_or(Error::from(Errno::Fbig))?;
+        if end > i64::MAX as u64 {
+            return Err(Errno::Fbig.into());
+        }
+        if super::block_on_handle(&rt, f.file.size())? < end {
+            super::block_on_handle(&rt, f.file.set_len(end))?;
+        }
+        Ok(())
     }
 
     fn fd_close(&mut self, _memory: &mut GuestMemory<'_>, fd: types::Fd) -> Result<(), Error> {
@@ -114,9 +125,7 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
     }
 
     fn fd_datasync(&mut self, _memory: &mut GuestMemory<'_>, fd: types::Fd) -> Result<(), Error> {
-        let rt = self.rt.clone();
-        let f = self.file_mut(fd)?;
-        super::block_on_handle(&rt, f.file.fsync(true)).map_err(Error::from)
+        self.sync(fd, true)
     }
 
     fn fd_fdstat_get(
@@ -125,31 +134,40 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
         fd: types::Fd,
     ) -> Result<types::Fdstat, Error> {
         use types::Rights as R;
+        // Rights as wasmtime reports them: a fixed set for preopens, otherwise
+        // everything the open mode allows.
+        let stat = |filetype, flags, rights: R, inheriting: R| types::Fdstat {
+            fs_filetype: filetype,
+            fs_flags: flags,
+            fs_rights_base: rights,
+            fs_rights_inheriting: inheriting,
+        };
+        let stdio = |rights| stat(self.stdio_filetype(fd), types::Fdflags::empty(), rights, rights);
         Ok(match self.fds.get(fd.into())? {
-            Desc::Stdin => types::Fdstat {
-                fs_filetype: types::Filetype::CharacterDevice,
-                fs_flags: types::Fdflags::empty(),
-                fs_rights_base: R::FD_READ,
-                fs_rights_inheriting: R::empty(),
-            },
-            Desc::Stdout | Desc::Stderr => types::Fdstat {
-                fs_filetype: types::Filetype::CharacterDevice,
-                fs_flags: types::Fdflags::APPEND,
-                fs_rights_base: R::FD_WRITE,
-                fs_rights_inheriting: R::empty(),
-            },
-            Desc::Dir(d) => types::Fdstat {
-                fs_filetype: types::Filetype::Directory,
-                fs_flags: types::Fdflags::empty(),
-                fs_rights_base: d.rights,
-                fs_rights_inheriting: d.inheriting,
-            },
-            Desc::File(f) => types::Fdstat {
-                fs_filetype: types::Filetype::RegularFile,
-                fs_flags: f.flags,
-                fs_rights_base: f.rights,
-                fs_rights_inheriting: R::empty(),
-            },
+            Desc::Stdin => stdio(R::FD_READ),
+            Desc::Stdout | Desc::Stderr => stdio(R::FD_WRITE),
+            Desc::Dir(d) if d.preopen.is_some() => {
+                let (base, inheriting) = super::support::preopen_rights();
+                stat(types::Filetype::Directory, types::Fdflags::empty(), base, inheriting)
+            }
+            Desc::Dir(_) => {
+                let rights = R::all()
+                    - R::FD_SEEK
+                    - R::FD_FILESTAT_SET_SIZE
+                    - R::PATH_FILESTAT_SET_SIZE
+                    - R::FD_WRITE;
+                stat(types::Filetype::Directory, types::Fdflags::empty(), rights, rights)
+            }
+            Desc::File(f) => {
+                let mut rights = R::all();
+                if !f.read {
+                    rights -= R::FD_READ | R::FD_READDIR;
+                }
+                if !f.write {
+                    rights -= R::FD_WRITE;
+                }
+                stat(types::Filetype::RegularFile, f.flags, rights, rights)
+            }
         })
     }
 
@@ -159,12 +177,14 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
         fd: types::Fd,
         flags: types::Fdflags,
     ) -> Result<(), Error> {
+        use types::Fdflags as F;
         let f = self.file_mut(fd)?;
-        // Only append can change on an open file here; the others are fixed at open.
-        if !(flags - types::Fdflags::APPEND).is_empty() {
-            return Err(Errno::Notsup.into());
+        // Append and nonblock can change on an open file; the sync flags cannot (as in
+        // wasmtime). Appending is done here, at each write, so clearing it stops it.
+        if flags.intersects(F::DSYNC | F::RSYNC | F::SYNC) {
+            return Err(Errno::Inval.into());
         }
-        f.flags = (f.flags - types::Fdflags::APPEND) | flags;
+        f.flags = flags;
         Ok(())
     }
 
@@ -172,20 +192,13 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
         &mut self,
         _memory: &mut GuestMemory<'_>,
         fd: types::Fd,
-        base: types::Rights,
-        inheriting: types::Rights,
+        _base: types::Rights,
+        _inheriting: types::Rights,
     ) -> Result<(), Error> {
-        // Rights can only be dropped.
-        match self.fds.get_mut(fd.into())? {
-            Desc::File(f) if f.rights.contains(base) => f.rights = base,
-            Desc::Dir(d) if d.rights.contains(base) && d.inheriting.contains(inheriting) => {
-                d.rights = base;
-                d.inheriting = inheriting;
-            }
-            Desc::File(_) | Desc::Dir(_) => return Err(Errno::Notcapable.into()),
-            _ => return Err(Errno::Badf.into()),
-        }
-        Ok(())
+        // As in wasmtime: rights are not kept per descriptor, so they cannot be
+        // narrowed either; the open mode is what is enforced.
+        self.fds.get(fd.into())?;
+        Err(Errno::Notsup.into())
     }
 
     fn fd_filestat_get(
@@ -222,7 +235,7 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
     ) -> Result<(), Error> {
         let rt = self.rt.clone();
         let f = self.file_mut(fd)?;
-        if !f.rights.contains(types::Rights::FD_FILESTAT_SET_SIZE) {
+        if !f.write {
             // Not opened for writing (as wasmtime's own preview1 answers, and close
             // to Linux's EINVAL for ftruncate on a read-only fd).
             return Err(Errno::Badf.into());
@@ -387,9 +400,7 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
     }
 
     fn fd_sync(&mut self, _memory: &mut GuestMemory<'_>, fd: types::Fd) -> Result<(), Error> {
-        let rt = self.rt.clone();
-        let f = self.file_mut(fd)?;
-        super::block_on_handle(&rt, f.file.fsync(false)).map_err(Error::from)
+        self.sync(fd, false)
     }
 
     fn fd_tell(
@@ -503,14 +514,16 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
         &mut self,
         memory: &mut GuestMemory<'_>,
         src_fd: types::Fd,
-        _src_flags: types::Lookupflags,
+        src_flags: types::Lookupflags,
         src_path: GuestPtr<str>,
         target_fd: types::Fd,
         target_path: GuestPtr<str>,
     ) -> Result<(), Error> {
         let from = self.path(memory, src_fd, src_path)?;
         let to = self.path(memory, target_fd, target_path)?;
-        self.block(self.ns.link(&from, &to)).map_err(Error::from)
+        let follow = src_flags.contains(types::Lookupflags::SYMLINK_FOLLOW);
+        self.block(self.ns.link(&from, &to, follow))
+            .map_err(Error::from)
     }
 
     fn path_open(
@@ -521,58 +534,44 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
         path: GuestPtr<str>,
         oflags: types::Oflags,
         rights: types::Rights,
-        inheriting: types::Rights,
+        _inheriting: types::Rights,
         fdflags: types::Fdflags,
     ) -> Result<types::Fd, Error> {
-        use types::{Oflags as O, Rights as R};
-        let dir_inheriting = self.dir(dirfd)?.inheriting;
+        use crate::wasi_fs::{OpenRequest, Opened};
+        use types::{Fdflags as F, Oflags as O, Rights as R};
         let path = self.path(memory, dirfd, path)?;
-        let follow = dirflags.contains(types::Lookupflags::SYMLINK_FOLLOW);
-        let loc = if oflags.contains(O::CREAT) {
-            if oflags.contains(O::DIRECTORY) {
-                return Err(Errno::Inval.into());
-            }
-            self.block(self.ns.create(&path, 0o644, oflags.contains(O::EXCL)))?
-        } else {
-            self.block(self.ns.resolve(&path, follow))?
-        };
-        if oflags.contains(O::DIRECTORY) && !loc.is_dir() {
-            return Err(Errno::Notdir.into());
+        if fdflags.intersects(F::DSYNC | F::RSYNC | F::SYNC) {
+            // As wasmtime: synchronous writes are not offered.
+            return Err(Errno::Notsup.into());
         }
-        let rights = rights & dir_inheriting;
-        let desc = match loc.node.kind {
-            Kind::Dir => {
-                if oflags.contains(O::TRUNC)
-                    || rights.contains(R::FD_WRITE) && !rights.contains(R::FD_READDIR)
-                {
-                    return Err(Errno::Isdir.into());
-                }
-                Desc::Dir(DirDesc {
-                    loc,
-                    preopen: None,
-                    rights,
-                    inheriting: inheriting & dir_inheriting,
-                    listing: None,
-                })
-            }
-            Kind::Symlink => return Err(Errno::Loop.into()),
-            Kind::Other => return Err(Errno::Notsup.into()),
-            Kind::File => {
-                let flags = OpenFlags {
-                    read: rights.contains(R::FD_READ),
-                    write: rights.contains(R::FD_WRITE) || oflags.contains(O::TRUNC),
-                    truncate: oflags.contains(O::TRUNC),
-                    append: fdflags.contains(types::Fdflags::APPEND),
-                };
-                let file = self.block(self.ns.open_at(&loc, flags))?;
-                Desc::File(FileDesc {
-                    loc,
-                    file,
-                    pos: 0,
-                    flags: fdflags,
-                    rights,
-                })
-            }
+        let request = OpenRequest {
+            follow: dirflags.contains(types::Lookupflags::SYMLINK_FOLLOW),
+            create: oflags.contains(O::CREAT),
+            exclusive: oflags.contains(O::EXCL),
+            truncate: oflags.contains(O::TRUNC),
+            directory: oflags.contains(O::DIRECTORY),
+            read: rights.contains(R::FD_READ),
+            write: rights.contains(R::FD_WRITE),
+        };
+        let desc = match self.block(crate::wasi_fs::open(&self.ns, &path, request))? {
+            Opened::Dir(loc) => Desc::Dir(DirDesc {
+                loc,
+                preopen: None,
+                listing: None,
+            }),
+            Opened::File {
+                loc,
+                file,
+                read,
+                write,
+            } => Desc::File(FileDesc {
+                loc,
+                file,
+                pos: 0,
+                flags: fdflags,
+                read,
+                write,
+            }),
         };
         Ok(types::Fd::from(self.fds.push(desc)?))
     }
@@ -624,6 +623,10 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
     ) -> Result<(), Error> {
         let target = memory.as_cow_str(src_path)?.into_owned();
         let path = self.path(memory, dirfd, dest_path)?;
+        if target.starts_with('/') {
+            // A link out of the directory capability, which wasmtime refuses too.
+            return Err(Errno::Perm.into());
+        }
         self.block(self.ns.symlink(&target, &path))
             .map_err(Error::from)
     }
@@ -635,9 +638,6 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
         path: GuestPtr<str>,
     ) -> Result<(), Error> {
         let path = self.path(memory, dirfd, path)?;
-        if path.ends_with('/') {
-            return Err(Errno::Notdir.into());
-        }
         self.block(self.ns.unlink(&path, false))
             .map_err(Error::from)
     }
@@ -654,8 +654,10 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
         }
         let subs = subs.as_array(nsubscriptions);
         let events = events.as_array(nsubscriptions);
+        let started = std::time::Instant::now();
         let mut ready = Vec::new();
-        let mut sleep: Option<(Duration, u64)> = None;
+        // Each clock subscription as (how long from now, userdata).
+        let mut clocks: Vec<(Duration, u64)> = Vec::new();
         // Reads of an inherited stdin wait for input; everything else is ready now.
         let mut stdin_reads = Vec::new();
         for sub in subs.iter() {
@@ -677,9 +679,7 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
                     } else {
                         clock.timeout
                     };
-                    if sleep.is_none_or(|(d, _)| Duration::from_nanos(wait) < d) {
-                        sleep = Some((Duration::from_nanos(wait), sub.userdata));
-                    }
+                    clocks.push((Duration::from_nanos(wait), sub.userdata));
                 }
                 types::SubscriptionU::FdRead(rw)
                     if self.stdin == super::Input::Inherit
@@ -700,25 +700,27 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
                 )),
             }
         }
+        let earliest = clocks.iter().map(|(wait, _)| *wait).min();
+        // Wait only if nothing is ready yet, and at most until the earliest clock
+        // (forever with stdin and no clock).
+        let wait = if ready.is_empty() {
+            earliest
+        } else {
+            Some(Duration::ZERO)
+        };
         if !stdin_reads.is_empty() {
-            // Wait for input only if nothing else is ready, and at most until the
-            // earliest clock subscription (forever without one).
-            let wait = match (ready.is_empty(), sleep) {
-                (false, _) => Some(Duration::ZERO),
-                (true, Some((wait, _))) => Some(wait),
-                (true, None) => None,
-            };
             if stdin_readable(wait)? {
                 for userdata in stdin_reads {
                     ready.push(self.fd_event(userdata, 0.into(), types::Eventtype::FdRead));
                 }
-            } else if ready.is_empty() {
-                sleep = sleep.map(|(_, userdata)| (Duration::ZERO, userdata));
             }
+        } else if let Some(wait) = wait {
+            std::thread::sleep(wait);
         }
-        if ready.is_empty() {
-            if let Some((wait, userdata)) = sleep {
-                std::thread::sleep(wait);
+        // Every clock that has expired by now is reported, not only the first.
+        let elapsed = started.elapsed();
+        for (wait, userdata) in clocks {
+            if wait <= elapsed || ready.is_empty() && Some(wait) == earliest {
                 ready.push(types::Event {
                     userdata,
                     error: Errno::Success,
@@ -766,55 +768,63 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
         buf: GuestPtr<u8>,
         buf_len: types::Size,
     ) -> Result<(), Error> {
+        // The whole buffer, in pieces of at most MAX_IO so the host never allocates what
+        // the guest asks for at once.
         let mut bytes = vec![0u8; (buf_len as usize).min(MAX_IO)];
-        let mut filled = 0;
-        while filled < bytes.len() {
-            filled += rustix::rand::getrandom(
-                &mut bytes[filled..],
-                rustix::rand::GetRandomFlags::empty(),
-            )
-            .map_err(|_| Error::from(Errno::Io))?;
+        let mut done = 0u32;
+        while done < buf_len {
+            let n = (buf_len - done).min(bytes.len() as u32);
+            let chunk = &mut bytes[..n as usize];
+            let mut filled = 0;
+            while filled < chunk.len() {
+                filled += rustix::rand::getrandom(
+                    &mut chunk[filled..],
+                    rustix::rand::GetRandomFlags::empty(),
+                )
+                .map_err(|_| Error::from(Errno::Io))?;
+            }
+            memory.copy_from_slice(chunk, buf.add(done)?.as_array(n))?;
+            done += n;
         }
-        memory.copy_from_slice(&bytes, buf.as_array(bytes.len() as u32))?;
         Ok(())
     }
 
     fn sock_accept(
         &mut self,
         _memory: &mut GuestMemory<'_>,
-        _fd: types::Fd,
+        fd: types::Fd,
         _flags: types::Fdflags,
     ) -> Result<types::Fd, Error> {
-        Err(Errno::Notsup.into())
+        Err(self.not_a_socket(fd))
     }
 
     fn sock_recv(
         &mut self,
         _memory: &mut GuestMemory<'_>,
-        _fd: types::Fd,
+        fd: types::Fd,
         _ri_data: types::IovecArray,
         _ri_flags: types::Riflags,
     ) -> Result<(types::Size, types::Roflags), Error> {
-        Err(Errno::Notsup.into())
+        Err(self.not_a_socket(fd))
     }
 
     fn sock_send(
         &mut self,
         _memory: &mut GuestMemory<'_>,
-        _fd: types::Fd,
+        fd: types::Fd,
         _si_data: types::CiovecArray,
         _si_flags: types::Siflags,
     ) -> Result<types::Size, Error> {
-        Err(Errno::Notsup.into())
+        Err(self.not_a_socket(fd))
     }
 
     fn sock_shutdown(
         &mut self,
         _memory: &mut GuestMemory<'_>,
-        _fd: types::Fd,
+        fd: types::Fd,
         _how: types::Sdflags,
     ) -> Result<(), Error> {
-        Err(Errno::Notsup.into())
+        Err(self.not_a_socket(fd))
     }
 }
 

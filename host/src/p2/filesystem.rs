@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use wasm9p_guest_fs::backend::{Attr, Entry, Kind, OpenFile, OpenFlags as FileFlags, SetAttr};
+use wasm9p_guest_fs::backend::{Attr, Entry, Kind, OpenFile, SetAttr};
 use wasm9p_guest_fs::namespace::Location;
 use wasm9p_proto::Errno;
 use wasmtime::component::Resource;
@@ -101,10 +101,7 @@ impl FsView<'_> {
         if !d.loc.is_dir() {
             return Err(ErrorCode::NotDirectory.into());
         }
-        if rel.starts_with('/') {
-            return Err(ErrorCode::NotPermitted.into());
-        }
-        Ok(d.loc.join(rel))
+        crate::wasi_fs::beneath(&d.loc, rel).fs()
     }
 
     fn writable_dir(&self, fd: &Resource<Descriptor>) -> FsResult<()> {
@@ -333,7 +330,7 @@ impl HostDescriptor for FsView<'_> {
     async fn link_at(
         &mut self,
         fd: Resource<Descriptor>,
-        _old_flags: PathFlags,
+        old_flags: PathFlags,
         old_path: String,
         new_fd: Resource<Descriptor>,
         new_path: String,
@@ -341,7 +338,8 @@ impl HostDescriptor for FsView<'_> {
         self.writable_dir(&new_fd)?;
         let from = self.path_at(&fd, &old_path)?;
         let to = self.path_at(&new_fd, &new_path)?;
-        self.fs.ns.link(&from, &to).await.fs()
+        let follow = old_flags.contains(PathFlags::SYMLINK_FOLLOW);
+        self.fs.ns.link(&from, &to, follow).await.fs()
     }
 
     async fn open_at(
@@ -352,55 +350,63 @@ impl HostDescriptor for FsView<'_> {
         oflags: OpenFlags,
         flags: DescriptorFlags,
     ) -> FsResult<Resource<Descriptor>> {
+        use crate::wasi_fs::{OpenRequest, Opened};
         let parent_flags = self.get(&fd)?.flags;
         let path = self.path_at(&fd, &path)?;
-        let follow = path_flags.contains(PathFlags::SYMLINK_FOLLOW);
-        let write = flags.contains(DescriptorFlags::WRITE);
-        let creates = oflags.contains(OpenFlags::CREATE) || oflags.contains(OpenFlags::TRUNCATE);
-        let mutates = write || creates || flags.contains(DescriptorFlags::MUTATE_DIRECTORY);
+        let request = OpenRequest {
+            follow: path_flags.contains(PathFlags::SYMLINK_FOLLOW),
+            create: oflags.contains(OpenFlags::CREATE),
+            exclusive: oflags.contains(OpenFlags::EXCLUSIVE),
+            truncate: oflags.contains(OpenFlags::TRUNCATE),
+            directory: oflags.contains(OpenFlags::DIRECTORY),
+            read: flags.contains(DescriptorFlags::READ),
+            write: flags.contains(DescriptorFlags::WRITE),
+        };
+        let mutates = request.write
+            || request.create
+            || request.truncate
+            || flags.contains(DescriptorFlags::MUTATE_DIRECTORY);
         if mutates && !parent_flags.contains(DescriptorFlags::MUTATE_DIRECTORY) {
             return Err(ErrorCode::NotPermitted.into());
         }
-        let loc = if oflags.contains(OpenFlags::CREATE) {
-            if oflags.contains(OpenFlags::DIRECTORY) {
-                return Err(ErrorCode::Invalid.into());
-            }
-            let exclusive = oflags.contains(OpenFlags::EXCLUSIVE);
-            self.fs.ns.create(&path, 0o644, exclusive).await.fs()?
-        } else {
-            self.fs.ns.resolve(&path, follow).await.fs()?
-        };
-        if oflags.contains(OpenFlags::DIRECTORY) && !loc.is_dir() {
-            return Err(ErrorCode::NotDirectory.into());
+        let sync = DescriptorFlags::FILE_INTEGRITY_SYNC
+            | DescriptorFlags::DATA_INTEGRITY_SYNC
+            | DescriptorFlags::REQUESTED_WRITE_SYNC;
+        if flags.intersects(sync) {
+            // As wasmtime: synchronous writes are not offered.
+            return Err(ErrorCode::Unsupported.into());
         }
-        let file = match loc.node.kind {
-            Kind::Dir => {
-                if write || oflags.contains(OpenFlags::TRUNCATE) {
-                    return Err(ErrorCode::IsDirectory.into());
-                }
-                None
-            }
-            Kind::Symlink => return Err(ErrorCode::Loop.into()),
-            Kind::Other => return Err(ErrorCode::Unsupported.into()),
-            Kind::File => {
-                let open = FileFlags {
-                    read: flags.contains(DescriptorFlags::READ),
-                    write: write || oflags.contains(OpenFlags::TRUNCATE),
-                    truncate: oflags.contains(OpenFlags::TRUNCATE),
-                    append: false,
-                };
-                let file: Arc<dyn OpenFile> = Arc::from(self.fs.ns.open_at(&loc, open).await.fs()?);
+        let descriptor = match crate::wasi_fs::open(&self.fs.ns, &path, request).await.fs()? {
+            // A directory keeps the right to change its contents only if its parent had
+            // it.
+            Opened::Dir(loc) => Descriptor {
+                loc,
+                flags: DescriptorFlags::READ | (parent_flags & DescriptorFlags::MUTATE_DIRECTORY),
+                file: None,
+            },
+            Opened::File {
+                loc,
+                file,
+                read,
+                write,
+            } => {
+                let file: Arc<dyn OpenFile> = Arc::from(file);
                 self.fs.opened(&file);
-                Some(file)
+                let mut mode = DescriptorFlags::empty();
+                if read {
+                    mode |= DescriptorFlags::READ;
+                }
+                if write {
+                    mode |= DescriptorFlags::WRITE;
+                }
+                Descriptor {
+                    loc,
+                    flags: mode,
+                    file: Some(file),
+                }
             }
         };
-        // A directory keeps the right to change its contents only if its parent had it.
-        let flags = if loc.is_dir() {
-            (flags & !DescriptorFlags::WRITE) | (parent_flags & DescriptorFlags::MUTATE_DIRECTORY)
-        } else {
-            flags
-        };
-        self.push(Descriptor { loc, flags, file })
+        self.push(descriptor)
     }
 
     async fn readlink_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<String> {
@@ -440,6 +446,10 @@ impl HostDescriptor for FsView<'_> {
     ) -> FsResult<()> {
         self.writable_dir(&fd)?;
         let path = self.path_at(&fd, &path)?;
+        if target.starts_with('/') {
+            // A link out of the directory capability, which wasmtime refuses too.
+            return Err(ErrorCode::NotPermitted.into());
+        }
         self.fs.ns.symlink(&target, &path).await.fs()
     }
 

@@ -1,5 +1,7 @@
 //! Tattach and Tclunk: binding fids to an export's root, and releasing them.
 
+use std::sync::Arc;
+
 use wasm9p_proto::consts::NOFID;
 use wasm9p_proto::{Errno, Message, Rattach, Rclunk, Tattach, Tclunk};
 
@@ -15,15 +17,21 @@ pub(super) fn attach(s: &Session, t: Tattach) -> Result<Message, Errno> {
     let exports = &s.shared.exports;
     let export = if t.aname.is_empty() {
         match exports.as_slice() {
-            [only] => only,
+            [only] => only.clone(),
             _ => return Err(Errno::ENOENT),
         }
+    } else if let Some(whole) = exports.iter().find(|e| e.matches(&t.aname)) {
+        whole.clone()
     } else {
-        exports
+        // A directory inside an export: the longest export prefix that names one.
+        let (export, rest) = exports
             .iter()
-            .find(|e| e.matches(&t.aname))
-            .ok_or(Errno::ENOENT)?
+            .filter_map(|e| e.below(&t.aname).map(|rest| (e, rest)))
+            .min_by_key(|(_, rest)| rest.len())
+            .ok_or(Errno::ENOENT)?;
+        Arc::new(export.subdir(rest)?)
     };
+    let export = &export;
     let node = Node::root(export);
     let qid = stat::qid(&stat_node(&node)?, export.root_dev);
     s.fids.insert(t.fid, Fid::new(export.clone(), node, qid))?;

@@ -118,7 +118,7 @@ async fn setattr_link_statfs_and_readdir_through_the_mount() {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(dir.path().join("a")).unwrap();
     assert_eq!((m.len(), m.mode() & 0o777), (4, 0o640));
-    ns.link("/a", "/a-again").await.unwrap();
+    ns.link("/a", "/a-again", false).await.unwrap();
     assert_eq!(
         ns.getattr("/a", true).await.unwrap().nlink,
         2,
