@@ -22,7 +22,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use wasm9p_proto::Errno;
 
-use crate::backend::{Attr, Backend, Entry, Kind, Node, OpenFile, OpenFlags, SetAttr, StatFs};
+use crate::backend::{
+    Attr, Backend, Entry, Kind, Node, OpenFile, OpenFlags, SetAttr, Special, StatFs,
+};
 use crate::path::SharedPath;
 
 /// Most symlinks followed while resolving one path (Linux's MAXSYMLINKS).
@@ -369,6 +371,23 @@ impl Namespace {
         Err(Errno::ELOOP)
     }
 
+    /// Creates a FIFO or a Unix socket at `path` (device nodes: EPERM).
+    pub async fn mknod(&self, path: &str, special: Special, mode: u32) -> Result<Location, Errno> {
+        let (dir, name) = self.resolve_parent(path).await?;
+        if self.is_mount_point(&dir, &name) {
+            return Err(Errno::EEXIST);
+        }
+        let node = self
+            .writable(&dir)?
+            .mknod(&dir.node, &name, special, mode)
+            .await?;
+        Ok(Location {
+            mount: dir.mount,
+            node,
+            path: dir.path.join(&name),
+        })
+    }
+
     /// Creates a symlink at `path` holding `target`. A trailing slash on `path` asks for
     /// a directory, which a symlink is not: EEXIST if a directory is there, ENOTDIR if
     /// something else is, ENOENT if nothing is (as Linux's `symlinkat`).
@@ -468,6 +487,9 @@ impl Namespace {
             Some(m) => self.mounts[m].backend.getattr(&at.node).await,
             None => Ok(Attr {
                 mode: 0o555,
+                uid: rustix::process::geteuid().as_raw(),
+                gid: rustix::process::getegid().as_raw(),
+                special: None,
                 nlink: 2,
                 ino: at.node.id,
                 ..Attr::default()

@@ -185,8 +185,14 @@ mod tests {
             Opened::Dir(_) => panic!("a file was created"),
         }
         let err = |r: Result<Opened, Errno>| r.err();
-        let nofollow_create = OpenRequest { follow: false, ..create };
-        assert_eq!(err(open(&ns, "/link", nofollow_create).await), Some(Errno::ELOOP));
+        let nofollow_create = OpenRequest {
+            follow: false,
+            ..create
+        };
+        assert_eq!(
+            err(open(&ns, "/link", nofollow_create).await),
+            Some(Errno::ELOOP)
+        );
         let excl = OpenRequest {
             exclusive: true,
             ..nofollow_create
@@ -203,7 +209,10 @@ mod tests {
             ..OpenRequest::default()
         };
         assert_eq!(err(open(&ns, "/f", directory).await), Some(Errno::ENOTDIR));
-        assert_eq!(err(open(&ns, "/link", directory).await), Some(Errno::ENOTDIR));
+        assert_eq!(
+            err(open(&ns, "/link", directory).await),
+            Some(Errno::ENOTDIR)
+        );
         assert_eq!(
             err(open(&ns, "/link", OpenRequest::default()).await),
             Some(Errno::ELOOP)

@@ -128,10 +128,12 @@ impl Export {
                 return Err(Errno::EACCES);
             }
             let parent = dir.as_ref().unwrap_or(&self.root);
-            let next = parent.open_dir_nofollow(name).map_err(|e| match Errno::from(&e) {
-                Errno::ELOOP => Errno::ENOTDIR,
-                other => other,
-            })?;
+            let next = parent
+                .open_dir_nofollow(name)
+                .map_err(|e| match Errno::from(&e) {
+                    Errno::ELOOP => Errno::ENOTDIR,
+                    other => other,
+                })?;
             names.push(name);
             dir = Some(next);
         }

@@ -26,6 +26,9 @@ macro_rules! attr_of {
     ($m:expr) => {
         Attr {
             mode: $m.mode() & 0o7777,
+            special: super::Special::from_mode($m.mode()),
+            uid: $m.uid(),
+            gid: $m.gid(),
             size: $m.size(),
             nlink: $m.nlink(),
             ino: $m.ino(),
@@ -120,7 +123,22 @@ impl BindFs {
 
     fn do_setattr(&self, path: &Path, attr: &SetAttr) -> Result<(), Errno> {
         if attr.uid.is_some() || attr.gid.is_some() {
-            return Err(Errno::EPERM);
+            // chown, confined: the parent through cap-std, then one name not followed
+            // (the namespace has already followed a final symlink if it was asked to).
+            let uid = attr.uid.map(rustix::fs::Uid::from_raw);
+            let gid = attr.gid.map(rustix::fs::Gid::from_raw);
+            let sys = |e: rustix::io::Errno| Errno::from(std::io::Error::from(e));
+            match (path.parent(), path.file_name()) {
+                (Some(parent), Some(name)) => {
+                    let dir = self.root.open_dir(self.dir_path(parent)).map_err(errno)?;
+                    let nofollow = rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
+                    rustix::fs::chownat(&dir, name, uid, gid, nofollow).map_err(sys)?;
+                }
+                _ => {
+                    let empty = rustix::fs::AtFlags::EMPTY_PATH;
+                    rustix::fs::chownat(&self.root, "", uid, gid, empty).map_err(sys)?;
+                }
+            }
         }
         if let Some(size) = attr.size {
             let file = self
@@ -278,6 +296,31 @@ impl Backend for BindFs {
         let result = child(dir, name).and_then(|p| {
             // The target is stored as text; the namespace resolves it in guest terms.
             self.root.symlink_contents(target, &p).map_err(errno)?;
+            self.node_at(p)
+        });
+        Box::pin(ready(result))
+    }
+
+    fn mknod<'a>(
+        &'a self,
+        dir: &'a Node,
+        name: &'a str,
+        special: super::Special,
+        mode: u32,
+    ) -> BoxFuture<'a, Result<Node, Errno>> {
+        let result = child(dir, name).and_then(|p| {
+            if !matches!(special, super::Special::Fifo | super::Special::Socket) {
+                return Err(Errno::EPERM);
+            }
+            // The parent through cap-std (confined), the name by mknodat beneath it.
+            let parent = self
+                .root
+                .open_dir(self.dir_path(path_of(dir)?))
+                .map_err(errno)?;
+            let mode = rustix::fs::Mode::from_raw_mode(mode & 0o7777);
+            let kind = rustix::fs::FileType::from_raw_mode(special.mode_bits());
+            rustix::fs::mknodat(&parent, name, kind, mode, 0)
+                .map_err(|e| Errno::from(std::io::Error::from(e)))?;
             self.node_at(p)
         });
         Box::pin(ready(result))

@@ -554,6 +554,10 @@ impl Table {
     fn attr(&self, id: u64) -> Result<Attr, Errno> {
         self.get(id).map(|i| Attr {
             mode: i.mode,
+            // An in-memory file belongs to whoever runs the host.
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+            special: None,
             size: match &i.data {
                 Data::File(d) => d.len() as u64,
                 Data::Symlink(s) => s.len() as u64,

@@ -7,8 +7,10 @@
 //! resolved without touching the network or suspending.
 //!
 //! Backends: [`ninep::NinepFs`] (a 9P mount with the v9fs-style caches in front of the
-//! client) and [`memory::MemoryFs`] (a tmpfs for scratch and tests). `bind` (a host
-//! directory through cap-std) comes next.
+//! client), [`bind::BindFs`] (a host directory through cap-std: the baseline the 9p
+//! mounts are measured and checked against) and [`memory::MemoryFs`] (an in-memory
+//! file system: the double the namespace's and the host's unit tests run on, so they
+//! need neither a server nor a host directory; no `--mount` type makes one).
 
 pub mod bind;
 pub mod memory;
@@ -36,8 +38,44 @@ pub enum Kind {
     File,
     /// A symbolic link.
     Symlink,
-    /// Anything else (FIFO, socket, device).
+    /// Anything else (FIFO, socket, device: [`Attr::special`] says which).
     Other,
+}
+
+/// A file that is neither a directory, a regular file nor a symlink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Special {
+    /// A named pipe.
+    Fifo,
+    /// A Unix socket.
+    Socket,
+    /// A character device.
+    CharDevice,
+    /// A block device.
+    BlockDevice,
+}
+
+impl Special {
+    /// What the `S_IFMT` bits of a Linux mode say, if they name a special file.
+    pub fn from_mode(mode: u32) -> Option<Special> {
+        match mode & 0o170000 {
+            0o010000 => Some(Special::Fifo),
+            0o140000 => Some(Special::Socket),
+            0o020000 => Some(Special::CharDevice),
+            0o060000 => Some(Special::BlockDevice),
+            _ => None,
+        }
+    }
+
+    /// Its `S_IFMT` bits.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            Special::Fifo => 0o010000,
+            Special::Socket => 0o140000,
+            Special::CharDevice => 0o020000,
+            Special::BlockDevice => 0o060000,
+        }
+    }
 }
 
 /// A file of some backend: cheap to clone.
@@ -76,6 +114,10 @@ impl Node {
 pub struct Attr {
     /// Permission bits.
     pub mode: u32,
+    /// Owner, as the backend reports it (a 9p server's numbers, the host's for bind).
+    pub uid: u32,
+    /// Group, as the backend reports it.
+    pub gid: u32,
     /// Size in bytes.
     pub size: u64,
     /// Hard links.
@@ -88,6 +130,9 @@ pub struct Attr {
     pub atime: (u64, u32),
     /// Status change time.
     pub ctime: (u64, u32),
+    /// For a special file, which kind (a 9p server's qid says only "file" for these,
+    /// the mode from getattr says more).
+    pub special: Option<Special>,
 }
 
 /// File system statistics.
@@ -219,6 +264,18 @@ pub trait Backend: Send + Sync + 'static {
         name: &'a str,
         target: &'a str,
     ) -> BoxFuture<'a, Result<Node, Errno>>;
+
+    /// Creates the FIFO or Unix socket `name` with permission bits `mode`. Device nodes
+    /// are never made, and a backend that cannot make special files answers EPERM.
+    fn mknod<'a>(
+        &'a self,
+        _dir: &'a Node,
+        _name: &'a str,
+        _special: Special,
+        _mode: u32,
+    ) -> BoxFuture<'a, Result<Node, Errno>> {
+        Box::pin(std::future::ready(Err(Errno::EPERM)))
+    }
 
     /// Removes `name`: a directory (must be empty) if `dir_only`, else a non-directory.
     fn unlink<'a>(

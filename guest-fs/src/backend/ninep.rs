@@ -120,6 +120,9 @@ fn rest_of(listing: &[Entry], cookie: u64) -> Vec<Entry> {
 pub(super) fn attr_of(a: &Rgetattr) -> Attr {
     Attr {
         mode: a.mode & 0o7777,
+        special: super::Special::from_mode(a.mode),
+        uid: a.uid,
+        gid: a.gid,
         size: a.size,
         nlink: a.nlink,
         ino: a.qid.path,
@@ -392,6 +395,27 @@ impl Backend for NinepFs {
                 .walk(&parts(dir)?.path)
                 .await?
                 .symlink(name, target, 0)
+                .await?;
+            self.created(dir, name, q);
+            Ok(node(child_path(dir, name)?, q))
+        })
+    }
+
+    fn mknod<'a>(
+        &'a self,
+        dir: &'a Node,
+        name: &'a str,
+        special: super::Special,
+        mode: u32,
+    ) -> BoxFuture<'a, Result<Node, Errno>> {
+        Box::pin(async move {
+            if !matches!(special, super::Special::Fifo | super::Special::Socket) {
+                return Err(Errno::EPERM);
+            }
+            let q = self
+                .walk(&parts(dir)?.path)
+                .await?
+                .mknod(name, special.mode_bits() | (mode & 0o7777), 0, 0, 0)
                 .await?;
             self.created(dir, name, q);
             Ok(node(child_path(dir, name)?, q))

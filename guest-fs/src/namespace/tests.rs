@@ -474,7 +474,10 @@ fn attributes_links_listings_and_statfs() {
             ns.link("/file", "/tmp/hard", false).await.unwrap_err(),
             Errno::EXDEV
         );
-        assert_eq!(ns.link("/usr", "/usr2", false).await.unwrap_err(), Errno::EPERM);
+        assert_eq!(
+            ns.link("/usr", "/usr2", false).await.unwrap_err(),
+            Errno::EPERM
+        );
         assert_eq!(
             ns.setattr(
                 "/ro/readme",

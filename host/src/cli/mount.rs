@@ -19,6 +19,11 @@ pub struct MountArgs {
     /// Mount read-only.
     #[arg(long)]
     pub read_only: bool,
+    /// Let users other than the one mounting in (FUSE's allow_other; root may always,
+    /// others only where /etc/fuse.conf has user_allow_other). Their access is checked
+    /// by the kernel on the files' owners and modes.
+    #[arg(long)]
+    pub allow_other: bool,
     /// Where the namespace's root appears (an existing directory).
     pub mountpoint: PathBuf,
 }
@@ -54,7 +59,11 @@ pub fn mount(args: MountArgs) -> ExitCode {
         Err(e) => return fail(1, &format!("cannot handle signals: {e}")),
     };
     let fs = NamespaceFs::new(mounts.namespace().clone(), runtime.handle().clone());
-    let session = match fuser::spawn_mount2(fs, &args.mountpoint, &fuse::config(args.read_only)) {
+    let session = match fuser::spawn_mount2(
+        fs,
+        &args.mountpoint,
+        &fuse::config(args.read_only, args.allow_other),
+    ) {
         Ok(session) => session,
         Err(e) => {
             return fail(

@@ -34,7 +34,7 @@ use fuser::{
     INodeNo, LockOwner, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
     ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
-use wasm9p_guest_fs::backend::{Attr, Kind, OpenFile, OpenFlags, SetAttr};
+use wasm9p_guest_fs::backend::{Attr, Kind, OpenFile, OpenFlags, SetAttr, Special};
 use wasm9p_guest_fs::namespace::{Location, Namespace};
 use wasm9p_proto::Errno;
 
@@ -58,12 +58,17 @@ fn fuse_errno(e: Errno) -> FuseErrno {
     FuseErrno::from_i32(e.0 as i32)
 }
 
-fn file_type(kind: Kind) -> FileType {
-    match kind {
-        Kind::Dir => FileType::Directory,
-        Kind::File => FileType::RegularFile,
-        Kind::Symlink => FileType::Symlink,
-        Kind::Other => FileType::NamedPipe,
+fn file_type(kind: Kind, attr: &Attr) -> FileType {
+    // A special file's kind is in its attributes (a 9p qid calls it a file).
+    match (attr.special, kind) {
+        (Some(Special::Fifo), _) => FileType::NamedPipe,
+        (Some(Special::Socket), _) => FileType::Socket,
+        (Some(Special::CharDevice), _) => FileType::CharDevice,
+        (Some(Special::BlockDevice), _) => FileType::BlockDevice,
+        (None, Kind::Dir) => FileType::Directory,
+        (None, Kind::File) => FileType::RegularFile,
+        (None, Kind::Symlink) => FileType::Symlink,
+        (None, Kind::Other) => FileType::NamedPipe,
     }
 }
 
@@ -105,13 +110,11 @@ pub struct NamespaceFs {
     files: Mutex<HashMap<u64, FileEntry>>,
     dirs: Mutex<HashMap<u64, DirHandle>>,
     next_fh: std::sync::atomic::AtomicU64,
-    uid: u32,
-    gid: u32,
 }
 
 impl NamespaceFs {
-    /// Serves `ns`, running its operations on `rt`. Files appear owned by this
-    /// process's user.
+    /// Serves `ns`, running its operations on `rt`. Files show the owners their mount
+    /// reports.
     pub fn new(ns: Arc<Namespace>, rt: tokio::runtime::Handle) -> Self {
         NamespaceFs {
             ns,
@@ -120,8 +123,6 @@ impl NamespaceFs {
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: std::sync::atomic::AtomicU64::new(1),
-            uid: rustix::process::getuid().as_raw(),
-            gid: rustix::process::getgid().as_raw(),
         }
     }
 
@@ -155,11 +156,13 @@ impl NamespaceFs {
             mtime: time(a.mtime),
             ctime: time(a.ctime),
             crtime: time(a.ctime),
-            kind: file_type(kind),
+            kind: file_type(kind, a),
             perm: (a.mode & 0o7777) as u16,
             nlink: a.nlink.min(u64::from(u32::MAX)) as u32,
-            uid: self.uid,
-            gid: self.gid,
+            // Owners as the mount reports them (a 9p server's numbers, the host's for
+            // bind), so the kernel's default_permissions checks true attributes.
+            uid: a.uid,
+            gid: a.gid,
             rdev: 0,
             blksize: 4096,
             flags: 0,
@@ -180,6 +183,32 @@ impl NamespaceFs {
 
     /// Answers a lookup-like request: the attributes of `path`, under a node id the
     /// kernel now holds one more reference to.
+    /// The owner a file made for `req` is handed to, as a local file system would
+    /// have made it: `None` unless this process is root and `req` comes from another
+    /// user or group (the mount's server makes every file as its own user).
+    fn owner_for(req: &Request) -> Option<SetAttr> {
+        let (uid, gid) = (req.uid(), req.gid());
+        let me = rustix::process::geteuid().as_raw();
+        let my_group = rustix::process::getegid().as_raw();
+        (me == 0 && (uid, gid) != (me, my_group)).then(|| SetAttr {
+            uid: Some(uid),
+            gid: Some(gid),
+            ..SetAttr::default()
+        })
+    }
+
+    /// Hands the file just made at `path` to the user that asked for it
+    /// ([`Self::owner_for`]); a mount that keeps no owners (a plugin) leaves it be.
+    async fn give_to(&self, req: &Request, path: &str) -> Result<(), Errno> {
+        let Some(owner) = Self::owner_for(req) else {
+            return Ok(());
+        };
+        match self.ns.setattr(path, &owner, false).await {
+            Err(Errno::EOPNOTSUPP) => Ok(()),
+            other => other,
+        }
+    }
+
     fn entry(&self, path: Result<String, Errno>, reply: ReplyEntry) {
         let result = path.and_then(|path| {
             let (at, attr) = self.rt.block_on(self.stat(&path))?;
@@ -349,7 +378,7 @@ impl Filesystem for NamespaceFs {
 
     fn mknod(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -357,21 +386,29 @@ impl Filesystem for NamespaceFs {
         _rdev: u32,
         reply: ReplyEntry,
     ) {
-        // Regular files only: 9P2000.L can make FIFOs and sockets, the namespace not.
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            return reply.error(FuseErrno::EPERM);
-        }
+        // Regular files, FIFOs and sockets; device nodes are never made (EPERM).
+        let perm = mode & !umask & 0o7777;
         let path = self.child(parent, name).and_then(|path| {
-            self.rt
-                .block_on(self.ns.create(&path, mode & !umask & 0o7777, true))?;
-            Ok(path)
+            self.rt.block_on(async {
+                match Special::from_mode(mode) {
+                    None if mode & libc::S_IFMT == libc::S_IFREG => {
+                        self.ns.create(&path, perm, true).await?;
+                    }
+                    Some(special @ (Special::Fifo | Special::Socket)) => {
+                        self.ns.mknod(&path, special, perm).await?;
+                    }
+                    _ => return Err(Errno::EPERM),
+                }
+                self.give_to(req, &path).await?;
+                Ok(path)
+            })
         });
         self.entry(path, reply);
     }
 
     fn mkdir(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -379,9 +416,11 @@ impl Filesystem for NamespaceFs {
         reply: ReplyEntry,
     ) {
         let path = self.child(parent, name).and_then(|path| {
-            self.rt
-                .block_on(self.ns.mkdir(&path, mode & !umask & 0o7777))?;
-            Ok(path)
+            self.rt.block_on(async {
+                self.ns.mkdir(&path, mode & !umask & 0o7777).await?;
+                self.give_to(req, &path).await?;
+                Ok(path)
+            })
         });
         self.entry(path, reply);
     }
@@ -396,7 +435,7 @@ impl Filesystem for NamespaceFs {
 
     fn symlink(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         link_name: &OsStr,
         target: &Path,
@@ -404,8 +443,11 @@ impl Filesystem for NamespaceFs {
     ) {
         let path = self.child(parent, link_name).and_then(|path| {
             let target = target.to_str().ok_or(Errno::EINVAL)?;
-            self.rt.block_on(self.ns.symlink(target, &path))?;
-            Ok(path)
+            self.rt.block_on(async {
+                self.ns.symlink(target, &path).await?;
+                self.give_to(req, &path).await?;
+                Ok(path)
+            })
         });
         self.entry(path, reply);
     }
@@ -563,7 +605,7 @@ impl Filesystem for NamespaceFs {
                 listing
                     .into_iter()
                     .filter(|e| e.name != "." && e.name != "..")
-                    .map(|e| (e.name, file_type(e.kind), e.id.max(2))),
+                    .map(|e| (e.name, file_type(e.kind, &Attr::default()), e.id.max(2))),
             );
             let fh = self.fh();
             self.dirs.lock().unwrap().insert(fh, DirHandle { entries });
@@ -700,7 +742,7 @@ impl Filesystem for NamespaceFs {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -711,10 +753,16 @@ impl Filesystem for NamespaceFs {
         let result = self.child(parent, name).and_then(|path| {
             self.rt.block_on(async {
                 let exclusive = flags & libc::O_EXCL != 0;
+                let existed = Self::owner_for(req).is_some()
+                    && !exclusive
+                    && self.ns.resolve(&path, true).await.is_ok();
                 let at = self
                     .ns
                     .create(&path, mode & !umask & 0o7777, exclusive)
                     .await?;
+                if !existed {
+                    self.give_to(req, &path).await?;
+                }
                 let file = self.ns.open_at(&at, Self::open_flags(flags)).await?;
                 let attr = self.ns.getattr_at(&at).await?;
                 let ino = self.inodes.lock().unwrap().remember(&path);
@@ -730,7 +778,7 @@ impl Filesystem for NamespaceFs {
 }
 
 /// Mount options and worker threads for serving `fs` at a mount point.
-pub fn config(read_only: bool) -> fuser::Config {
+pub fn config(read_only: bool, allow_other: bool) -> fuser::Config {
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName("wasm9p".into()),
@@ -741,6 +789,10 @@ pub fn config(read_only: bool) -> fuser::Config {
     ];
     if read_only {
         config.mount_options.push(fuser::MountOption::RO);
+    }
+    if allow_other {
+        // Safe with default_permissions: the kernel checks every user's access.
+        config.acl = fuser::SessionACL::All;
     }
     config.n_threads = Some(WORKERS);
     config.clone_fd = true;

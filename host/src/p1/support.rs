@@ -246,7 +246,9 @@ impl WasiP1Ctx {
     pub(super) fn sync(&mut self, fd: types::Fd, datasync: bool) -> Result<(), Error> {
         let rt = self.rt.clone();
         match self.fds.get_mut(fd.into())? {
-            Desc::File(f) => super::block_on_handle(&rt, f.file.fsync(datasync)).map_err(Error::from),
+            Desc::File(f) => {
+                super::block_on_handle(&rt, f.file.fsync(datasync)).map_err(Error::from)
+            }
             Desc::Dir(_) => Ok(()),
             Desc::Stdin | Desc::Stdout | Desc::Stderr => Err(Errno::Inval.into()),
         }

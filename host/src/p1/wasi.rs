@@ -142,13 +142,25 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
             fs_rights_base: rights,
             fs_rights_inheriting: inheriting,
         };
-        let stdio = |rights| stat(self.stdio_filetype(fd), types::Fdflags::empty(), rights, rights);
+        let stdio = |rights| {
+            stat(
+                self.stdio_filetype(fd),
+                types::Fdflags::empty(),
+                rights,
+                rights,
+            )
+        };
         Ok(match self.fds.get(fd.into())? {
             Desc::Stdin => stdio(R::FD_READ),
             Desc::Stdout | Desc::Stderr => stdio(R::FD_WRITE),
             Desc::Dir(d) if d.preopen.is_some() => {
                 let (base, inheriting) = super::support::preopen_rights();
-                stat(types::Filetype::Directory, types::Fdflags::empty(), base, inheriting)
+                stat(
+                    types::Filetype::Directory,
+                    types::Fdflags::empty(),
+                    base,
+                    inheriting,
+                )
             }
             Desc::Dir(_) => {
                 let rights = R::all()
@@ -156,7 +168,12 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
                     - R::FD_FILESTAT_SET_SIZE
                     - R::PATH_FILESTAT_SET_SIZE
                     - R::FD_WRITE;
-                stat(types::Filetype::Directory, types::Fdflags::empty(), rights, rights)
+                stat(
+                    types::Filetype::Directory,
+                    types::Fdflags::empty(),
+                    rights,
+                    rights,
+                )
             }
             Desc::File(f) => {
                 let mut rights = R::all();

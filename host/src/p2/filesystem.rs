@@ -376,7 +376,10 @@ impl HostDescriptor for FsView<'_> {
             // As wasmtime: synchronous writes are not offered.
             return Err(ErrorCode::Unsupported.into());
         }
-        let descriptor = match crate::wasi_fs::open(&self.fs.ns, &path, request).await.fs()? {
+        let descriptor = match crate::wasi_fs::open(&self.fs.ns, &path, request)
+            .await
+            .fs()?
+        {
             // A directory keeps the right to change its contents only if its parent had
             // it.
             Opened::Dir(loc) => Descriptor {

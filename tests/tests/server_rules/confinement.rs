@@ -299,3 +299,92 @@ async fn read_count_is_clamped_to_msize() {
         std::fs::read(dir.path().join("big")).unwrap()
     );
 }
+
+#[tokio::test]
+async fn an_aname_may_name_a_directory_inside_an_export_and_that_is_the_root() {
+    let dir = fixture();
+    let server = TestServer::start(
+        ServerConfig {
+            exports: vec![ExportConfig {
+                name: Some("base".into()),
+                ..ExportConfig::new(dir.path())
+            }],
+            ..Default::default()
+        },
+        "tcp:127.0.0.1:0",
+    );
+    let mut c = Conn::connect(&server.addr).await;
+    c.version(MSIZE).await;
+    let sub = std::fs::metadata(dir.path().join("sub")).unwrap();
+    // By the export's name and by its path, with or without a trailing slash.
+    let below = format!("{}/sub/", dir.path().display());
+    for (fid, aname) in [(0, "base/sub"), (1, below.as_str()), (2, "base/./sub//")] {
+        let qid = c.attach(fid, aname).await.unwrap();
+        assert_eq!(qid.path, sub.ino(), "{aname}");
+        c.walk(fid, 10 + fid, "inner.txt").await.unwrap();
+        c.lopen(10 + fid, open::RDONLY).await.unwrap();
+        assert_eq!(c.read_all(10 + fid).await.unwrap(), b"inner", "{aname}");
+    }
+    // Fid 0 is the attach to base/sub, which `cat` walks from.
+    assert_eq!(c.cat(9, "inner.txt").await.unwrap(), b"inner");
+    // `..` at that root stays there: the rest of the export is out of reach.
+    let qids = c.walk(0, 20, "../..").await.unwrap();
+    assert_eq!(
+        qids.iter().map(|q| q.path).collect::<Vec<_>>(),
+        [sub.ino(); 2]
+    );
+    let partial = c.walk(0, 21, "../hello.txt").await.unwrap();
+    assert_eq!(partial.len(), 1, "hello.txt is outside this root");
+    assert_eq!(c.getattr(21).await, Err(Errno::EBADF));
+    c.attach(3, "base/sub/deeper").await.unwrap();
+    // The whole export is still there under its own name.
+    c.attach(4, "base").await.unwrap();
+    c.walk(4, 22, "hello.txt").await.unwrap();
+    c.lopen(22, open::RDONLY).await.unwrap();
+    assert_eq!(c.read_all(22).await.unwrap(), b"hello, world\n");
+}
+
+#[tokio::test]
+async fn an_aname_inside_an_export_never_leaves_it() {
+    let dir = fixture();
+    let server = TestServer::start(
+        ServerConfig {
+            exports: vec![ExportConfig {
+                name: Some("base".into()),
+                ..ExportConfig::new(dir.path().join("sub"))
+            }],
+            ..Default::default()
+        },
+        "tcp:127.0.0.1:0",
+    );
+    let mut c = Conn::connect(&server.addr).await;
+    c.version(MSIZE).await;
+    let root = dir.path().display();
+    for (aname, errno) in [
+        // `..` anywhere in it, even one that would come back inside.
+        ("base/..", Errno::EACCES),
+        ("base/deeper/../..", Errno::EACCES),
+        ("base/deeper/..", Errno::EACCES),
+        // A path that only looks like it is below the export.
+        (&*format!("{root}/sub/../to-sub"), Errno::EACCES),
+        (&*format!("{root}/subway"), Errno::ENOENT),
+        // Names inside that are not directories.
+        ("base/inner.txt", Errno::ENOTDIR),
+        ("base/missing", Errno::ENOENT),
+        ("other/deeper", Errno::ENOENT),
+    ] {
+        assert_eq!(c.attach(0, aname).await, Err(errno), "{aname}");
+    }
+    // A symlink on the way is never followed, whether it points in or out.
+    std::os::unix::fs::symlink("deeper", dir.path().join("sub/in-link")).unwrap();
+    std::os::unix::fs::symlink("/etc", dir.path().join("sub/out-link")).unwrap();
+    for aname in ["base/in-link", "base/out-link", "base/out-link/ssl"] {
+        assert_eq!(c.attach(0, aname).await, Err(Errno::ENOTDIR), "{aname}");
+    }
+    // And a path into the export's parent by its own absolute path is no export.
+    assert_eq!(
+        c.attach(0, &format!("{root}/to-sub")).await,
+        Err(Errno::ENOENT)
+    );
+    c.attach(0, "base/deeper").await.unwrap();
+}
