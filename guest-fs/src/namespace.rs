@@ -534,6 +534,18 @@ impl Namespace {
             .await
     }
 
+    /// Makes a resolved directory's entries durable (nothing to do for a virtual
+    /// directory between mounts).
+    pub async fn sync_dir_at(&self, dir: &Location) -> Result<(), Errno> {
+        if !dir.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        match dir.mount {
+            Some(m) => self.mounts[m].backend.sync_dir(&dir.node).await,
+            None => Ok(()),
+        }
+    }
+
     /// Statistics of the file system holding `path`.
     pub async fn statfs(&self, path: &str) -> Result<StatFs, Errno> {
         let at = self.resolve(path, true).await?;

@@ -382,3 +382,40 @@ fn a_server_connection_cut_mid_run_gives_the_guest_eio_and_the_host_a_clean_exit
     );
     assert_eq!(out.status.code(), Some(0), "{stderr}");
 }
+
+#[test]
+fn fsync_of_a_directory_reaches_the_server() {
+    // wasi_calls.c fsyncs and fdatasyncs its directory once each, and no file: both
+    // must go to the server as Tfsync of the directory, not be answered on the spot.
+    let wasm =
+        compile_c_guest(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests/wasi_calls.c"));
+    let dir = Tree::build(&[]);
+    let stats = tempfile::NamedTempFile::new().unwrap();
+    let out = wasm9p()
+        .args([
+            "run",
+            "--mount",
+            &format!(
+                "type=9p,export={},target=/data,cache=none",
+                dir.path().display()
+            ),
+            &format!("--stats={}", stats.path().display()),
+        ])
+        .arg(&wasm)
+        .arg("/data")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("fsync dir: 0\nfdatasync dir: 0\n"),
+        "{stdout}"
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(stats.path()).unwrap()).unwrap();
+    assert_eq!(stats["mounts"][0]["rpc"]["fsync"], 2, "{stats}");
+}

@@ -14,6 +14,13 @@ use crate::DecodeError;
 /// Type number of Rlerror, the 9P2000.L error reply (it has no request).
 pub const RLERROR: u8 = 7;
 
+/// Type number of Rerror, the error reply of 9P2000 and 9P2000.u. A 9P2000.L server
+/// should answer Rlerror, but some production servers answer Rerror carrying a Linux
+/// errno; the Linux client reads both as an errno in a 9P2000.L session, and so does
+/// this codec: a frame of this type decodes to [`Message::Rlerror`] (see
+/// [`Rlerror::decode_rerror`]). Encoding always writes Rlerror.
+pub const RERROR: u8 = 107;
+
 macro_rules! message_struct {
     ($(#[$doc:meta])* $name:ident { $( $(#[$fdoc:meta])* $field:ident : $ty:ty ),* }) => {
         $(#[$doc])*
@@ -89,6 +96,7 @@ macro_rules! protocol {
                     if ty == $num + 1 { return Some(stringify!($r)); }
                 )*
                 if ty == RLERROR { return Some("Rlerror"); }
+                if ty == RERROR { return Some("Rerror"); }
                 None
             }
 
@@ -117,6 +125,7 @@ macro_rules! protocol {
                         x if x == $num + 1 => Message::$r(<$r>::decode(&mut body)?),
                     )*
                     RLERROR => Message::Rlerror(Rlerror::decode(&mut body)?),
+                    RERROR => Message::Rlerror(Rlerror::decode_rerror(&mut body)?),
                     other => return Err(DecodeError::UnknownType(other)),
                 };
                 if !body.is_empty() {
@@ -148,6 +157,25 @@ message_struct!(
 impl From<Rlerror> for Message {
     fn from(m: Rlerror) -> Self {
         Message::Rlerror(m)
+    }
+}
+
+impl Rlerror {
+    /// The errno of an Rerror body, in the three shapes servers send: a bare
+    /// `errno[4]` (what Linux reads in a 9P2000.L session), 9P2000.u's
+    /// `ename[s] errno[4]`, or plain 9P2000's `ename[s]` alone, which names no errno and
+    /// is EIO. Anything else is a decode error.
+    pub fn decode_rerror(body: &mut Bytes) -> Result<Rlerror, DecodeError> {
+        if body.len() == 4 {
+            return Rlerror::decode(body);
+        }
+        let _ename = String::decode(body)?;
+        let ecode = match body.len() {
+            0 => crate::Errno::EIO.0,
+            4 => u32::decode(body)?,
+            n => return Err(DecodeError::TrailingBytes(n)),
+        };
+        Ok(Rlerror { ecode })
     }
 }
 

@@ -496,8 +496,41 @@ fn type_numbers_are_the_linux_ones() {
     for (ty, name) in expected {
         assert_eq!(Message::type_name(ty), Some(name));
     }
-    // 9P2000 (non-.L) messages are not part of the dialect.
+    // 9P2000 (non-.L) messages are not part of the dialect, but for Rerror, which
+    // some servers answer with and which is read as an errno.
     for ty in [106u8, 112, 114, 124, 126] {
         assert_eq!(Message::type_name(ty), None, "{ty}");
     }
+    assert_eq!(Message::type_name(107), Some("Rerror"));
+}
+
+#[test]
+fn rerror_is_read_as_an_errno_in_each_shape_servers_send() {
+    let decode = |body: &str| Message::decode_body(107, Bytes::from(hex(body)));
+    // A bare errno, as Linux reads Rerror in a 9P2000.L session.
+    assert_eq!(
+        decode("02000000"),
+        Ok(Message::Rlerror(Rlerror { ecode: 2 }))
+    );
+    // 9P2000.u: ename[s] errno[4].
+    assert_eq!(
+        decode("0600 6e6f656e74 21 11000000"),
+        Ok(Message::Rlerror(Rlerror { ecode: 17 }))
+    );
+    // Plain 9P2000: ename[s] only, no errno to give: EIO.
+    assert_eq!(
+        decode("0300 626164"),
+        Ok(Message::Rlerror(Rlerror {
+            ecode: Errno::EIO.0
+        }))
+    );
+    // Anything else is malformed, as any other body would be.
+    assert!(decode("0300 626164 0100").is_err());
+    assert!(decode("0900 626164").is_err());
+    // (Four bytes are always a bare errno, as Linux reads them.)
+    assert_eq!(
+        decode("0900 6261"),
+        Ok(Message::Rlerror(Rlerror { ecode: 0x6162_0009 }))
+    );
+    assert!(decode("").is_err());
 }

@@ -32,6 +32,36 @@ pub enum Fault {
     Truncate,
     /// Held back and forwarded after the next frame in the same direction.
     Reorder,
+    /// Not a fault but a server quirk within the spec: an Rread carries at most this
+    /// many bytes of what the server read (other frames pass as they are).
+    ShortRead(u32),
+    /// A server quirk: Rlerror sent as type 107 (Rerror) with the same errno body, as
+    /// some production 9P2000.L servers do (other frames pass as they are).
+    AsRerror,
+}
+
+/// `frame` rewritten by a quirk `fault`; `None` if the quirk leaves it alone.
+fn quirk(fault: Fault, frame: &[u8]) -> Option<Vec<u8>> {
+    const RREAD: u8 = 117;
+    const RLERROR: u8 = 7;
+    match fault {
+        Fault::ShortRead(most) if frame[4] == RREAD && frame.len() >= 11 => {
+            let count = u32::from_le_bytes(frame[7..11].try_into().unwrap());
+            let keep = count.min(most);
+            let mut out = Vec::with_capacity(11 + keep as usize);
+            out.extend_from_slice(&(11 + keep).to_le_bytes());
+            out.extend_from_slice(&frame[4..7]);
+            out.extend_from_slice(&keep.to_le_bytes());
+            out.extend_from_slice(&frame[11..11 + keep as usize]);
+            Some(out)
+        }
+        Fault::AsRerror if frame[4] == RLERROR => {
+            let mut out = frame.to_vec();
+            out[4] = 107;
+            Some(out)
+        }
+        _ => None,
+    }
 }
 
 /// Which frames faults apply to.
@@ -186,11 +216,19 @@ async fn relay(client: TcpStream, server: TcpStream, s: Schedule, injected: Arc<
         lane.seen += 1;
         let hit = lane.faulty && lane.seen > s.spare && rng.below(s.every) == 0;
         let fault = if hit { Some(s.fault) } else { None };
+        let (frame, fault) = match fault.map(|f| (f, quirk(f, &frame))) {
+            Some((f @ (Fault::ShortRead(_) | Fault::AsRerror), Some(rewritten))) => {
+                (rewritten, Some(f))
+            }
+            // A quirk that does not apply to this frame: not injected.
+            Some((Fault::ShortRead(_) | Fault::AsRerror, None)) => (frame, None),
+            other => (frame, other.map(|(f, _)| f)),
+        };
         if fault.is_some() {
             injected.fetch_add(1, Ordering::Relaxed);
         }
         let sent = match fault {
-            None => lane.send(&frame).await,
+            None | Some(Fault::ShortRead(_) | Fault::AsRerror) => lane.send(&frame).await,
             Some(Fault::Delay(d)) => {
                 tokio::time::sleep(d).await;
                 lane.send(&frame).await

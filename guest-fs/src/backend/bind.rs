@@ -301,6 +301,23 @@ impl Backend for BindFs {
         Box::pin(ready(result))
     }
 
+    fn sync_dir<'a>(&'a self, dir: &'a Node) -> BoxFuture<'a, Result<(), Errno>> {
+        let result = path_of(dir).and_then(|p| {
+            use cap_fs_ext::OpenOptionsMaybeDirExt;
+            // A readable descriptor of the directory (cap-std's Dir handles are
+            // O_PATH, which fsync refuses).
+            let opened = self
+                .root
+                .open_with(
+                    self.dir_path(p),
+                    OpenOptions::new().read(true).maybe_dir(true),
+                )
+                .map_err(errno)?;
+            opened.sync_all().map_err(errno)
+        });
+        Box::pin(ready(result))
+    }
+
     fn mknod<'a>(
         &'a self,
         dir: &'a Node,

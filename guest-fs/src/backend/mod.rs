@@ -306,6 +306,12 @@ pub trait Backend: Send + Sync + 'static {
         name: &'a str,
     ) -> BoxFuture<'a, Result<(), Errno>>;
 
+    /// Makes the directory `dir`'s entries durable (`fsync` of a directory). The
+    /// default, for a backend with nothing durable below it (memory), has nothing to do.
+    fn sync_dir<'a>(&'a self, _dir: &'a Node) -> BoxFuture<'a, Result<(), Errno>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
     /// Statistics of the file system holding `node`.
     fn statfs<'a>(&'a self, node: &'a Node) -> BoxFuture<'a, Result<StatFs, Errno>>;
 

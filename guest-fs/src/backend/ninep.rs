@@ -401,6 +401,15 @@ impl Backend for NinepFs {
         })
     }
 
+    fn sync_dir<'a>(&'a self, dir: &'a Node) -> BoxFuture<'a, Result<(), Errno>> {
+        Box::pin(async move {
+            // The server fsyncs an open directory fid.
+            let fid = self.walk(&parts(dir)?.path).await?;
+            fid.lopen(open::RDONLY | open::DIRECTORY).await?;
+            fid.fsync(false).await
+        })
+    }
+
     fn mknod<'a>(
         &'a self,
         dir: &'a Node,

@@ -297,12 +297,29 @@ impl NinepFile {
                 let left = size.saturating_sub(from * page) as usize;
                 want = want.min(left.next_multiple_of(PAGE_SIZE).max(PAGE_SIZE));
             }
-            let replies = self
-                .fid()
-                .await?
-                .read_replies_at(from * page, want, PAGE_SIZE)
-                .await?;
-            let got: usize = replies.iter().map(Bytes::len).sum();
+            let fid = self.fid().await?;
+            let start = from * page;
+            let mut replies = fid.read_replies_at(start, want, PAGE_SIZE).await?;
+            let mut got: usize = replies.iter().map(Bytes::len).sum();
+            // 9P lets a server answer a read with fewer bytes than asked before the end
+            // of the file. A short page here would be taken for the end of the file
+            // (and kept as such), so the rest is asked for again: only an empty reply,
+            // or the size the attributes give, is the end.
+            while got < want
+                && self
+                    .known_size()
+                    .is_none_or(|size| start + (got as u64) < size)
+            {
+                let more = fid
+                    .read_replies_at(start + got as u64, want - got, PAGE_SIZE)
+                    .await?;
+                let n: usize = more.iter().map(Bytes::len).sum();
+                if n == 0 {
+                    break;
+                }
+                got += n;
+                replies.extend(more);
+            }
             let mut index = from;
             for piece in carve_pages(replies) {
                 self.cache

@@ -652,12 +652,18 @@ impl Filesystem for NamespaceFs {
     fn fsyncdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        let result = self.path(ino).and_then(|p| {
+            self.rt.block_on(async {
+                let dir = self.ns.resolve(&p, false).await?;
+                self.ns.sync_dir_at(&dir).await
+            })
+        });
+        empty(reply, result);
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {

@@ -240,16 +240,18 @@ impl WasiP1Ctx {
         }
     }
 
-    /// `fd_sync` / `fd_datasync`: a file's writes made durable; a directory has
-    /// nothing buffered here, so syncing it succeeds (the common `fsync(dirfd)` after a
-    /// rename, as on Linux).
+    /// `fd_sync` / `fd_datasync`: a file's writes made durable, or a directory's
+    /// entries (the common `fsync(dirfd)` after a rename, as on Linux).
     pub(super) fn sync(&mut self, fd: types::Fd, datasync: bool) -> Result<(), Error> {
         let rt = self.rt.clone();
         match self.fds.get_mut(fd.into())? {
             Desc::File(f) => {
                 super::block_on_handle(&rt, f.file.fsync(datasync)).map_err(Error::from)
             }
-            Desc::Dir(_) => Ok(()),
+            Desc::Dir(d) => {
+                let loc = d.loc.clone();
+                super::block_on_handle(&rt, self.ns.sync_dir_at(&loc)).map_err(Error::from)
+            }
             Desc::Stdin | Desc::Stdout | Desc::Stderr => Err(Errno::Inval.into()),
         }
     }

@@ -196,9 +196,14 @@ impl HostDescriptor for FsView<'_> {
     }
 
     async fn sync_data(&mut self, fd: Resource<Descriptor>) -> FsResult<()> {
-        match &self.get(&fd)?.file {
+        let d = self.get(&fd)?;
+        match &d.file {
             Some(file) => file.clone().fsync(true).await.fs(),
-            None => Ok(()),
+            // A directory: its entries made durable.
+            None => {
+                let loc = d.loc.clone();
+                self.fs.ns.sync_dir_at(&loc).await.fs()
+            }
         }
     }
 
@@ -274,9 +279,14 @@ impl HostDescriptor for FsView<'_> {
     }
 
     async fn sync(&mut self, fd: Resource<Descriptor>) -> FsResult<()> {
-        match &self.get(&fd)?.file {
+        let d = self.get(&fd)?;
+        match &d.file {
             Some(file) => file.clone().fsync(false).await.fs(),
-            None => Ok(()),
+            // A directory: its entries made durable.
+            None => {
+                let loc = d.loc.clone();
+                self.fs.ns.sync_dir_at(&loc).await.fs()
+            }
         }
     }
 

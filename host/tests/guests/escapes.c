@@ -1,5 +1,6 @@
 // Attempts to leave the guest's namespace: `..` past the root and past a mount, absolute
-// and relative symlinks that point outside, and writes through them. Nothing outside
+// and relative symlinks that point outside, and writes through them (WASI refuses to
+// make absolute links, so the test puts `etc` and `passwd` there on the host first). Nothing outside
 // the mounts exists for the guest, and nothing is created on the host. Also: looping
 // symlinks, opening through a symlinked directory (allowed, and stays inside), and
 // renames and links from one mount to another (EXDEV).

@@ -1,4 +1,5 @@
-// Symlinks: relative, absolute (in the guest's namespace), chains, dangling, loops,
+// Symlinks: relative, absolute (in the guest's namespace; WASI refuses to make one, so
+// the test puts `abs` there on the host first), chains, dangling, loops,
 // readlink, lstat vs stat, creating through a dangling link, and the errors around them.
 #include "scenario.h"
 
