@@ -763,6 +763,10 @@ fn posix_scenario(root: &Path, phase: &str) -> Vec<String> {
             out.push(described("d/p2", &p("d/p2")));
             out.push(outcome("mkfifo over p2", mkfifo("d/p2", 0o600)));
             out.push(outcome("unlink p2", std::fs::remove_file(p("d/p2"))));
+            // A Unix socket's file, made by bind(2) (mknod with S_IFSOCK through FUSE).
+            out.push(outcome("bind socket", std::os::unix::net::UnixListener::bind(p("sock"))));
+            out.push(described("sock", &p("sock")));
+            out.push(outcome("unlink sock", std::fs::remove_file(p("sock"))));
             out.push(outcome("symlink s", symlink("f", p("s"))));
             out.push(outcome(
                 "lchown s",
@@ -949,6 +953,7 @@ fn posix_scenarios_through_the_mount_match_a_local_directory() {
         "mkdir d: ok",
         "f: file 0600",
         "p: fifo 0640",
+        "sock: socket",
         "rmdir non-empty: Directory not empty (ENOTEMPTY)",
         "link to dir: Operation not permitted (EPERM)",
         "f: file 0600",
