@@ -1,6 +1,6 @@
 //! Per-mount options of a 9p mount, with Linux v9fs names and semantics:
 //! `cache=` (a mode name or the Linux bitmask), `negtimeout=MS` (`-1`: until evicted),
-//! `msize=N`, `cache_size=BYTES`, `ro`, `symlink_cache=on|off` (whether a metadata
+//! `msize=N`, `cache_size=BYTES` (or with a K, M or G suffix), `ro`, `symlink_cache=on|off` (whether a metadata
 //! caching mode keeps symlink targets; on by default, off to measure what it saves) and
 //! `reconnect=on|off` (off by default: see [`crate::client::ClientConfig::reconnect`]).
 
@@ -222,13 +222,13 @@ impl NinepOptions {
                 "cache_size" => {
                     let v = value_of("cache_size", "bytes")?;
                     opts.cache_size =
-                        v.parse()
-                            .ok()
+                        parse_bytes(v)
                             .filter(|n| *n >= 4096)
                             .ok_or(OptionError::BadValue {
                                 key: "cache_size",
                                 value: v.into(),
-                                expected: "at least 4096 bytes",
+                                expected:
+                                    "a size of at least 4096 bytes (a number, or with K, M or G)",
                             })?;
                 }
                 "symlink_cache" => {
@@ -260,6 +260,18 @@ fn on_off(key: &'static str, value: &str) -> Result<bool, OptionError> {
             expected: "on or off",
         }),
     }
+}
+
+/// A byte count: a number, or one with a binary suffix `K`, `M` or `G` (`64M` is
+/// 64 MiB), as `mount -o` sizes are written.
+fn parse_bytes(v: &str) -> Option<u64> {
+    let (digits, unit) = match v.char_indices().last()? {
+        (i, 'K' | 'k') => (&v[..i], 1u64 << 10),
+        (i, 'M' | 'm') => (&v[..i], 1 << 20),
+        (i, 'G' | 'g') => (&v[..i], 1 << 30),
+        _ => (v, 1),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(unit)
 }
 
 #[cfg(test)]
@@ -352,6 +364,20 @@ mod tests {
             parse("msize=100"),
             Err(OptionError::BadValue { key: "msize", .. })
         ));
+        for (text, bytes) in [
+            ("65536", 65536),
+            ("64K", 64 << 10),
+            ("16M", 16 << 20),
+            ("2g", 2 << 30),
+        ] {
+            assert_eq!(
+                parse(&format!("cache_size={text}")).unwrap().cache_size,
+                bytes
+            );
+        }
+        for bad in ["10", "1T", "M", "-1M", "99999999999G"] {
+            assert!(parse(&format!("cache_size={bad}")).is_err(), "{bad}");
+        }
         assert!(matches!(
             parse("cache_size=10"),
             Err(OptionError::BadValue {

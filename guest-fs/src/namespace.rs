@@ -373,6 +373,9 @@ impl Namespace {
 
     /// Creates a FIFO or a Unix socket at `path` (device nodes: EPERM).
     pub async fn mknod(&self, path: &str, special: Special, mode: u32) -> Result<Location, Errno> {
+        if !matches!(special, Special::Fifo | Special::Socket) {
+            return Err(Errno::EPERM);
+        }
         let (dir, name) = self.resolve_parent(path).await?;
         if self.is_mount_point(&dir, &name) {
             return Err(Errno::EEXIST);

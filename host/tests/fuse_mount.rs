@@ -764,7 +764,10 @@ fn posix_scenario(root: &Path, phase: &str) -> Vec<String> {
             out.push(outcome("mkfifo over p2", mkfifo("d/p2", 0o600)));
             out.push(outcome("unlink p2", std::fs::remove_file(p("d/p2"))));
             // A Unix socket's file, made by bind(2) (mknod with S_IFSOCK through FUSE).
-            out.push(outcome("bind socket", std::os::unix::net::UnixListener::bind(p("sock"))));
+            out.push(outcome(
+                "bind socket",
+                std::os::unix::net::UnixListener::bind(p("sock")),
+            ));
             out.push(described("sock", &p("sock")));
             out.push(outcome("unlink sock", std::fs::remove_file(p("sock"))));
             out.push(outcome("symlink s", symlink("f", p("s"))));

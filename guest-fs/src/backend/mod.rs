@@ -265,8 +265,9 @@ pub trait Backend: Send + Sync + 'static {
         target: &'a str,
     ) -> BoxFuture<'a, Result<Node, Errno>>;
 
-    /// Creates the FIFO or Unix socket `name` with permission bits `mode`. Device nodes
-    /// are never made, and a backend that cannot make special files answers EPERM.
+    /// Creates the FIFO or Unix socket `name` with permission bits `mode` (the
+    /// namespace never asks for a device node). A backend that cannot make special
+    /// files answers EPERM.
     fn mknod<'a>(
         &'a self,
         _dir: &'a Node,

@@ -80,6 +80,15 @@ impl std::fmt::Debug for NinepFs {
     }
 }
 
+/// A stand-in for the qid version of a server that sends none: changes whenever the
+/// file's size, mtime or ctime do (never 0, the "no version" value).
+fn content_stamp(a: &Rgetattr) -> u32 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (a.size, a.mtime_sec, a.mtime_nsec, a.ctime_sec, a.ctime_nsec).hash(&mut h);
+    (h.finish() as u32) | 1
+}
+
 fn kind_of(q: &Qid) -> Kind {
     if q.ty & qid::DIR != 0 {
         Kind::Dir
@@ -418,9 +427,6 @@ impl Backend for NinepFs {
         mode: u32,
     ) -> BoxFuture<'a, Result<Node, Errno>> {
         Box::pin(async move {
-            if !matches!(special, super::Special::Fifo | super::Special::Socket) {
-                return Err(Errno::EPERM);
-            }
             let q = self
                 .walk(&parts(dir)?.path)
                 .await?
@@ -565,7 +571,15 @@ impl Backend for NinepFs {
             } else {
                 // The walk's qid is fresh: pages are keyed by the version it has now.
                 let fid = self.walk(&n.path).await?;
-                let qid = fid.qid;
+                let mut qid = fid.qid;
+                if qid.version == 0 && self.mode.has(CacheMode::FILE) && !self.meta {
+                    // A server that keeps no versions (diod sends 0 for every file):
+                    // pages are keyed by what its attributes say of the contents now
+                    // (as Linux's ignoreqv), so an open after a change on the server
+                    // never reads the old pages. Metadata modes trust their dentries'
+                    // qids instead, as they trust everything else they cache.
+                    qid.version = content_stamp(&fid.getattr().await?);
+                }
                 (Source::Opened(fid), qid)
             };
             let open = NinepFile::open(

@@ -371,7 +371,8 @@ impl NinepFile {
     }
 }
 
-/// Cuts the server's replies into pages: slices of the replies themselves (requests
+/// Cuts the server's replies into pages: slices of the replies themselves, for the read
+/// that asked (the cache copies what it keeps, see `MountCache::insert_page`; requests
 /// ask for whole pages, so none straddles two replies), copying only a page that does
 /// (when msize is below a page). The last page may be short: the end of the file.
 fn carve_pages(replies: Vec<Bytes>) -> Vec<Bytes> {

@@ -129,8 +129,17 @@ impl Weighter<Key, Entry> for ByteWeighter {
         };
         let entry_bytes = match entry {
             Entry::Symlink { target, .. } => target.len() as u64,
-            Entry::Attr(_) => std::mem::size_of::<Rgetattr>() as u64,
-            Entry::Listing(entries) => entries.iter().map(|e| e.name.len() as u64 + 48).sum(),
+            // What each value keeps alive: the Arc's counts with an attribute set, a
+            // listing's entries with their names, a page's own allocation (pages are
+            // copied out of the replies they came in, see `insert_page`).
+            Entry::Attr(_) => std::mem::size_of::<Rgetattr>() as u64 + 16,
+            Entry::Listing(entries) => {
+                let each = std::mem::size_of::<crate::backend::Entry>() as u64;
+                16 + entries
+                    .iter()
+                    .map(|e| e.name.len() as u64 + each)
+                    .sum::<u64>()
+            }
             Entry::Page(data) => data.len() as u64,
             _ => 0,
         };
@@ -193,6 +202,8 @@ pub struct MountCache {
     /// through one open file makes every other open's pages of it miss. Sixteen bytes
     /// per file ever written; never evicted, as forgetting one would serve stale pages.
     written: std::sync::Mutex<std::collections::HashMap<u64, u64>>,
+    /// Buffers of pages let go, reused by the next pages.
+    pages: Arc<page::PagePool>,
 }
 
 impl std::fmt::Debug for MountCache {
@@ -219,6 +230,7 @@ impl MountCache {
             negtimeout,
             counters: CacheCounters::default(),
             written: Default::default(),
+            pages: Default::default(),
         }
     }
 

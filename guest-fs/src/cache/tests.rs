@@ -158,3 +158,48 @@ fn shared_by_threads() {
         t.join().unwrap();
     }
 }
+
+#[test]
+fn a_cached_page_keeps_only_itself_alive_not_the_reply_it_came_in() {
+    use super::PAGE_SIZE;
+    let cache = MountCache::new(
+        (64 * PAGE_SIZE) as u64,
+        NegTimeout::For(Duration::from_secs(1)),
+    );
+    // Replies of 8 pages each, as a read of 512 KiB brings them; every page cached.
+    let mut ranges = Vec::new();
+    for reply_no in 0..16u64 {
+        let reply = bytes::Bytes::from(vec![reply_no as u8; 8 * PAGE_SIZE]);
+        let start = reply.as_ptr() as usize;
+        ranges.push(start..start + reply.len());
+        for i in 0..8 {
+            let page = reply.slice(i * PAGE_SIZE..(i + 1) * PAGE_SIZE);
+            cache.insert_page(1, 1, 0, reply_no * 8 + i as u64, page);
+        }
+    }
+    // What is held is charged: never more than the bound, and each page held is
+    // memory of its own, not a view into one of the replies (which are gone).
+    assert!(cache.bytes() <= cache.capacity());
+    let held: Vec<bytes::Bytes> = (0..128).filter_map(|i| cache.page(1, 1, 0, i)).collect();
+    assert!(
+        !held.is_empty() && held.len() <= 64,
+        "{} pages held",
+        held.len()
+    );
+    for page in &held {
+        let at = page.as_ptr() as usize;
+        assert!(
+            ranges.iter().all(|r| !r.contains(&at)),
+            "a cached page points into a server reply"
+        );
+        assert_eq!(page.len(), PAGE_SIZE);
+    }
+    let charged = cache.bytes();
+    assert!(
+        charged >= (held.len() * PAGE_SIZE) as u64,
+        "charged {charged}"
+    );
+    // Buffers let go by evicted pages wait for reuse, a bounded few of them.
+    let waiting = cache.pages.waiting();
+    assert!(waiting > 0 && waiting <= 64, "{waiting} buffers kept");
+}

@@ -234,7 +234,7 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
             _ => Ok(types::Filestat {
                 dev: 0,
                 ino: 0,
-                filetype: types::Filetype::CharacterDevice,
+                filetype: self.stdio_filetype(fd),
                 nlink: 1,
                 size: 0,
                 atim: 0,

@@ -397,3 +397,59 @@ async fn loose_reopen_of_a_file_read_before_sends_nothing() {
     let missing = read_all(&ns, "/usr/include/none.h").await.unwrap_err();
     assert_eq!(missing, Errno::ENOENT);
 }
+
+#[tokio::test]
+async fn a_server_without_qid_versions_still_gets_its_changed_files_read_again() {
+    // diod sends qid version 0 for every file: in the page-cache modes that trust no
+    // metadata, a file changed on the server (same size, new contents) is read anew by
+    // the next open, not served from the pages of before.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.h");
+    std::fs::write(&path, "#define V 1\n").unwrap();
+    let diod = wasm9p_tests::Diod::start(dir.path());
+    let addr = wasm9p_proto::Addr::Tcp {
+        host: "127.0.0.1".into(),
+        port: diod.port,
+    };
+    for cache in ["readahead", "mmap"] {
+        let opts = options(&format!("cache={cache}"));
+        let session = Session::connect(&addr, ClientConfig::default())
+            .await
+            .unwrap();
+        let fs = Arc::new(
+            NinepFs::attach(&session, dir.path().to_str().unwrap(), &opts)
+                .await
+                .unwrap(),
+        );
+        let mut ns = Namespace::new();
+        ns.mount("/", fs.clone(), false).unwrap();
+        std::fs::write(&path, "#define V 1\n").unwrap();
+        let read = |ns: &Namespace| {
+            let ns = ns.clone();
+            async move {
+                let f = ns.open("/config.h", READ).await.unwrap();
+                f.read_at(0, 100).await.unwrap()
+            }
+        };
+        assert_eq!(read(&ns).await, Bytes::from("#define V 1\n"), "{cache}");
+        let version = ns.resolve("/config.h", true).await.unwrap();
+        assert_eq!(
+            version.node.id,
+            std::fs::metadata(&path)
+                .map(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    m.ino()
+                })
+                .unwrap(),
+            "{cache}: diod's qid path is the inode"
+        );
+        // Unchanged: the next open reads from the pages.
+        let before = rpcs(&fs, "read");
+        assert_eq!(read(&ns).await, Bytes::from("#define V 1\n"), "{cache}");
+        assert_eq!(rpcs(&fs, "read"), before, "{cache}: pages reused");
+        // Changed on the server behind the mount, to the same size.
+        std::thread::sleep(Duration::from_millis(10));
+        std::fs::write(&path, "#define V 2\n").unwrap();
+        assert_eq!(read(&ns).await, Bytes::from("#define V 2\n"), "{cache}");
+    }
+}
