@@ -193,7 +193,7 @@ fn bump(counter: &AtomicU64) {
 
 /// The metadata caches of one mount; shared by every guest on it.
 pub struct MountCache {
-    store: quick_cache::sync::Cache<Key, Entry, ByteWeighter>,
+    store: Arc<quick_cache::sync::Cache<Key, Entry, ByteWeighter>>,
     negtimeout: NegTimeout,
     counters: CacheCounters,
     /// Qid paths of files changed through this mount (written, truncated), with how
@@ -222,11 +222,11 @@ impl MountCache {
     pub fn new(cache_size: u64, negtimeout: NegTimeout) -> MountCache {
         let estimated_items = (cache_size / (ENTRY_OVERHEAD + 16)).clamp(16, 1 << 20) as usize;
         MountCache {
-            store: quick_cache::sync::Cache::with_weighter(
+            store: Arc::new(quick_cache::sync::Cache::with_weighter(
                 estimated_items,
                 cache_size,
                 ByteWeighter,
-            ),
+            )),
             negtimeout,
             counters: CacheCounters::default(),
             written: Default::default(),

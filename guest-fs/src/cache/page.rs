@@ -46,20 +46,39 @@ impl MountCache {
         })
     }
 
-    /// Caches page `index` of file `path` at `version` and `generation`. The page is
-    /// copied into a buffer of its own ([`PagePool::own`]): a slice of a server reply would
-    /// keep the whole reply (up to msize, and the read buffer it was cut from) alive for
-    /// as long as the page is cached, while only the page is charged to `cache_size`.
+    /// Caches page `index` of file `path` at `version` and `generation`. A page kept
+    /// as a slice of the server reply it came in would keep the whole reply (up to
+    /// msize, and the read buffer it was cut from) alive for as long as it is cached,
+    /// while only the page is charged to `cache_size`; so the cache moves it into a
+    /// buffer of its own ([`PagePool::own`]). The slice is cached at once, so that the
+    /// next read hits, and moved by a blocking task of the runtime when there is one
+    /// (the copy, and the page faults of new memory, stay off the reader's path: done
+    /// in line, they halved cold-read throughput); until then it pins its reply.
     pub fn insert_page(&self, path: u64, version: u32, generation: u64, index: u64, data: Bytes) {
-        self.store.insert(
-            Key::Page {
-                path,
-                version,
-                generation,
-                index,
-            },
-            Entry::Page(self.pages.own(&data)),
-        );
+        let key = Key::Page {
+            path,
+            version,
+            generation,
+            index,
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if data.len() == PAGE_SIZE => {
+                self.store.insert(key.clone(), Entry::Page(data.clone()));
+                let (store, pool) = (self.store.clone(), Arc::clone(&self.pages));
+                drop(runtime.spawn_blocking(move || {
+                    // Only if that very slice is still cached (not evicted, replaced or
+                    // dropped by a change meanwhile).
+                    let same = matches!(store.peek(&key),
+                        Some(Entry::Page(held)) if held.as_ptr() == data.as_ptr());
+                    if same {
+                        let _ = store.replace(key, Entry::Page(pool.own(&data)), true);
+                    }
+                }));
+            }
+            _ => {
+                self.store.insert(key, Entry::Page(self.pages.own(&data)));
+            }
+        }
     }
 
     /// Records that the server opened file `path` at `version` for reading through this

@@ -203,3 +203,41 @@ fn a_cached_page_keeps_only_itself_alive_not_the_reply_it_came_in() {
     let waiting = cache.pages.waiting();
     assert!(waiting > 0 && waiting <= 64, "{waiting} buffers kept");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_runtime_pages_are_moved_out_of_their_replies_in_the_background() {
+    use super::PAGE_SIZE;
+    let cache = MountCache::new(
+        (64 * PAGE_SIZE) as u64,
+        NegTimeout::For(Duration::from_secs(1)),
+    );
+    let reply = bytes::Bytes::from(vec![7u8; 8 * PAGE_SIZE]);
+    let range = reply.as_ptr() as usize..reply.as_ptr() as usize + reply.len();
+    for i in 0..8 {
+        cache.insert_page(
+            2,
+            1,
+            0,
+            i,
+            reply.slice(i as usize * PAGE_SIZE..(i as usize + 1) * PAGE_SIZE),
+        );
+    }
+    // Served at once (a slice until moved), then moved: bounded wait for the mover.
+    assert!(cache.page(2, 1, 0, 3).is_some());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let moved = (0..8).all(|i| {
+            cache.page(2, 1, 0, i).is_some_and(|p| {
+                !range.contains(&(p.as_ptr() as usize)) && p[..] == reply[..PAGE_SIZE]
+            })
+        });
+        if moved {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pages still point into their reply"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
