@@ -26,13 +26,18 @@ use wasm9p_guest_fs::namespace::{Location, Namespace};
 use wasm9p_proto::Errno;
 
 /// The guest path `rel` names relative to the directory `dir`: `EPERM` for an absolute
-/// path or one whose `..` climb above `dir`, `EINVAL` for a NUL byte in it.
+/// path or one whose `..` climb above `dir`, `EINVAL` for a NUL byte in it, `ENOENT` for
+/// an empty one.
 pub(crate) fn beneath(dir: &Location, rel: &str) -> Result<String, Errno> {
     if rel.starts_with('/') {
         return Err(Errno::EPERM);
     }
     if rel.contains('\0') {
         return Err(Errno::EINVAL);
+    }
+    if rel.is_empty() {
+        // As Linux's `openat(dirfd, "")` and wasmtime: no name is no file.
+        return Err(Errno::ENOENT);
     }
     let mut depth = 0usize;
     for part in rel.split('/') {
@@ -166,6 +171,7 @@ mod tests {
         assert_eq!(beneath(&a, ".."), Err(Errno::EPERM));
         assert_eq!(beneath(&a, "/a"), Err(Errno::EPERM));
         assert_eq!(beneath(&a, "b\0"), Err(Errno::EINVAL));
+        assert_eq!(beneath(&a, ""), Err(Errno::ENOENT));
         let root = dir(&ns, "/").await;
         assert_eq!(beneath(&root, "../a"), Err(Errno::EPERM));
     }
