@@ -6,12 +6,13 @@
 //! conformance suite (wasi-testsuite) sees the same answers on every mount:
 //!
 //! - A path is relative to its directory descriptor and may not leave it: an absolute
-//!   path, or a `..` that climbs above the descriptor's directory, is `EPERM` (which
-//!   preview1 reports as `ENOTCAPABLE`'s POSIX twin `EPERM`, as wasmtime does). The
-//!   check is on the path as written; symlinks met on the way are resolved in the
-//!   guest's namespace, as everywhere in wasm9p (see `guest-fs`'s namespace docs): a
-//!   guest holds every mount of its namespace as a preopen, so a symlink gives it
-//!   nothing it could not open anyway.
+//!   path, or a `..` that climbs above the descriptor's directory, is `EPERM`
+//!   (preview1's `PERM`, preview2's `not-permitted`, as wasmtime answers). The check is
+//!   on the path as written; symlinks met on the way are resolved in the guest's
+//!   namespace, as everywhere in wasm9p (see `guest-fs`'s namespace docs): a guest
+//!   holds every mount of its namespace as a preopen, so a symlink gives it nothing it
+//!   could not open anyway. Making a symlink with an absolute target is refused by
+//!   both previews (`EPERM`), as wasmtime refuses it. An empty path is `ENOENT`.
 //! - An open's mode is read and/or write, as the OS sees it: write if asked for, or if
 //!   the open creates or truncates; read if asked for, or if write is not (wasmtime
 //!   opens such a file read-only, so that a descriptor opened with no rights at all is

@@ -131,6 +131,18 @@ impl FsView<'_> {
         }
     }
 
+    /// `sync` / `sync-data`: a file's writes made durable, or a directory's entries.
+    async fn sync_descriptor(&mut self, fd: &Resource<Descriptor>, datasync: bool) -> FsResult<()> {
+        let d = self.get(fd)?;
+        match &d.file {
+            Some(file) => file.clone().fsync(datasync).await.fs(),
+            None => {
+                let loc = d.loc.clone();
+                self.fs.ns.sync_dir_at(&loc).await.fs()
+            }
+        }
+    }
+
     fn push(&mut self, d: Descriptor) -> FsResult<Resource<Descriptor>> {
         self.table.push(d).map_err(trap)
     }
@@ -196,15 +208,7 @@ impl HostDescriptor for FsView<'_> {
     }
 
     async fn sync_data(&mut self, fd: Resource<Descriptor>) -> FsResult<()> {
-        let d = self.get(&fd)?;
-        match &d.file {
-            Some(file) => file.clone().fsync(true).await.fs(),
-            // A directory: its entries made durable.
-            None => {
-                let loc = d.loc.clone();
-                self.fs.ns.sync_dir_at(&loc).await.fs()
-            }
-        }
+        self.sync_descriptor(&fd, true).await
     }
 
     async fn get_flags(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorFlags> {
@@ -279,15 +283,7 @@ impl HostDescriptor for FsView<'_> {
     }
 
     async fn sync(&mut self, fd: Resource<Descriptor>) -> FsResult<()> {
-        let d = self.get(&fd)?;
-        match &d.file {
-            Some(file) => file.clone().fsync(false).await.fs(),
-            // A directory: its entries made durable.
-            None => {
-                let loc = d.loc.clone();
-                self.fs.ns.sync_dir_at(&loc).await.fs()
-            }
-        }
+        self.sync_descriptor(&fd, false).await
     }
 
     async fn create_directory_at(
