@@ -69,6 +69,9 @@ pub(crate) struct OpenRequest {
     pub read: bool,
     /// Writing was asked for.
     pub write: bool,
+    /// Every write goes to the end (`O_APPEND`), done by the server so that appenders
+    /// through other opens do not overwrite each other.
+    pub append: bool,
 }
 
 /// What an open made.
@@ -132,7 +135,7 @@ pub(crate) async fn open(ns: &Namespace, path: &str, req: OpenRequest) -> Result
                 read,
                 write,
                 truncate: req.truncate,
-                append: false,
+                append: req.append,
             };
             let file = ns.open_at(&loc, flags).await?;
             Ok(Opened::File {

@@ -354,6 +354,7 @@ fn wasi_calls_answer_as_linux_does() {
             "fallocate read-only: 8",
             "append flag: off",
             "log: 6 \"ONEtwo\"",
+            "two appenders: 3 \"abc\"",
             "  hard-sym: symlink size 6",
             "  hard-target: file size 6",
             "link follow dangling: -1 No such file or directory",

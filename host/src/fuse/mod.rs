@@ -199,11 +199,13 @@ impl NamespaceFs {
 
     /// Hands the file just made at `path` to the user that asked for it
     /// ([`Self::owner_for`]); a mount that keeps no owners (a plugin) leaves it be.
-    async fn give_to(&self, req: &Request, path: &str) -> Result<(), Errno> {
+    /// `follow`: the file is what a final symlink at `path` points at (an `O_CREAT`
+    /// open through a dangling link makes its target), not the link.
+    async fn give_to(&self, req: &Request, path: &str, follow: bool) -> Result<(), Errno> {
         let Some(owner) = Self::owner_for(req) else {
             return Ok(());
         };
-        match self.ns.setattr(path, &owner, false).await {
+        match self.ns.setattr(path, &owner, follow).await {
             Err(Errno::EOPNOTSUPP) => Ok(()),
             other => other,
         }
@@ -399,7 +401,7 @@ impl Filesystem for NamespaceFs {
                     }
                     _ => return Err(Errno::EPERM),
                 }
-                self.give_to(req, &path).await?;
+                self.give_to(req, &path, false).await?;
                 Ok(path)
             })
         });
@@ -418,7 +420,7 @@ impl Filesystem for NamespaceFs {
         let path = self.child(parent, name).and_then(|path| {
             self.rt.block_on(async {
                 self.ns.mkdir(&path, mode & !umask & 0o7777).await?;
-                self.give_to(req, &path).await?;
+                self.give_to(req, &path, false).await?;
                 Ok(path)
             })
         });
@@ -445,7 +447,7 @@ impl Filesystem for NamespaceFs {
             let target = target.to_str().ok_or(Errno::EINVAL)?;
             self.rt.block_on(async {
                 self.ns.symlink(target, &path).await?;
-                self.give_to(req, &path).await?;
+                self.give_to(req, &path, false).await?;
                 Ok(path)
             })
         });
@@ -767,7 +769,7 @@ impl Filesystem for NamespaceFs {
                     .create(&path, mode & !umask & 0o7777, exclusive)
                     .await?;
                 if !existed {
-                    self.give_to(req, &path).await?;
+                    self.give_to(req, &path, true).await?;
                 }
                 let file = self.ns.open_at(&at, Self::open_flags(flags)).await?;
                 let attr = self.ns.getattr_at(&at).await?;

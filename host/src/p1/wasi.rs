@@ -195,11 +195,27 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
         flags: types::Fdflags,
     ) -> Result<(), Error> {
         use types::Fdflags as F;
+        let rt = self.rt.clone();
+        let ns = self.ns.clone();
         let f = self.file_mut(fd)?;
         // Append and nonblock can change on an open file; the sync flags cannot (as in
-        // wasmtime). Appending is done here, at each write, so clearing it stops it.
+        // wasmtime). The server appends (so that appenders through other opens do not
+        // overwrite each other), so turning append on or off opens the file again with
+        // the new mode, sending what the old open buffered first.
         if flags.intersects(F::DSYNC | F::RSYNC | F::SYNC) {
             return Err(Errno::Inval.into());
+        }
+        let append = flags.contains(F::APPEND);
+        if append != f.flags.contains(F::APPEND) {
+            let mode = wasm9p_guest_fs::backend::OpenFlags {
+                read: f.read,
+                write: f.write,
+                truncate: false,
+                append,
+            };
+            let reopened = super::block_on_handle(&rt, ns.open_at(&f.loc, mode))?;
+            super::block_on_handle(&rt, f.file.flush())?;
+            f.file = reopened;
         }
         f.flags = flags;
         Ok(())
@@ -569,6 +585,7 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
             directory: oflags.contains(O::DIRECTORY),
             read: rights.contains(R::FD_READ),
             write: rights.contains(R::FD_WRITE),
+            append: fdflags.contains(F::APPEND),
         };
         let desc = match self.block(crate::wasi_fs::open(&self.ns, &path, request))? {
             Opened::Dir(loc) => Desc::Dir(DirDesc {

@@ -367,6 +367,7 @@ impl HostDescriptor for FsView<'_> {
             directory: oflags.contains(OpenFlags::DIRECTORY),
             read: flags.contains(DescriptorFlags::READ),
             write: flags.contains(DescriptorFlags::WRITE),
+            append: false,
         };
         let mutates = request.write
             || request.create

@@ -49,6 +49,15 @@ int main(int argc, char **argv) {
     SHOW("overwrite", write(fd, "ONE", 3));
     close(fd);
     show_file("log", at(d, "log"));
+    // Two appenders through two opens: neither overwrites the other.
+    int one = open(at(d, "shared.log"), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int two = open(at(d, "shared.log"), O_WRONLY | O_APPEND);
+    SHOW("append a", write(one, "a", 1));
+    SHOW("append b", write(two, "b", 1));
+    SHOW("append c", write(one, "c", 1));
+    close(one);
+    close(two);
+    show_file("two appenders", at(d, "shared.log"));
 
     // linkat: without AT_SYMLINK_FOLLOW the link itself is linked, with it its target.
     write_file(at(d, "target"), "linked");
