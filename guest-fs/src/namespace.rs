@@ -400,11 +400,9 @@ impl Namespace {
             return Err(Errno::EEXIST);
         }
         if path.ends_with('/') {
-            return Err(match self.resolve(path, true).await {
-                Ok(found) if found.is_dir() => Errno::EEXIST,
-                Ok(_) => Errno::ENOTDIR,
-                Err(e) => e,
-            });
+            // A directory there is taken; anything else is ENOTDIR or ENOENT.
+            self.trailing_slash_names_dir(path).await?;
+            return Err(Errno::EEXIST);
         }
         self.writable(&dir)?
             .symlink(&dir.node, &name, target)

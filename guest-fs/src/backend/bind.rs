@@ -50,6 +50,11 @@ fn errno(e: io::Error) -> Errno {
     Errno::from(&e)
 }
 
+/// The errno of a failed rustix call (the `*at` calls cap-std does not offer).
+fn sys(e: rustix::io::Errno) -> Errno {
+    errno(io::Error::from(e))
+}
+
 fn kind_of(ft: cap_std::fs::FileType) -> Kind {
     if ft.is_dir() {
         Kind::Dir
@@ -127,7 +132,6 @@ impl BindFs {
             // (the namespace has already followed a final symlink if it was asked to).
             let uid = attr.uid.map(rustix::fs::Uid::from_raw);
             let gid = attr.gid.map(rustix::fs::Gid::from_raw);
-            let sys = |e: rustix::io::Errno| Errno::from(std::io::Error::from(e));
             match (path.parent(), path.file_name()) {
                 (Some(parent), Some(name)) => {
                     let dir = self.root.open_dir(self.dir_path(parent)).map_err(errno)?;
@@ -333,8 +337,7 @@ impl Backend for BindFs {
                 .map_err(errno)?;
             let mode = rustix::fs::Mode::from_raw_mode(mode & 0o7777);
             let kind = rustix::fs::FileType::from_raw_mode(special.mode_bits());
-            rustix::fs::mknodat(&parent, name, kind, mode, 0)
-                .map_err(|e| Errno::from(std::io::Error::from(e)))?;
+            rustix::fs::mknodat(&parent, name, kind, mode, 0).map_err(sys)?;
             self.node_at(p)
         });
         Box::pin(ready(result))
