@@ -1,8 +1,10 @@
 //! Per-mount options of a 9p mount, with Linux v9fs names and semantics:
 //! `cache=` (a mode name or the Linux bitmask), `negtimeout=MS` (`-1`: until evicted),
 //! `msize=N`, `cache_size=BYTES` (or with a K, M or G suffix), `ro`, `symlink_cache=on|off` (whether a metadata
-//! caching mode keeps symlink targets; on by default, off to measure what it saves) and
-//! `reconnect=on|off` (off by default: see [`crate::client::ClientConfig::reconnect`]).
+//! caching mode keeps symlink targets; on by default, off to measure what it saves),
+//! `revalidate=MS` (how long a cached answer is believed before it is checked with the
+//! server: see [`Trust`]) and `reconnect=on|off` (off by default: see
+//! [`crate::client::ClientConfig::reconnect`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -125,6 +127,24 @@ impl FromStr for NegTimeout {
     }
 }
 
+/// How long a cached answer (a dentry, negative or not, a listing, attributes, a
+/// symlink target, a file's pages) is believed without asking the server.
+///
+/// `cache=loose` without `revalidate=` trusts forever (v9fs: "for exclusive or
+/// read-only mounts"); so do negative dentries kept by `negtimeout` alone in the modes
+/// without META. A metadata mode without LOOSE (`cache=0x2`, `0x3`, `0x6`, `0x7`) checks
+/// every use, as Linux v9fs revalidates its dentries and inodes; `revalidate=MS` makes
+/// any mode trust what was confirmed less than MS ago and check the rest, as FUSE's
+/// `entry_timeout`/`attr_timeout` and NFS's `actimeo` do. Opens are close-to-open in
+/// every mode but trusted loose: an open asks the server for the file's version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trust {
+    /// Until evicted.
+    Forever,
+    /// For this long after it was last confirmed (zero: checked at every use).
+    For(Duration),
+}
+
 /// Why an option was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum OptionError {
@@ -168,6 +188,9 @@ pub struct NinepOptions {
     pub symlink_cache: bool,
     /// Whether a dropped connection is re-established (remote mounts only).
     pub reconnect: bool,
+    /// `revalidate=MS`: how long a cached answer is believed before it is checked
+    /// (`None`: as the mode says, see [`NinepOptions::trust`]).
+    pub revalidate: Option<Duration>,
 }
 
 /// Default `cache_size`: 256 MiB.
@@ -183,11 +206,24 @@ impl Default for NinepOptions {
             read_only: false,
             symlink_cache: true,
             reconnect: false,
+            revalidate: None,
         }
     }
 }
 
 impl NinepOptions {
+    /// How long this mount believes what it caches: `revalidate=` when given, else
+    /// every use in a metadata mode without LOOSE, else forever.
+    pub fn trust(&self) -> Trust {
+        match self.revalidate {
+            Some(window) => Trust::For(window),
+            None if self.cache.has(CacheMode::META) && !self.cache.has(CacheMode::LOOSE) => {
+                Trust::For(Duration::ZERO)
+            }
+            None => Trust::Forever,
+        }
+    }
+
     /// Parses `key=value` pairs (and the flag `ro`) in any order. `negtimeout` defaults
     /// from the cache mode unless given; `cache=fscache` is refused until its store
     /// exists.
@@ -237,6 +273,15 @@ impl NinepOptions {
                 }
                 "reconnect" => {
                     opts.reconnect = on_off("reconnect", value_of("reconnect", "on or off")?)?
+                }
+                "revalidate" => {
+                    let v = value_of("revalidate", "milliseconds")?;
+                    let ms: u64 = v.parse().map_err(|_| OptionError::BadValue {
+                        key: "revalidate",
+                        value: v.into(),
+                        expected: "milliseconds (0: check every use)",
+                    })?;
+                    opts.revalidate = Some(Duration::from_millis(ms));
                 }
                 "ro" if value.is_none() => opts.read_only = true,
                 other => return Err(OptionError::Unknown(other.into())),
@@ -331,6 +376,39 @@ mod tests {
             NegTimeout::Off
         );
         assert!(parse("negtimeout=-5").is_err());
+    }
+
+    #[test]
+    fn trust_follows_the_mode_unless_revalidate_is_given() {
+        let trust = |spec: &str| parse(spec).unwrap().trust();
+        assert_eq!(trust("cache=loose"), Trust::Forever);
+        assert_eq!(trust("cache=none,negtimeout=500"), Trust::Forever);
+        assert_eq!(trust("cache=0x3"), Trust::For(Duration::ZERO));
+        assert_eq!(trust("cache=0x2"), Trust::For(Duration::ZERO));
+        assert_eq!(
+            trust("cache=loose,revalidate=1000"),
+            Trust::For(Duration::from_secs(1))
+        );
+        assert_eq!(
+            trust("cache=0x3,revalidate=250"),
+            Trust::For(Duration::from_millis(250))
+        );
+        assert_eq!(
+            trust("cache=loose,revalidate=0"),
+            Trust::For(Duration::ZERO)
+        );
+        for bad in ["revalidate=-1", "revalidate=1s", "revalidate"] {
+            assert!(
+                matches!(
+                    parse(bad),
+                    Err(OptionError::BadValue {
+                        key: "revalidate",
+                        ..
+                    })
+                ),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -138,9 +138,8 @@ impl MountSpec {
                     plugin_key = Some(key);
                 }
                 "ro" | "readonly" if value.is_none() => read_only = true,
-                "cache" | "negtimeout" | "msize" | "cache_size" | "symlink_cache" | "reconnect" => {
-                    options.push((key, value))
-                }
+                "cache" | "negtimeout" | "msize" | "cache_size" | "symlink_cache" | "reconnect"
+                | "revalidate" => options.push((key, value)),
                 other => return Err(spec_error(spec, format!("unknown key {other:?}"))),
             }
         }
@@ -288,7 +287,7 @@ impl Mounted {
         let mut rpc = Map::new();
         let mut cache = json!({
             "dentry_hits": 0, "dentry_misses": 0, "negative_hits": 0, "symlink_hits": 0,
-            "attr_hits": 0, "page_hits": 0, "page_misses": 0,
+            "attr_hits": 0, "page_hits": 0, "page_misses": 0, "revalidated": 0,
         });
         if let Some(s) = &stats {
             for (name, n) in &s.rpc {
@@ -299,6 +298,7 @@ impl Mounted {
                 "dentry_hits": c.dentry_hits, "dentry_misses": c.dentry_misses,
                 "negative_hits": c.negative_hits, "symlink_hits": c.symlink_hits,
                 "attr_hits": c.attr_hits, "page_hits": c.page_hits, "page_misses": c.page_misses,
+                "revalidated": c.revalidated,
             });
         }
         rpc.insert(

@@ -13,8 +13,10 @@
 //! need neither a server nor a host directory; no `--mount` type makes one).
 
 pub mod bind;
+mod flights;
 pub mod memory;
 pub mod ninep;
+mod ninep_check;
 mod ninep_file;
 
 use std::any::Any;

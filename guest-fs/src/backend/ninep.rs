@@ -13,22 +13,32 @@
 //! open, keyed by qid version) when the mode has FILE, buffer writes when it has
 //! WRITEBACK, and in loose mode reopen a file read before without any RPC (see
 //! `ninep_file`). A stat or truncate by path first sends what open files still buffer.
+//!
+//! How long cached answers are believed is the mount's [`Trust`]: forever in loose
+//! mode, else for a window (`revalidate=MS`; every use in a metadata mode without
+//! LOOSE). Past it, an answer about a name is checked by its directory's version
+//! (`ninep_check`: one request confirms every name cached in a directory), attributes
+//! and symlink targets by the file's qid, and an open always asks the server for the
+//! file's version (close-to-open), keying its pages by it; a server that keeps no
+//! versions (diod: 0) gets each answer fetched again after the window, and a file's
+//! pages keyed by its attributes (size, mtime, ctime).
 //! Not built yet: the persistent fscache store.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
-use tokio::sync::OnceCell;
 use wasm9p_proto::consts::{open, qid, AT_REMOVEDIR};
 use wasm9p_proto::{Errno, Qid, Rgetattr};
 
+use super::flights::Flights;
+use super::ninep_check::content_stamp;
 use super::ninep_file::{NinepFile, Source, Writers};
 use super::{Attr, Backend, BoxFuture, Entry, Kind, Node, OpenFile, OpenFlags, SetAttr, StatFs};
 use crate::cache::{CacheStats, Lookup, MountCache};
 use crate::client::{Fid, ReconnectStats, Session};
-use crate::mount_options::{CacheMode, NinepOptions};
+use crate::mount_options::{CacheMode, NinepOptions, Trust};
 use crate::path::SharedPath;
 
 /// A snapshot of a mount's counters.
@@ -56,18 +66,21 @@ struct NinepNode {
     qid: Qid,
 }
 
-type Flight = Arc<OnceCell<Result<Qid, Errno>>>;
-
 /// A mounted 9P export.
 pub struct NinepFs {
-    root: Arc<Fid>,
-    cache: Arc<MountCache>,
+    pub(super) root: Arc<Fid>,
+    pub(super) cache: Arc<MountCache>,
     mode: CacheMode,
     meta: bool,
     /// `meta` and `symlink_cache=on`.
     symlinks: bool,
+    /// The cache's trust is a window: what is older gets checked.
+    checks: bool,
     failed_walks: AtomicU64,
-    inflight: Mutex<HashMap<(u64, String), Flight>>,
+    /// Lookups in flight, by directory and name.
+    inflight: Flights<(u64, String), Result<Qid, Errno>>,
+    /// Directory checks in flight, by directory.
+    pub(super) dir_checks: Flights<u64, Result<u32, Errno>>,
     writers: Arc<Writers>,
 }
 
@@ -78,15 +91,6 @@ impl std::fmt::Debug for NinepFs {
             .field("cache", &self.cache)
             .finish()
     }
-}
-
-/// A stand-in for the qid version of a server that sends none: changes whenever the
-/// file's size, mtime or ctime do (never 0, the "no version" value).
-fn content_stamp(a: &Rgetattr) -> u32 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (a.size, a.mtime_sec, a.mtime_nsec, a.ctime_sec, a.ctime_nsec).hash(&mut h);
-    (h.finish() as u32) | 1
 }
 
 fn kind_of(q: &Qid) -> Kind {
@@ -148,15 +152,21 @@ impl NinepFs {
         aname: &str,
         options: &NinepOptions,
     ) -> Result<NinepFs, Errno> {
+        let at = Instant::now();
         let root = session.attach(aname).await?;
+        let trust = options.trust();
+        let cache = MountCache::new(options.cache_size, options.negtimeout).trusting(trust);
+        cache.dir_seen(root.qid.path, root.qid.version, at);
         Ok(NinepFs {
             root: Arc::new(root),
-            cache: Arc::new(MountCache::new(options.cache_size, options.negtimeout)),
+            cache: Arc::new(cache),
             mode: options.cache,
             meta: options.cache.has(CacheMode::META),
             symlinks: options.cache.has(CacheMode::META) && options.symlink_cache,
+            checks: trust != Trust::Forever,
             failed_walks: AtomicU64::new(0),
-            inflight: Mutex::new(HashMap::new()),
+            inflight: Flights::default(),
+            dir_checks: Flights::default(),
             writers: Arc::default(),
         })
     }
@@ -186,9 +196,7 @@ impl NinepFs {
     }
 
     async fn walk(&self, path: &SharedPath) -> Result<Fid, Errno> {
-        let path = path.to_vec();
-        self.root
-            .walk(&path)
+        self.walk_path(&path.to_vec())
             .await
             .map(|w| w.fid)
             .map_err(|e| e.errno)
@@ -196,21 +204,16 @@ impl NinepFs {
 
     /// One walk for a dentry miss, shared by everyone missing the same name at once.
     async fn lookup_remote(&self, dir: &Node, name: &str) -> Result<Qid, Errno> {
-        let key = (dir.id, name.to_owned());
-        let flight = {
-            let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-            map.entry(key.clone())
-                .or_insert_with(|| Arc::new(OnceCell::new()))
-                .clone()
-        };
-        let result = *flight
-            .get_or_init(|| async {
+        self.inflight
+            .run((dir.id, name.to_owned()), || async {
                 let path = child_path(dir, name)?.to_vec();
-                match self.root.walk(&path).await {
+                let before = self.seen_before(dir);
+                match self.walk_path(&path).await {
                     Ok(walk) => {
                         let q = walk.qids.last().copied().ok_or(Errno::EIO)?;
                         if self.meta {
-                            self.cache.insert_dentry(dir.id, name, q);
+                            let seen = Self::seen_in(dir, &walk.qids, path.len(), before);
+                            self.cache.insert_dentry_seen(dir.id, name, q, seen);
                         }
                         Ok(q)
                     }
@@ -221,20 +224,32 @@ impl NinepFs {
                         // Cache the absence only of this very name, not of a parent
                         // that vanished meanwhile.
                         if e.errno == Errno::ENOENT && e.index + 1 == path.len() {
-                            self.cache.insert_negative(dir.id, name);
+                            let seen = Self::seen_in(dir, &e.qids, path.len(), before);
+                            self.cache.insert_negative_seen(dir.id, name, seen);
                         }
                         Err(e.errno)
                     }
                 }
             })
-            .await;
-        // The first to finish retires the flight (whoever started it may have been
-        // cancelled); later lookups go to the cache or start a new one.
-        let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-        if map.get(&key).is_some_and(|f| Arc::ptr_eq(f, &flight)) {
-            map.remove(&key);
+            .await
+    }
+
+    /// An answer about `name` in `dir` past the trust window, confirmed if the
+    /// directory still has the version it was learnt under.
+    async fn confirm_lookup(&self, dir: &Node, name: &str) -> Option<Result<Qid, Errno>> {
+        let Lookup::Unconfirmed { found, dir_version } = self.cache.peek_lookup(dir.id, name)
+        else {
+            return None;
+        };
+        if dir_version == 0 {
+            return None;
         }
-        result
+        let names = parts(dir).ok()?.path.to_vec();
+        if self.check_dir(dir, &names).await.ok()? != dir_version {
+            return None;
+        }
+        self.cache.count_revalidated();
+        Some(found.ok_or(Errno::ENOENT))
     }
 
     /// A name was created or replaced locally: drop what was known, record the new.
@@ -247,6 +262,26 @@ impl NinepFs {
     }
 }
 
+impl NinepFs {
+    async fn open_file(
+        &self,
+        source: Source,
+        qid: Qid,
+        flags: OpenFlags,
+    ) -> Result<Box<dyn OpenFile>, Errno> {
+        let open = NinepFile::open(
+            source,
+            qid,
+            flags,
+            self.mode,
+            self.cache.clone(),
+            &self.writers,
+        )
+        .await?;
+        Ok(Box::new(open))
+    }
+}
+
 impl Backend for NinepFs {
     fn root(&self) -> Node {
         node(SharedPath::root(), self.root.qid)
@@ -256,13 +291,20 @@ impl Backend for NinepFs {
         match self.cache.lookup(dir.id, name) {
             Lookup::Found(q) => Some(child_path(dir, name).map(|path| node(path, q))),
             Lookup::Missing => Some(Err(Errno::ENOENT)),
-            Lookup::Unknown => None,
+            Lookup::Unknown | Lookup::Unconfirmed { .. } => None,
         }
     }
 
     fn lookup<'a>(&'a self, dir: &'a Node, name: &'a str) -> BoxFuture<'a, Result<Node, Errno>> {
         Box::pin(async move {
-            let q = self.lookup_remote(dir, name).await?;
+            let confirmed = match self.checks {
+                true => self.confirm_lookup(dir, name).await,
+                false => None,
+            };
+            let q = match confirmed {
+                Some(answer) => answer?,
+                None => self.lookup_remote(dir, name).await?,
+            };
             Ok(node(child_path(dir, name)?, q))
         })
     }
@@ -294,7 +336,21 @@ impl Backend for NinepFs {
             }
             // Writes still buffered by open files count: send them first.
             self.writers.push_out(n.id).await;
-            let a = self.walk(&parts(n)?.path).await?.getattr().await?;
+            let path = &parts(n)?.path;
+            let at = Instant::now();
+            let fid = self.walk(path).await?;
+            if self.meta && self.checks && !path.is_empty() {
+                // Attributes past the window stand if the file's version has not moved
+                // (the walk's qid says; a server without versions always sends 0).
+                if let Some(old) = self.cache.unconfirmed_attr(n.id) {
+                    if old.qid == fid.qid && fid.qid.version != 0 {
+                        self.cache.count_revalidated();
+                        self.cache.confirm_attr(old.clone(), at);
+                        return Ok(attr_of(&old));
+                    }
+                }
+            }
+            let a = fid.getattr().await?;
             let attr = attr_of(&a);
             if self.meta {
                 self.cache.insert_attr(a);
@@ -309,12 +365,27 @@ impl Backend for NinepFs {
         cookie: u64,
     ) -> BoxFuture<'a, Result<Vec<Entry>, Errno>> {
         Box::pin(async move {
+            let path = parts(dir)?.path.to_vec();
             if self.meta {
                 if let Some(listing) = self.cache.readdir(dir.id) {
                     return Ok(rest_of(&listing, cookie));
                 }
+                if let Some((listing, version)) = self.cache.unconfirmed_readdir(dir.id) {
+                    if version != 0 && self.check_dir(dir, &path).await == Ok(version) {
+                        self.cache.count_revalidated();
+                        return Ok(rest_of(&listing, cookie));
+                    }
+                }
             }
+            let mut seen = self.seen_before(dir);
             let fid = self.walk(&parts(dir)?.path).await?;
+            if !path.is_empty() {
+                seen.dir_version = if fid.qid.path == dir.id {
+                    fid.qid.version
+                } else {
+                    0
+                };
+            }
             fid.lopen(open::RDONLY | open::DIRECTORY).await?;
             if self.meta {
                 // Cache the whole listing; cookies index it.
@@ -332,7 +403,7 @@ impl Backend for NinepFs {
                     })
                     .collect();
                 let listing = Arc::new(entries);
-                self.cache.insert_readdir(dir.id, listing.clone());
+                self.cache.insert_readdir(dir.id, listing.clone(), seen);
                 return Ok(rest_of(&listing, cookie));
             }
             // Uncached: one Treaddir from the server's own cookie, skipping "." and "..".
@@ -543,6 +614,7 @@ impl Backend for NinepFs {
         Box::pin(async move {
             let n = parts(file)?;
             let read_only = !(flags.write || flags.truncate || flags.append);
+            let pages = self.mode.has(CacheMode::FILE);
             // Loose, a file opened for reading (or read) before through this mount at
             // the cached qid and not changed through it since: the cached qid stands,
             // and the server is asked only if a read misses the pages (see
@@ -550,53 +622,76 @@ impl Backend for NinepFs {
             // may answer (EACCES, ENOENT...) comes from it; so does the first one after
             // each change through the mount (write, truncate, chmod, chown: the
             // generation moves on), and it makes the next ones deferrable again.
-            let deferrable = self.meta && self.mode.has(CacheMode::FILE) && read_only;
-            let generation = self.cache.generation(n.qid.path);
-            let lazy = deferrable
-                && (self
+            let deferrable = self.meta && pages && read_only && !self.checks;
+            let cached_generation = self.cache.generation(n.qid.path);
+            let lazy = match deferrable {
+                true => self
                     .cache
-                    .was_readable(n.qid.path, n.qid.version, generation)
-                    || self
-                        .cache
-                        .has_page(n.qid.path, n.qid.version, generation, 0));
-            let (source, qid) = if lazy {
-                let path = n.path.to_vec();
-                (
-                    Source::Lazy {
-                        root: self.root.clone(),
-                        path,
-                    },
-                    n.qid,
-                )
-            } else {
-                // The walk's qid is fresh: pages are keyed by the version it has now.
-                let fid = self.walk(&n.path).await?;
-                let mut qid = fid.qid;
-                if qid.version == 0 && self.mode.has(CacheMode::FILE) && !self.meta {
-                    // A server that keeps no versions (diod sends 0 for every file):
-                    // pages are keyed by what its attributes say of the contents now
-                    // (as Linux's ignoreqv), so an open after a change on the server
-                    // never reads the old pages. Metadata modes trust their dentries'
-                    // qids instead, as they trust everything else they cache.
-                    qid.version = content_stamp(&fid.getattr().await?);
-                }
-                (Source::Opened(fid), qid)
+                    .readable(n.qid.path, n.qid.version, cached_generation)
+                    .or_else(|| {
+                        self.cache
+                            .has_page(n.qid.path, n.qid.version, cached_generation, 0)
+                            .then_some(n.qid.version)
+                    }),
+                false => None,
             };
-            let open = NinepFile::open(
-                source,
-                qid,
-                flags,
-                self.mode,
-                self.cache.clone(),
-                &self.writers,
-            )
-            .await?;
-            if deferrable && !lazy {
-                // Keyed as the next open will look it up: by the cached node's qid.
-                self.cache
-                    .insert_readable(n.qid.path, n.qid.version, generation);
+            if let Some(version) = lazy {
+                let source = Source::Lazy {
+                    root: self.root.clone(),
+                    path: n.path.to_vec(),
+                };
+                let qid = Qid { version, ..n.qid };
+                return self.open_file(source, qid, flags).await;
             }
-            let open: Box<dyn OpenFile> = Box::new(open);
+            // Everywhere else an open asks the server (close-to-open): the walk's qid is
+            // fresh, and pages are keyed by the version it has now.
+            let at = Instant::now();
+            let fid = self.walk(&n.path).await?;
+            let mut qid = fid.qid;
+            if qid.version == 0 && pages {
+                // A server that keeps no versions (diod sends 0 for every file): pages
+                // are keyed by what its attributes say of the contents now (as Linux's
+                // ignoreqv), so an open that asks the server never reads the pages of
+                // before a change there.
+                let a = fid.getattr().await?;
+                qid.version = content_stamp(&a);
+                if self.meta {
+                    self.cache.insert_attr(a);
+                }
+            } else if self.meta && self.checks {
+                // Cached attributes stand only if the file is at the version they were
+                // fetched at: a stale size would cut reads of a grown file short.
+                match self.cache.unconfirmed_attr(qid.path) {
+                    Some(old) if old.qid == qid => self.cache.confirm_attr(old, at),
+                    Some(_) => self.cache.forget_attr(qid.path),
+                    None => {}
+                }
+            }
+            let generation = self.cache.generation(qid.path);
+            let opened_before = self.checks
+                && read_only
+                && pages
+                && self
+                    .cache
+                    .readable(qid.path, qid.version, generation)
+                    .is_some();
+            let source = match opened_before {
+                // Opened for reading at this very version before: the Tlopen waits
+                // for the first read that misses the pages.
+                true => Source::Walked(fid),
+                false => Source::Opened(fid),
+            };
+            let open = self.open_file(source, qid, flags).await?;
+            if read_only && pages && (deferrable || self.checks) && !opened_before {
+                // Keyed as the next open will look it up: loose, by the cached node's
+                // qid; checking, by the version the server gives.
+                let (mark, generation) = match deferrable {
+                    true => (n.qid, cached_generation),
+                    false => (qid, generation),
+                };
+                self.cache
+                    .insert_readable(mark.path, mark.version, generation, qid.version);
+            }
             if flags.truncate && flags.write {
                 self.cache.forget_attr(file.id);
             }

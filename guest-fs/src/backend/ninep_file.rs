@@ -7,6 +7,14 @@
 //! the attribute cache, so a compiler reopening a header it has read before pays hash
 //! lookups only (v9fs still sends Twalk, Tlopen and Tclunk for each open).
 //!
+//! Opens that check (a mode whose trust is a window, see `ninep_check`): the open
+//! walks to the file for its version; if this mount opened that very version for
+//! reading before, the Tlopen waits for the first read that misses the pages (so a
+//! warm reopen costs one Twalk, and the Tclunk when it closes). With `revalidate=MS`
+//! above 0, a file kept open for longer than MS asks for its version again (one
+//! Tgetattr) before its next read of pages, and reads the new version's pages if it
+//! moved.
+//!
 //! Pages (FILE): reads go through the mount's page cache, shared by every open of the
 //! file by every guest, keyed by the qid version the file was opened at. A miss fetches
 //! the missing pages in one pipelined read (several msize requests in flight); a reader
@@ -26,17 +34,19 @@
 //! knows where the end is).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
 
 use bytes::Bytes;
 use wasm9p_proto::consts::{open, IOHDRSZ};
 use wasm9p_proto::{Errno, Qid, Rgetattr};
 
+use super::ninep_check::version_of;
 use super::{Attr, BoxFuture, OpenFile, OpenFlags, SetAttr};
 use crate::cache::{MountCache, PAGE_SIZE};
 use crate::client::Fid;
-use crate::mount_options::CacheMode;
+use crate::mount_options::{CacheMode, Trust};
 use crate::writeback::WriteBuffer;
 
 /// Most bytes read ahead of a sequential reader (2 MiB).
@@ -139,15 +149,35 @@ impl Writers {
 pub(crate) enum Source {
     /// Walked to and opened already.
     Opened(Fid),
+    /// Walked to (the walk gave the version to check), to be opened read-only on
+    /// first need.
+    Walked(Fid),
     /// To walk to from the root (names from it) and open read-only on first need.
     Lazy { root: Arc<Fid>, path: Vec<String> },
 }
 
+/// How a deferred open gets its fid.
+enum Deferred {
+    /// Walk there from this root first.
+    Walk { root: Arc<Fid>, path: Vec<String> },
+    /// Open this walked fid.
+    Open(Arc<Fid>),
+}
+
+/// For a file kept open in a mode that checks: when its version was last asked for.
+struct Recheck {
+    window: std::time::Duration,
+    checked: Mutex<Instant>,
+}
+
 pub(crate) struct NinepFile {
     fid: tokio::sync::OnceCell<Arc<Fid>>,
-    lazy: Option<(Arc<Fid>, Vec<String>)>,
+    lazy: Option<Deferred>,
     meta: bool,
     qid: Qid,
+    /// The version pages are keyed by: the qid's at open, moved on by a recheck.
+    version: AtomicU32,
+    recheck: Option<Recheck>,
     flags: OpenFlags,
     chunk: usize,
     cache: Arc<MountCache>,
@@ -180,22 +210,41 @@ impl NinepFile {
         if flags.append {
             p9 |= open::APPEND;
         }
+        let read_only = !(flags.write || flags.truncate || flags.append);
         let (fid, lazy) = match source {
             Source::Opened(fid) => {
                 fid.lopen(p9).await?;
                 (tokio::sync::OnceCell::new_with(Some(Arc::new(fid))), None)
             }
-            Source::Lazy { root, path } => {
-                if flags.write || flags.truncate || flags.append {
-                    return Err(Errno::EINVAL); // only read-only opens are deferred
-                }
-                (tokio::sync::OnceCell::new(), Some((root, path)))
-            }
+            // Only read-only opens are deferred.
+            _ if !read_only => return Err(Errno::EINVAL),
+            Source::Walked(fid) => (
+                tokio::sync::OnceCell::new(),
+                Some(Deferred::Open(Arc::new(fid))),
+            ),
+            Source::Lazy { root, path } => (
+                tokio::sync::OnceCell::new(),
+                Some(Deferred::Walk { root, path }),
+            ),
         };
         let session = match (fid.get(), &lazy) {
             (Some(fid), _) => fid.session().clone(),
-            (None, Some((root, _))) => root.session().clone(),
-            (None, None) => unreachable!("a file is opened or lazy"),
+            (None, Some(Deferred::Walk { root, .. })) => root.session().clone(),
+            (None, Some(Deferred::Open(walked))) => walked.session().clone(),
+            (None, None) => unreachable!("a file is opened or deferred"),
+        };
+        // A file kept open past the window asks for its version again before reading
+        // pages (zero: close-to-open only, as v9fs: not a Tgetattr per read).
+        let recheck = match cache.trust() {
+            Trust::For(window)
+                if !window.is_zero() && !matches!(lazy, Some(Deferred::Walk { .. })) =>
+            {
+                Some(Recheck {
+                    window,
+                    checked: Mutex::new(Instant::now()),
+                })
+            }
+            _ => None,
         };
         let chunk = (session.msize() - IOHDRSZ) as usize;
         let buffered = mode.has(CacheMode::WRITEBACK) && flags.write && !flags.append;
@@ -216,6 +265,8 @@ impl NinepFile {
             lazy,
             meta: mode.has(CacheMode::META),
             qid,
+            version: AtomicU32::new(qid.version),
+            recheck,
             flags,
             chunk,
             cache,
@@ -231,12 +282,40 @@ impl NinepFile {
     async fn fid(&self) -> Result<&Arc<Fid>, Errno> {
         self.fid
             .get_or_try_init(|| async {
-                let (root, path) = self.lazy.as_ref().ok_or(Errno::EBADF)?;
-                let walked = root.walk(path).await.map_err(|e| e.errno)?;
-                walked.fid.lopen(open::RDONLY).await?;
-                Ok(Arc::new(walked.fid))
+                match self.lazy.as_ref().ok_or(Errno::EBADF)? {
+                    Deferred::Walk { root, path } => {
+                        let walked = root.walk(path).await.map_err(|e| e.errno)?;
+                        walked.fid.lopen(open::RDONLY).await?;
+                        Ok(Arc::new(walked.fid))
+                    }
+                    Deferred::Open(walked) => {
+                        walked.lopen(open::RDONLY).await?;
+                        Ok(walked.clone())
+                    }
+                }
             })
             .await
+    }
+
+    /// The version to key pages by; past the recheck window, asked of the server
+    /// again (and the attributes it came with cached).
+    async fn current_version(&self) -> Result<u32, Errno> {
+        if let Some(recheck) = &self.recheck {
+            let due = {
+                let checked = recheck.checked.lock().unwrap_or_else(|e| e.into_inner());
+                checked.elapsed() >= recheck.window
+            };
+            if due {
+                let at = Instant::now();
+                let a = self.fid().await?.getattr().await?;
+                self.version.store(version_of(&a), Ordering::Relaxed);
+                *recheck.checked.lock().unwrap_or_else(|e| e.into_inner()) = at;
+                if self.meta && !self.wrote.load(Ordering::Relaxed) {
+                    self.cache.insert_attr(a);
+                }
+            }
+        }
+        Ok(self.version.load(Ordering::Relaxed))
     }
 
     /// The file's size as the attribute cache knows it (loose mode), uncounted.
@@ -252,7 +331,7 @@ impl NinepFile {
 
     /// Reads through the shared page cache.
     async fn read_pages(&self, offset: u64, len: usize) -> Result<Bytes, Errno> {
-        let (path, version) = (self.qid.path, self.qid.version);
+        let (path, version) = (self.qid.path, self.current_version().await?);
         let generation = self.cache.generation(path);
         let page = PAGE_SIZE as u64;
         let first = offset / page;

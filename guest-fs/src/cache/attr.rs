@@ -1,38 +1,54 @@
 //! File attributes (Rgetattr), by qid path.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use wasm9p_proto::Rgetattr;
 
 use super::{bump, Entry, Key, MountCache};
 
 impl MountCache {
-    /// Cached attributes of the file with qid path `path`.
+    /// Cached attributes of the file with qid path `path`, if still believed.
     pub fn attr(&self, path: u64) -> Option<Arc<Rgetattr>> {
-        match self.store.get(&Key::Attr(path)) {
-            Some(Entry::Attr(attr)) => {
+        match self.peek_attr(path) {
+            Some(attr) => {
                 bump(&self.counters.attr_hits);
                 Some(attr)
             }
-            _ => {
+            None => {
                 bump(&self.counters.attr_misses);
                 None
             }
         }
     }
 
-    /// Cached attributes, without counting a hit or a miss (for sizing a read).
+    /// Cached attributes still believed, without counting a hit or a miss (for
+    /// sizing a read).
     pub fn peek_attr(&self, path: u64) -> Option<Arc<Rgetattr>> {
         match self.store.get(&Key::Attr(path)) {
-            Some(Entry::Attr(attr)) => Some(attr),
+            Some(Entry::Attr { attr, at }) if self.young(at, Instant::now()) => Some(attr),
             _ => None,
         }
     }
 
-    /// Caches attributes (keyed by their own qid path).
+    /// Cached attributes however old, to be confirmed by the file's qid.
+    pub fn unconfirmed_attr(&self, path: u64) -> Option<Arc<Rgetattr>> {
+        match self.store.get(&Key::Attr(path)) {
+            Some(Entry::Attr { attr, .. }) => Some(attr),
+            _ => None,
+        }
+    }
+
+    /// Caches attributes (keyed by their own qid path), fetched now.
     pub fn insert_attr(&self, attr: Rgetattr) {
+        self.confirm_attr(Arc::new(attr), Instant::now());
+    }
+
+    /// Caches attributes known to be current at `at` (fetched then, or confirmed by a
+    /// qid with the same version).
+    pub fn confirm_attr(&self, attr: Arc<Rgetattr>, at: Instant) {
         self.store
-            .insert(Key::Attr(attr.qid.path), Entry::Attr(Arc::new(attr)));
+            .insert(Key::Attr(attr.qid.path), Entry::Attr { attr, at });
     }
 
     /// Drops cached attributes of qid path `path` (after setattr, write, link...).

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use wasm9p_proto::Qid;
 
-use super::{bump, DentryRef, Entry, Key, MountCache};
+use super::{bump, DentryRef, Entry, Key, MountCache, Seen};
 
 /// What the cache knows about a name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,6 +15,14 @@ pub enum Lookup {
     Missing,
     /// Not known: ask the server.
     Unknown,
+    /// Known (`found`: the qid, `None`: missing) but past the trust window: true if
+    /// the directory still has `dir_version` (when it is not 0), else ask the server.
+    Unconfirmed {
+        /// The answer as cached.
+        found: Option<Qid>,
+        /// The directory's version it was learnt under (0: none).
+        dir_version: u32,
+    },
 }
 
 impl MountCache {
@@ -23,38 +31,72 @@ impl MountCache {
         self.lookup_at(dir, name, Instant::now())
     }
 
+    /// What is known about `name` in `dir`, counting nothing (a backend looking again
+    /// at what a counted lookup left unconfirmed).
+    pub fn peek_lookup(&self, dir: u64, name: &str) -> Lookup {
+        self.classify(dir, name, Instant::now(), false)
+    }
+
     pub(crate) fn lookup_at(&self, dir: u64, name: &str, now: Instant) -> Lookup {
-        let key = DentryRef { dir, name };
-        match self.store.get(&key) {
-            Some(Entry::Positive(qid)) => {
-                bump(&self.counters.dentry_hits);
-                Lookup::Found(qid)
+        self.classify(dir, name, now, true)
+    }
+
+    fn classify(&self, dir: u64, name: &str, now: Instant, count: bool) -> Lookup {
+        let bump = |counter| {
+            if count {
+                bump(counter)
             }
-            Some(Entry::Negative { expires }) if expires.is_none_or(|t| now < t) => {
-                bump(&self.counters.negative_hits);
-                Lookup::Missing
+        };
+        let key = DentryRef { dir, name };
+        let (found, seen) = match self.store.get(&key) {
+            Some(Entry::Positive { qid, seen }) => (Some(qid), seen),
+            Some(Entry::Negative { expires, seen }) if expires.is_none_or(|t| now < t) => {
+                (None, seen)
             }
             Some(Entry::Negative { .. }) => {
                 // Expired: forget it so it no longer takes room.
                 self.store.remove(&key);
                 bump(&self.counters.dentry_misses);
-                Lookup::Unknown
+                return Lookup::Unknown;
             }
             _ => {
                 bump(&self.counters.dentry_misses);
-                Lookup::Unknown
+                return Lookup::Unknown;
+            }
+        };
+        if !self.believed(dir, seen, now) {
+            bump(&self.counters.dentry_misses);
+            return Lookup::Unconfirmed {
+                found,
+                dir_version: seen.dir_version,
+            };
+        }
+        match found {
+            Some(qid) => {
+                bump(&self.counters.dentry_hits);
+                Lookup::Found(qid)
+            }
+            None => {
+                bump(&self.counters.negative_hits);
+                Lookup::Missing
             }
         }
     }
 
-    /// Records that `name` in `dir` exists with `qid` (replacing a negative entry).
+    /// Records that `name` in `dir` exists with `qid` (replacing a negative entry),
+    /// learnt now with the directory's version unknown.
     pub fn insert_dentry(&self, dir: u64, name: &str, qid: Qid) {
+        self.insert_dentry_seen(dir, name, qid, Seen::now(0));
+    }
+
+    /// Records that `name` in `dir` exists with `qid`, learnt as `seen` says.
+    pub fn insert_dentry_seen(&self, dir: u64, name: &str, qid: Qid, seen: Seen) {
         self.store.insert(
             Key::Dentry {
                 dir,
                 name: name.into(),
             },
-            Entry::Positive(qid),
+            Entry::Positive { qid, seen },
         );
     }
 
@@ -63,7 +105,8 @@ impl MountCache {
     /// cached target and a file's cached attributes go with its dentry, so a cached
     /// target never outlives its link.
     pub fn forget(&self, dir: u64, name: &str) {
-        if let Some((_, Entry::Positive(qid))) = self.store.remove(&DentryRef { dir, name }) {
+        if let Some((_, Entry::Positive { qid, .. })) = self.store.remove(&DentryRef { dir, name })
+        {
             self.forget_symlink(qid.path);
             self.forget_attr(qid.path);
         }

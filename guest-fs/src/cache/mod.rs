@@ -13,6 +13,13 @@
 //!
 //! Lookups borrow their key (no allocation) and never wait on anything but a shard lock:
 //! a hit is a hash lookup on the calling thread.
+//!
+//! How long an answer is believed is the mount's [`Trust`] (see [`validity`]): forever,
+//! or for a window after it was last confirmed. Answers about the names in a directory
+//! (dentries, negative or not, and its listing) carry the directory's qid version when
+//! they were learnt, so one look at the directory's version confirms all of them at
+//! once; what the server gives no version for (version 0: diod) is believed for the
+//! window after it was fetched, and fetched again after it.
 
 mod attr;
 mod dentry;
@@ -20,6 +27,7 @@ mod negative;
 mod page;
 mod readdir;
 mod symlink;
+mod validity;
 
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,8 +39,9 @@ use wasm9p_proto::{Qid, Rgetattr};
 
 pub use dentry::Lookup;
 pub use page::PAGE_SIZE;
+pub use validity::Seen;
 
-use crate::mount_options::NegTimeout;
+use crate::mount_options::{NegTimeout, Trust};
 
 /// Bookkeeping bytes charged per entry on top of its names and values.
 const ENTRY_OVERHEAD: u64 = 64;
@@ -57,6 +66,8 @@ enum Key {
         version: u32,
         generation: u64,
     },
+    /// The last qid version seen of a directory.
+    DirVersion(u64),
 }
 
 /// A borrowed dentry key, so lookups do not allocate.
@@ -84,6 +95,7 @@ impl Hash for Key {
                 version,
                 generation,
             } => (5u8, *path, *version, *generation).hash(state),
+            Key::DirVersion(path) => (6u8, *path).hash(state),
         }
     }
 }
@@ -103,19 +115,32 @@ impl Equivalent<Key> for DentryRef<'_> {
 #[derive(Clone, Debug)]
 enum Entry {
     /// The name exists, with this qid.
-    Positive(Qid),
+    Positive { qid: Qid, seen: Seen },
     /// The name is missing until `expires` (`None`: until evicted).
-    Negative { expires: Option<Instant> },
+    Negative {
+        expires: Option<Instant>,
+        seen: Seen,
+    },
     /// A symlink's target, valid for the qid version it was read at.
-    Symlink { version: u32, target: Arc<str> },
-    /// A file's attributes.
-    Attr(Arc<Rgetattr>),
+    Symlink {
+        version: u32,
+        target: Arc<str>,
+        at: Instant,
+    },
+    /// A file's attributes, fetched (or last confirmed) `at`.
+    Attr { attr: Arc<Rgetattr>, at: Instant },
     /// A directory's entries.
-    Listing(Arc<Vec<crate::backend::Entry>>),
+    Listing {
+        entries: Arc<Vec<crate::backend::Entry>>,
+        seen: Seen,
+    },
+    /// A directory had this qid version `at` (confirming what is known of its names).
+    DirVersion { version: u32, at: Instant },
     /// A page of a file.
     Page(bytes::Bytes),
-    /// The server let this mount open the file (at that qid version) for reading.
-    Readable,
+    /// The server let this mount open the file (at that qid version) for reading; its
+    /// pages are kept under version `pages`.
+    Readable { pages: u32 },
 }
 
 #[derive(Clone)]
@@ -132,8 +157,8 @@ impl Weighter<Key, Entry> for ByteWeighter {
             // What each value keeps alive: the Arc's counts with an attribute set, a
             // listing's entries with their names, a page's own allocation (pages are
             // copied out of the replies they came in, see `insert_page`).
-            Entry::Attr(_) => std::mem::size_of::<Rgetattr>() as u64 + 16,
-            Entry::Listing(entries) => {
+            Entry::Attr { .. } => std::mem::size_of::<Rgetattr>() as u64 + 16,
+            Entry::Listing { entries, .. } => {
                 let each = std::mem::size_of::<crate::backend::Entry>() as u64;
                 16 + entries
                     .iter()
@@ -160,6 +185,7 @@ pub struct CacheCounters {
     page_hits: AtomicU64,
     page_misses: AtomicU64,
     readdir_hits: AtomicU64,
+    revalidated: AtomicU64,
 }
 
 /// A snapshot of [`CacheCounters`].
@@ -185,6 +211,9 @@ pub struct CacheStats {
     pub page_misses: u64,
     /// Directory listings served from the cache.
     pub readdir_hits: u64,
+    /// Answers past their trust window that a check with the server confirmed, so they
+    /// were served without being fetched again.
+    pub revalidated: u64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -195,6 +224,7 @@ fn bump(counter: &AtomicU64) {
 pub struct MountCache {
     store: Arc<quick_cache::sync::Cache<Key, Entry, ByteWeighter>>,
     negtimeout: NegTimeout,
+    trust: Trust,
     counters: CacheCounters,
     /// Qid paths of files changed through this mount (written, truncated), with how
     /// many changes each has had: their cached qid versions are stale, so opening them
@@ -218,7 +248,7 @@ impl std::fmt::Debug for MountCache {
 
 impl MountCache {
     /// A cache holding at most `cache_size` bytes, with negative dentries living as
-    /// `negtimeout` says.
+    /// `negtimeout` says, trusting what it holds forever (see [`MountCache::trusting`]).
     pub fn new(cache_size: u64, negtimeout: NegTimeout) -> MountCache {
         let estimated_items = (cache_size / (ENTRY_OVERHEAD + 16)).clamp(16, 1 << 20) as usize;
         MountCache {
@@ -228,10 +258,22 @@ impl MountCache {
                 ByteWeighter,
             )),
             negtimeout,
+            trust: Trust::Forever,
             counters: CacheCounters::default(),
             written: Default::default(),
             pages: Default::default(),
         }
+    }
+
+    /// The same cache believing what it holds for `trust` only.
+    pub fn trusting(mut self, trust: Trust) -> MountCache {
+        self.trust = trust;
+        self
+    }
+
+    /// How long this cache believes what it holds.
+    pub fn trust(&self) -> Trust {
+        self.trust
     }
 
     /// Records that the file with qid path `path` was changed through this mount.
@@ -299,6 +341,7 @@ impl MountCache {
             page_hits: get(&c.page_hits),
             page_misses: get(&c.page_misses),
             readdir_hits: get(&c.readdir_hits),
+            revalidated: get(&c.revalidated),
         }
     }
 }

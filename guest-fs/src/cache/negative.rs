@@ -2,32 +2,38 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Entry, Key, MountCache};
+use super::{Entry, Key, MountCache, Seen};
 use crate::mount_options::NegTimeout;
 
 impl MountCache {
     /// Records that `name` in `dir` is missing, for the mount's `negtimeout` (nothing is
-    /// recorded when negative caching is off).
+    /// recorded when negative caching is off), learnt with the directory's version
+    /// unknown.
     pub fn insert_negative(&self, dir: u64, name: &str) {
+        self.insert_negative_seen(dir, name, Seen::now(0));
+    }
+
+    /// Records that `name` in `dir` is missing, learnt as `seen` says.
+    pub fn insert_negative_seen(&self, dir: u64, name: &str, seen: Seen) {
         match self.negtimeout {
             NegTimeout::Off => {}
-            NegTimeout::UntilEvicted => self.put_negative(dir, name, None),
-            NegTimeout::For(ttl) => self.insert_negative_ttl(dir, name, ttl),
+            NegTimeout::UntilEvicted => self.put_negative(dir, name, None, seen),
+            NegTimeout::For(ttl) => self.put_negative(dir, name, seen.at.checked_add(ttl), seen),
         }
     }
 
     /// Records that `name` in `dir` is missing for `ttl`.
     pub fn insert_negative_ttl(&self, dir: u64, name: &str, ttl: Duration) {
-        self.put_negative(dir, name, Instant::now().checked_add(ttl));
+        self.put_negative(dir, name, Instant::now().checked_add(ttl), Seen::now(0));
     }
 
-    fn put_negative(&self, dir: u64, name: &str, expires: Option<Instant>) {
+    fn put_negative(&self, dir: u64, name: &str, expires: Option<Instant>, seen: Seen) {
         self.store.insert(
             Key::Dentry {
                 dir,
                 name: name.into(),
             },
-            Entry::Negative { expires },
+            Entry::Negative { expires, seen },
         );
     }
 }

@@ -82,28 +82,32 @@ impl MountCache {
     }
 
     /// Records that the server opened file `path` at `version` for reading through this
-    /// mount after its `generation`-th change through the mount, so that a later
-    /// read-only open of that version, with no change through the mount in between,
-    /// may be deferred.
-    pub fn insert_readable(&self, path: u64, version: u32, generation: u64) {
+    /// mount after its `generation`-th change through the mount, and that its pages
+    /// are kept under `pages`, so that a later read-only open of that version, with no
+    /// change through the mount in between, may be deferred and read those pages.
+    pub fn insert_readable(&self, path: u64, version: u32, generation: u64, pages: u32) {
         self.store.insert(
             Key::Readable {
                 path,
                 version,
                 generation,
             },
-            Entry::Readable,
+            Entry::Readable { pages },
         );
     }
 
-    /// Whether file `path` at `version` was opened for reading since its
-    /// `generation`-th change through this mount (counts nothing).
-    pub fn was_readable(&self, path: u64, version: u32, generation: u64) -> bool {
-        self.store.contains_key(&Key::Readable {
+    /// The version the pages of file `path` are kept under, if it was opened for
+    /// reading at `version` since its `generation`-th change through this mount
+    /// (counts nothing).
+    pub fn readable(&self, path: u64, version: u32, generation: u64) -> Option<u32> {
+        match self.store.get(&Key::Readable {
             path,
             version,
             generation,
-        })
+        }) {
+            Some(Entry::Readable { pages }) => Some(pages),
+            _ => None,
+        }
     }
 }
 

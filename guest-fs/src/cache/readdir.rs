@@ -1,15 +1,19 @@
 //! Directory listings, by directory qid path.
 
 use std::sync::Arc;
+use std::time::Instant;
 
-use super::{bump, Entry, Key, MountCache};
+use super::{bump, Entry, Key, MountCache, Seen};
 use crate::backend;
 
+/// A cached listing.
+pub type Listing = Arc<Vec<backend::Entry>>;
+
 impl MountCache {
-    /// The cached listing of directory `dir`.
-    pub fn readdir(&self, dir: u64) -> Option<Arc<Vec<backend::Entry>>> {
+    /// The cached listing of directory `dir`, if still believed.
+    pub fn readdir(&self, dir: u64) -> Option<Listing> {
         match self.store.get(&Key::Readdir(dir)) {
-            Some(Entry::Listing(entries)) => {
+            Some(Entry::Listing { entries, seen }) if self.believed(dir, seen, Instant::now()) => {
                 bump(&self.counters.readdir_hits);
                 Some(entries)
             }
@@ -17,10 +21,19 @@ impl MountCache {
         }
     }
 
-    /// Caches the whole listing of directory `dir`.
-    pub fn insert_readdir(&self, dir: u64, entries: Arc<Vec<backend::Entry>>) {
+    /// The cached listing of `dir` however old, with the directory version it was
+    /// read under (for a check to confirm).
+    pub fn unconfirmed_readdir(&self, dir: u64) -> Option<(Listing, u32)> {
+        match self.store.get(&Key::Readdir(dir)) {
+            Some(Entry::Listing { entries, seen }) => Some((entries, seen.dir_version)),
+            _ => None,
+        }
+    }
+
+    /// Caches the whole listing of directory `dir`, read as `seen` says.
+    pub fn insert_readdir(&self, dir: u64, entries: Listing, seen: Seen) {
         self.store
-            .insert(Key::Readdir(dir), Entry::Listing(entries));
+            .insert(Key::Readdir(dir), Entry::Listing { entries, seen });
     }
 
     /// Drops what is cached about directory `dir` itself (listing and attributes):

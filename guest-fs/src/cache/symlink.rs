@@ -1,18 +1,24 @@
 //! Symlink targets, valid for the qid version they were read at.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use wasm9p_proto::Qid;
 
 use super::{bump, Entry, Key, MountCache};
 
 impl MountCache {
-    /// The cached target of symlink `qid`, if it was read at this same qid version.
-    /// A changed version drops the entry: the link was replaced or changed.
+    /// The cached target of symlink `qid`, if it was read at this same qid version (and,
+    /// for a server that keeps no versions, is still young enough). A changed version
+    /// drops the entry: the link was replaced or changed.
     pub fn symlink(&self, qid: Qid) -> Option<Arc<str>> {
         let key = Key::Symlink(qid.path);
         match self.store.get(&key) {
-            Some(Entry::Symlink { version, target }) if version == qid.version => {
+            Some(Entry::Symlink {
+                version,
+                target,
+                at,
+            }) if version == qid.version && (version != 0 || self.young(at, Instant::now())) => {
                 bump(&self.counters.symlink_hits);
                 Some(target)
             }
@@ -28,13 +34,14 @@ impl MountCache {
         }
     }
 
-    /// Caches the target of symlink `qid`.
+    /// Caches the target of symlink `qid`, read now.
     pub fn insert_symlink(&self, qid: Qid, target: Arc<str>) {
         self.store.insert(
             Key::Symlink(qid.path),
             Entry::Symlink {
                 version: qid.version,
                 target,
+                at: Instant::now(),
             },
         );
     }

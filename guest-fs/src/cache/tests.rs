@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use wasm9p_proto::consts::qid;
 use wasm9p_proto::{Qid, Rgetattr};
 
-use super::{Lookup, MountCache};
-use crate::mount_options::NegTimeout;
+use super::{Lookup, MountCache, Seen};
+use crate::mount_options::{NegTimeout, Trust};
 
 const DIR: u64 = 7;
 
@@ -112,6 +112,142 @@ fn attributes_are_cached_and_forgotten() {
     );
     let s = cache.stats();
     assert_eq!((s.attr_hits, s.attr_misses), (1, 2));
+}
+
+fn checking(window: Duration) -> MountCache {
+    loose().trusting(Trust::For(window))
+}
+
+#[test]
+fn past_the_window_names_are_unconfirmed_until_their_directory_is_seen_unchanged() {
+    let cache = checking(Duration::from_secs(1));
+    let t0 = Instant::now();
+    let seen = Seen {
+        at: t0,
+        dir_version: 5,
+    };
+    cache.insert_dentry_seen(DIR, "a.h", file(1), seen);
+    cache.insert_negative_seen(DIR, "b.h", seen);
+    let at = |ms| t0 + Duration::from_millis(ms);
+    // Young: believed.
+    assert_eq!(cache.lookup_at(DIR, "a.h", at(500)), Lookup::Found(file(1)));
+    assert_eq!(cache.lookup_at(DIR, "b.h", at(500)), Lookup::Missing);
+    // Old: unconfirmed, with what a check has to find.
+    let unconfirmed = |found| Lookup::Unconfirmed {
+        found,
+        dir_version: 5,
+    };
+    assert_eq!(
+        cache.lookup_at(DIR, "a.h", at(2000)),
+        unconfirmed(Some(file(1)))
+    );
+    assert_eq!(cache.lookup_at(DIR, "b.h", at(2000)), unconfirmed(None));
+    // The directory seen at the same version: every name in it is believed again, for
+    // a window from that sighting.
+    cache.dir_seen(DIR, 5, at(1500));
+    assert_eq!(
+        cache.lookup_at(DIR, "a.h", at(2000)),
+        Lookup::Found(file(1))
+    );
+    assert_eq!(cache.lookup_at(DIR, "b.h", at(2000)), Lookup::Missing);
+    assert_eq!(
+        cache.lookup_at(DIR, "a.h", at(2600)),
+        unconfirmed(Some(file(1)))
+    );
+    // Seen at another version: nothing in it is believed.
+    cache.dir_seen(DIR, 6, at(2900));
+    assert_eq!(
+        cache.lookup_at(DIR, "a.h", at(3000)),
+        unconfirmed(Some(file(1)))
+    );
+    assert_eq!(cache.lookup_at(DIR, "b.h", at(3000)), unconfirmed(None));
+    // Another directory's sighting confirms nothing here.
+    cache.dir_seen(DIR + 1, 5, at(2950));
+    assert_eq!(
+        cache.lookup_at(DIR, "a.h", at(3000)),
+        unconfirmed(Some(file(1)))
+    );
+}
+
+#[test]
+fn without_versions_only_age_decides_and_loose_trusts_forever() {
+    // A server that sends version 0 (diod): sightings of 0 say nothing.
+    let cache = checking(Duration::from_secs(1));
+    let t0 = Instant::now();
+    cache.insert_dentry_seen(
+        DIR,
+        "a.h",
+        file(1),
+        Seen {
+            at: t0,
+            dir_version: 0,
+        },
+    );
+    cache.dir_seen(DIR, 0, t0 + Duration::from_millis(1500));
+    assert_eq!(
+        cache.lookup_at(DIR, "a.h", t0 + Duration::from_secs(2)),
+        Lookup::Unconfirmed {
+            found: Some(file(1)),
+            dir_version: 0
+        }
+    );
+    assert_eq!(cache.dir_version(DIR), 0, "nothing recorded");
+    // Loose: believed forever, and no sighting is even kept.
+    let loose = loose();
+    loose.insert_dentry_seen(
+        DIR,
+        "a.h",
+        file(1),
+        Seen {
+            at: t0,
+            dir_version: 5,
+        },
+    );
+    loose.dir_seen(DIR, 6, t0);
+    assert_eq!(loose.dir_version(DIR), 0);
+    let much_later = t0 + Duration::from_secs(30 * 86_400);
+    assert_eq!(
+        loose.lookup_at(DIR, "a.h", much_later),
+        Lookup::Found(file(1))
+    );
+}
+
+#[test]
+fn a_zero_window_believes_nothing_without_a_check() {
+    let cache = checking(Duration::ZERO);
+    cache.insert_dentry(DIR, "a.h", file(1));
+    assert!(matches!(
+        cache.lookup(DIR, "a.h"),
+        Lookup::Unconfirmed { found: Some(_), .. }
+    ));
+    let attr = Rgetattr {
+        qid: file(42),
+        size: 10,
+        ..Default::default()
+    };
+    cache.insert_attr(attr.clone());
+    assert!(cache.attr(42).is_none(), "attributes are fetched again");
+    assert_eq!(
+        cache.unconfirmed_attr(42).unwrap().size,
+        10,
+        "to compare with"
+    );
+    // A listing: unconfirmed, with its directory version.
+    cache.insert_readdir(DIR, Arc::new(Vec::new()), Seen::now(9));
+    assert!(cache.readdir(DIR).is_none());
+    assert_eq!(cache.unconfirmed_readdir(DIR).map(|(_, v)| v), Some(9));
+    // A symlink target stands while the link's version does; without versions, not
+    // past the window.
+    cache.insert_symlink(link(9, 3), Arc::from("a"));
+    assert_eq!(cache.symlink(link(9, 3)).as_deref(), Some("a"));
+    cache.insert_symlink(link(10, 0), Arc::from("b"));
+    assert_eq!(cache.symlink(link(10, 0)), None);
+    // The same within a window.
+    let hour = checking(Duration::from_secs(3600));
+    hour.insert_attr(attr);
+    assert!(hour.attr(42).is_some());
+    hour.insert_symlink(link(10, 0), Arc::from("b"));
+    assert_eq!(hour.symlink(link(10, 0)).as_deref(), Some("b"));
 }
 
 #[test]

@@ -46,9 +46,11 @@ const MAX_CAPTURE: usize = 16 << 20;
 #[derive(Debug, Args)]
 pub struct NamespaceArgs {
     /// A mount: `type=9p,source=ADDR,target=/g` or `type=9p,export=HOSTDIR,target=/g`,
-    /// optionally with `cache=`, `negtimeout=`, `msize=`, `cache_size=`, `ro`; or
-    /// `type=bind,source=HOSTDIR,target=/g`, optionally `ro`. Repeatable. With no --mount and no --dir, the current directory is served at /
-    /// by the embedded 9p server with cache=loose.
+    /// optionally with `cache=`, `negtimeout=`, `msize=`, `cache_size=`,
+    /// `symlink_cache=`, `revalidate=MS`, `reconnect=`, `ro`; or
+    /// `type=bind,source=HOSTDIR,target=/g`, optionally `ro`. Repeatable. With no
+    /// --mount and no --dir, the current directory is served at / by the embedded 9p
+    /// server with cache=loose.
     #[arg(long = "mount", value_name = "SPEC")]
     pub mounts: Vec<String>,
     /// A host directory bound at a guest path (HOSTDIR::/GUEST, or HOSTDIR at itself).

@@ -1,6 +1,7 @@
 //! Files through the mount: write-back and its errors, readahead, setattr, link,
 //! statfs and readdir, renames, the RPCs of a compiler's pattern, the size bound.
 
+use super::coherence::{Remote, SERVERS};
 use super::*;
 
 /// clang's pattern: an object file written in thousands of tiny pwrites.
@@ -42,193 +43,205 @@ async fn tiny_writes_are_coalesced_into_msize_writes_with_writeback() {
 
 #[tokio::test]
 async fn a_failed_write_back_is_reported_by_flush_not_lost() {
-    let dir = tree();
-    let server = TestServer::tcp(dir.path());
-    let (ns, fs) = mount(&server, "cache=loose").await;
-    ns.create("/out.o", 0o644, true).await.unwrap();
-    let file = open(&ns, &fs, "/out.o", WRITE).await;
-    file.write_at(0, Bytes::from_static(b"buffered, not yet sent"))
-        .await
-        .unwrap();
-    assert_eq!(rpcs(&fs, "write"), 0, "still buffered");
-    drop(server); // the server goes away before the data does
-    assert_eq!(file.flush().await, Err(Errno::EIO));
+    for kind in SERVERS {
+        let dir = tree();
+        let server = Remote::start(kind, dir.path());
+        let (ns, fs) = mount(&server, "cache=loose").await;
+        ns.create("/out.o", 0o644, true).await.unwrap();
+        let file = open(&ns, &fs, "/out.o", WRITE).await;
+        file.write_at(0, Bytes::from_static(b"buffered, not yet sent"))
+            .await
+            .unwrap();
+        assert_eq!(rpcs(&fs, "write"), 0, "still buffered");
+        drop(server); // the server goes away before the data does
+        assert_eq!(file.flush().await, Err(Errno::EIO));
+    }
 }
 
 #[tokio::test]
 async fn sequential_small_reads_are_served_by_readahead() {
-    let dir = tree();
-    let big: Vec<u8> = (0..1_000_000u32).map(|i| (i % 249) as u8).collect();
-    std::fs::write(dir.path().join("big"), &big).unwrap();
-    let server = TestServer::tcp(dir.path());
-    for (spec, max_rpcs) in [
-        ("cache=readahead,msize=65536", 40u64),
-        ("cache=none,msize=65536", 10_000),
-    ] {
-        let (ns, fs) = mount(&server, spec).await;
-        let file = open(&ns, &fs, "/big", READ).await;
-        let before = rpcs(&fs, "read");
-        let mut got = Vec::new();
-        loop {
-            let chunk = file.read_at(got.len() as u64, 4096).await.unwrap();
-            if chunk.is_empty() {
-                break;
+    for kind in SERVERS {
+        let dir = tree();
+        let big: Vec<u8> = (0..1_000_000u32).map(|i| (i % 249) as u8).collect();
+        std::fs::write(dir.path().join("big"), &big).unwrap();
+        let server = Remote::start(kind, dir.path());
+        for (spec, max_rpcs) in [
+            ("cache=readahead,msize=65536", 40u64),
+            ("cache=none,msize=65536", 10_000),
+        ] {
+            let (ns, fs) = mount(&server, spec).await;
+            let file = open(&ns, &fs, "/big", READ).await;
+            let before = rpcs(&fs, "read");
+            let mut got = Vec::new();
+            loop {
+                let chunk = file.read_at(got.len() as u64, 4096).await.unwrap();
+                if chunk.is_empty() {
+                    break;
+                }
+                got.extend_from_slice(&chunk);
             }
-            got.extend_from_slice(&chunk);
-        }
-        assert!(got == big, "{spec}: content");
-        let reads = rpcs(&fs, "read") - before;
-        assert!(
-            reads <= max_rpcs,
-            "{spec}: {reads} Treads for 245 reads of 4 KiB"
-        );
-        if spec.starts_with("cache=readahead") {
-            assert!(fs.cache_stats().page_hits > 200, "{:?}", fs.cache_stats());
-        } else {
+            assert!(got == big, "{spec}: content");
+            let reads = rpcs(&fs, "read") - before;
             assert!(
-                reads >= 245,
-                "{spec}: no readahead, one Tread per read ({reads})"
+                reads <= max_rpcs,
+                "{spec}: {reads} Treads for 245 reads of 4 KiB"
             );
+            if spec.starts_with("cache=readahead") {
+                assert!(fs.cache_stats().page_hits > 200, "{:?}", fs.cache_stats());
+            } else {
+                assert!(
+                    reads >= 245,
+                    "{spec}: no readahead, one Tread per read ({reads})"
+                );
+            }
         }
     }
 }
 
 #[tokio::test]
 async fn setattr_link_statfs_and_readdir_through_the_mount() {
-    let dir = tree();
-    let server = TestServer::tcp(dir.path());
-    let (ns, fs) = mount(&server, "cache=loose").await;
-    // Attributes are cached, and a setattr through the mount refreshes them.
-    assert_eq!(ns.getattr("/a", true).await.unwrap().size, 12);
-    let getattrs = rpcs(&fs, "getattr");
-    assert_eq!(ns.getattr("/a", true).await.unwrap().size, 12);
-    assert_eq!(
-        rpcs(&fs, "getattr"),
-        getattrs,
-        "served from the attribute cache"
-    );
-    let set = wasm9p_guest_fs::backend::SetAttr {
-        size: Some(4),
-        mode: Some(0o640),
-        ..Default::default()
-    };
-    ns.setattr("/a", &set, true).await.unwrap();
-    let a = ns.getattr("/a", true).await.unwrap();
-    assert_eq!((a.size, a.mode), (4, 0o640));
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(dir.path().join("a")).unwrap();
-    assert_eq!((m.len(), m.mode() & 0o777), (4, 0o640));
-    ns.link("/a", "/a-again", false).await.unwrap();
-    assert_eq!(
-        ns.getattr("/a", true).await.unwrap().nlink,
-        2,
-        "link count refreshed"
-    );
-    let mut names: Vec<String> = ns
-        .readdir("/")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
-        .collect();
-    names.sort();
-    assert_eq!(names, ["a", "a-again", "b", "link", "usr"]);
-    assert!(ns.statfs("/usr").await.unwrap().blocks > 0);
+    for kind in SERVERS {
+        let dir = tree();
+        let server = Remote::start(kind, dir.path());
+        let (ns, fs) = mount(&server, "cache=loose").await;
+        // Attributes are cached, and a setattr through the mount refreshes them.
+        assert_eq!(ns.getattr("/a", true).await.unwrap().size, 12);
+        let getattrs = rpcs(&fs, "getattr");
+        assert_eq!(ns.getattr("/a", true).await.unwrap().size, 12);
+        assert_eq!(
+            rpcs(&fs, "getattr"),
+            getattrs,
+            "served from the attribute cache"
+        );
+        let set = wasm9p_guest_fs::backend::SetAttr {
+            size: Some(4),
+            mode: Some(0o640),
+            ..Default::default()
+        };
+        ns.setattr("/a", &set, true).await.unwrap();
+        let a = ns.getattr("/a", true).await.unwrap();
+        assert_eq!((a.size, a.mode), (4, 0o640));
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(dir.path().join("a")).unwrap();
+        assert_eq!((m.len(), m.mode() & 0o777), (4, 0o640));
+        ns.link("/a", "/a-again", false).await.unwrap();
+        assert_eq!(
+            ns.getattr("/a", true).await.unwrap().nlink,
+            2,
+            "link count refreshed"
+        );
+        let mut names: Vec<String> = ns
+            .readdir("/")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a", "a-again", "b", "link", "usr"]);
+        assert!(ns.statfs("/usr").await.unwrap().blocks > 0);
+    }
 }
 
 #[tokio::test]
 async fn rpc_counts_per_mode_for_the_compiler_pattern() {
-    let dir = tree();
-    let server = TestServer::tcp(dir.path());
-    // stat of a missing name twice: loose → 1 walk, none → 2 (per component: the
-    // parents are resolved first and are cached under loose too).
-    for (spec, expected_walks) in [("cache=loose", 1u64), ("cache=none", 2)] {
-        let (ns, fs) = mount(&server, spec).await;
-        let before = rpcs(&fs, "walk");
-        for _ in 0..2 {
-            assert_eq!(
-                ns.getattr("/missing.h", true).await.unwrap_err(),
-                Errno::ENOENT
-            );
+    for kind in SERVERS {
+        let dir = tree();
+        let server = Remote::start(kind, dir.path());
+        // stat of a missing name twice: loose → 1 walk, none → 2 (per component: the
+        // parents are resolved first and are cached under loose too).
+        for (spec, expected_walks) in [("cache=loose", 1u64), ("cache=none", 2)] {
+            let (ns, fs) = mount(&server, spec).await;
+            let before = rpcs(&fs, "walk");
+            for _ in 0..2 {
+                assert_eq!(
+                    ns.getattr("/missing.h", true).await.unwrap_err(),
+                    Errno::ENOENT
+                );
+            }
+            assert_eq!(rpcs(&fs, "walk") - before, expected_walks, "{spec}");
         }
-        assert_eq!(rpcs(&fs, "walk") - before, expected_walks, "{spec}");
+        // readlink of the same link 1,000 times under loose → 1 Treadlink.
+        let (ns, fs) = mount(&server, "cache=loose").await;
+        for _ in 0..1000 {
+            assert_eq!(ns.readlink("/link").await.unwrap().as_ref(), "a");
+        }
+        assert_eq!(rpcs(&fs, "readlink"), 1);
+        // A directory listing is cached too, and refreshed by a change in it.
+        let first = ns.readdir("/usr/include").await.unwrap();
+        let reads = rpcs(&fs, "readdir");
+        assert_eq!(ns.readdir("/usr/include").await.unwrap(), first);
+        assert_eq!(rpcs(&fs, "readdir"), reads);
+        ns.create("/usr/include/new.h", 0o644, true).await.unwrap();
+        assert_eq!(
+            ns.readdir("/usr/include").await.unwrap().len(),
+            first.len() + 1
+        );
+        let stats = fs.stats();
+        assert!(
+            stats.cache.readdir_hits >= 1 && stats.rpc_total > 0 && stats.cache_bytes > 0,
+            "{stats:?}"
+        );
     }
-    // readlink of the same link 1,000 times under loose → 1 Treadlink.
-    let (ns, fs) = mount(&server, "cache=loose").await;
-    for _ in 0..1000 {
-        assert_eq!(ns.readlink("/link").await.unwrap().as_ref(), "a");
-    }
-    assert_eq!(rpcs(&fs, "readlink"), 1);
-    // A directory listing is cached too, and refreshed by a change in it.
-    let first = ns.readdir("/usr/include").await.unwrap();
-    let reads = rpcs(&fs, "readdir");
-    assert_eq!(ns.readdir("/usr/include").await.unwrap(), first);
-    assert_eq!(rpcs(&fs, "readdir"), reads);
-    ns.create("/usr/include/new.h", 0o644, true).await.unwrap();
-    assert_eq!(
-        ns.readdir("/usr/include").await.unwrap().len(),
-        first.len() + 1
-    );
-    let stats = fs.stats();
-    assert!(
-        stats.cache.readdir_hits >= 1 && stats.rpc_total > 0 && stats.cache_bytes > 0,
-        "{stats:?}"
-    );
 }
 
 #[tokio::test]
 async fn rename_over_a_cached_name_is_seen_at_once() {
-    let dir = tree();
-    let server = TestServer::tcp(dir.path());
-    let (ns, _fs) = mount(&server, "cache=loose").await;
-    assert_eq!(&ns.read("/a").await.unwrap()[..], b"content of a");
-    assert_eq!(&ns.read("/b").await.unwrap()[..], b"content of b");
-    ns.rename("/b", "/a").await.unwrap();
-    assert_eq!(
-        &ns.read("/a").await.unwrap()[..],
-        b"content of b",
-        "the cached /a is gone"
-    );
-    assert_eq!(ns.resolve("/b", true).await.unwrap_err(), Errno::ENOENT);
+    for kind in SERVERS {
+        let dir = tree();
+        let server = Remote::start(kind, dir.path());
+        let (ns, _fs) = mount(&server, "cache=loose").await;
+        assert_eq!(&ns.read("/a").await.unwrap()[..], b"content of a");
+        assert_eq!(&ns.read("/b").await.unwrap()[..], b"content of b");
+        ns.rename("/b", "/a").await.unwrap();
+        assert_eq!(
+            &ns.read("/a").await.unwrap()[..],
+            b"content of b",
+            "the cached /a is gone"
+        );
+        assert_eq!(ns.resolve("/b", true).await.unwrap_err(), Errno::ENOENT);
+    }
 }
 
 #[tokio::test]
 async fn caches_stay_within_cache_size_on_a_tree_larger_than_it() {
-    let dir = tempfile::tempdir().unwrap();
-    for d in 0..20 {
-        std::fs::create_dir(dir.path().join(format!("d{d}"))).unwrap();
-        for f in 0..100 {
-            std::fs::write(
-                dir.path()
-                    .join(format!("d{d}/file-with-a-longish-name-{f}.h")),
-                b"x",
-            )
-            .unwrap();
+    for kind in SERVERS {
+        let dir = tempfile::tempdir().unwrap();
+        for d in 0..20 {
+            std::fs::create_dir(dir.path().join(format!("d{d}"))).unwrap();
+            for f in 0..100 {
+                std::fs::write(
+                    dir.path()
+                        .join(format!("d{d}/file-with-a-longish-name-{f}.h")),
+                    b"x",
+                )
+                .unwrap();
+            }
         }
-    }
-    let server = TestServer::tcp(dir.path());
-    let (ns, fs) = mount(&server, "cache=loose,cache_size=65536").await;
-    for d in 0..20 {
-        for f in 0..100 {
-            let path = format!("/d{d}/file-with-a-longish-name-{f}.h");
-            assert!(ns.getattr(&path, true).await.is_ok());
-            assert_eq!(
-                ns.resolve(&format!("{path}.missing"), true)
-                    .await
-                    .unwrap_err(),
-                Errno::ENOENT
-            );
-            let stats = fs.stats();
-            assert!(
-                stats.cache_bytes <= 65536,
-                "{} bytes cached",
-                stats.cache_bytes
-            );
+        let server = Remote::start(kind, dir.path());
+        let (ns, fs) = mount(&server, "cache=loose,cache_size=65536").await;
+        for d in 0..20 {
+            for f in 0..100 {
+                let path = format!("/d{d}/file-with-a-longish-name-{f}.h");
+                assert!(ns.getattr(&path, true).await.is_ok());
+                assert_eq!(
+                    ns.resolve(&format!("{path}.missing"), true)
+                        .await
+                        .unwrap_err(),
+                    Errno::ENOENT
+                );
+                let stats = fs.stats();
+                assert!(
+                    stats.cache_bytes <= 65536,
+                    "{} bytes cached",
+                    stats.cache_bytes
+                );
+            }
         }
+        // Still correct after all that eviction.
+        assert_eq!(
+            &ns.read("/d0/file-with-a-longish-name-0.h").await.unwrap()[..],
+            b"x"
+        );
     }
-    // Still correct after all that eviction.
-    assert_eq!(
-        &ns.read("/d0/file-with-a-longish-name-0.h").await.unwrap()[..],
-        b"x"
-    );
 }

@@ -14,6 +14,7 @@ use wasm9p_guest_fs::namespace::Namespace;
 use wasm9p_proto::Errno;
 use wasm9p_tests::{TestServer, Tree};
 
+mod coherence;
 mod files;
 mod metadata;
 mod pages;
@@ -43,10 +44,25 @@ fn options(spec: &str) -> NinepOptions {
     .unwrap()
 }
 
-async fn mount(server: &TestServer, spec: &str) -> (Namespace, Arc<NinepFs>) {
+/// A server a mount can attach to: ours in this process, or diod (see `coherence`).
+trait Serving {
+    fn addr(&self) -> wasm9p_proto::Addr;
+    fn aname(&self) -> String;
+}
+
+impl Serving for TestServer {
+    fn addr(&self) -> wasm9p_proto::Addr {
+        self.addr.clone()
+    }
+    fn aname(&self) -> String {
+        String::new()
+    }
+}
+
+async fn mount(server: &impl Serving, spec: &str) -> (Namespace, Arc<NinepFs>) {
     let opts = options(spec);
     let session = Session::connect(
-        &server.addr,
+        &server.addr(),
         ClientConfig {
             msize: opts.msize,
             ..Default::default()
@@ -54,7 +70,11 @@ async fn mount(server: &TestServer, spec: &str) -> (Namespace, Arc<NinepFs>) {
     )
     .await
     .unwrap();
-    let fs = Arc::new(NinepFs::attach(&session, "", &opts).await.unwrap());
+    let fs = Arc::new(
+        NinepFs::attach(&session, &server.aname(), &opts)
+            .await
+            .unwrap(),
+    );
     let mut ns = Namespace::new();
     ns.mount("/", fs.clone(), opts.read_only).unwrap();
     (ns, fs)

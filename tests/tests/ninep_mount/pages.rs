@@ -1,59 +1,62 @@
 //! The page cache across opens and file versions, readers and writers at once, and
 //! when a loose reopen needs the server.
 
+use super::coherence::{Remote, SERVERS};
 use super::*;
 
 #[tokio::test]
 async fn pages_are_shared_by_every_open_and_follow_the_file_version() {
-    let dir = tree();
-    let header: Vec<u8> = (0..300_000u32).map(|i| (i % 239) as u8).collect();
-    std::fs::write(dir.path().join("big.h"), &header).unwrap();
-    let server = TestServer::tcp(dir.path());
-    let (ns, fs) = mount(&server, "cache=loose").await;
-    // The first guest reads the header: pages come from the server.
-    let first = open(&ns, &fs, "/big.h", READ).await;
-    assert!(first.read_at(0, 1 << 20).await.unwrap() == header);
-    drop(first);
-    // Eight more guests read it: no Tread at all.
-    let reads = rpcs(&fs, "read");
-    for _ in 0..8 {
-        let f = open(&ns, &fs, "/big.h", READ).await;
-        assert!(f.read_at(0, 1 << 20).await.unwrap() == header);
+    for kind in SERVERS {
+        let dir = tree();
+        let header: Vec<u8> = (0..300_000u32).map(|i| (i % 239) as u8).collect();
+        std::fs::write(dir.path().join("big.h"), &header).unwrap();
+        let server = Remote::start(kind, dir.path());
+        let (ns, fs) = mount(&server, "cache=loose").await;
+        // The first guest reads the header: pages come from the server.
+        let first = open(&ns, &fs, "/big.h", READ).await;
+        assert!(first.read_at(0, 1 << 20).await.unwrap() == header);
+        drop(first);
+        // Eight more guests read it: no Tread at all.
+        let reads = rpcs(&fs, "read");
+        for _ in 0..8 {
+            let f = open(&ns, &fs, "/big.h", READ).await;
+            assert!(f.read_at(0, 1 << 20).await.unwrap() == header);
+            assert_eq!(
+                &f.read_at(299_990, 100).await.unwrap()[..],
+                &header[299_990..]
+            );
+            assert!(
+                f.read_at(300_000, 10).await.unwrap().is_empty(),
+                "end of file, from the cache"
+            );
+        }
         assert_eq!(
-            &f.read_at(299_990, 100).await.unwrap()[..],
-            &header[299_990..]
+            rpcs(&fs, "read"),
+            reads,
+            "every page served from the shared cache"
         );
-        assert!(
-            f.read_at(300_000, 10).await.unwrap().is_empty(),
-            "end of file, from the cache"
-        );
+        // The file changes on the server. Loose trusts what it cached (v9fs: "for
+        // exclusive or read-only mounts"); a mount that opens on the server (mmap, pages
+        // without metadata caching) sees the new version at the next open, not old pages.
+        let (ns_mmap, fs_mmap) = mount(&server, "cache=mmap").await;
+        let f = open(&ns_mmap, &fs_mmap, "/big.h", READ).await;
+        assert!(f.read_at(0, 1 << 20).await.unwrap() == header);
+        std::fs::write(dir.path().join("big.h"), b"rewritten").unwrap();
+        let f = open(&ns_mmap, &fs_mmap, "/big.h", READ).await;
+        assert_eq!(&f.read_at(0, 100).await.unwrap()[..], b"rewritten");
+        // A loose open for writing goes to the server (and sees the new version); writing
+        // through it, then reading through it, sees the write.
+        let rw = OpenFlags {
+            read: true,
+            write: true,
+            ..Default::default()
+        };
+        let f = open(&ns, &fs, "/big.h", rw).await;
+        assert_eq!(&f.read_at(0, 3).await.unwrap()[..], b"rew");
+        f.write_at(0, Bytes::from_static(b"RE")).await.unwrap();
+        assert_eq!(&f.read_at(0, 100).await.unwrap()[..], b"REwritten");
+        f.flush().await.unwrap();
     }
-    assert_eq!(
-        rpcs(&fs, "read"),
-        reads,
-        "every page served from the shared cache"
-    );
-    // The file changes on the server. Loose trusts what it cached (v9fs: "for
-    // exclusive or read-only mounts"); a mount that opens on the server (mmap, pages
-    // without metadata caching) sees the new version at the next open, not old pages.
-    let (ns_mmap, fs_mmap) = mount(&server, "cache=mmap").await;
-    let f = open(&ns_mmap, &fs_mmap, "/big.h", READ).await;
-    assert!(f.read_at(0, 1 << 20).await.unwrap() == header);
-    std::fs::write(dir.path().join("big.h"), b"rewritten").unwrap();
-    let f = open(&ns_mmap, &fs_mmap, "/big.h", READ).await;
-    assert_eq!(&f.read_at(0, 100).await.unwrap()[..], b"rewritten");
-    // A loose open for writing goes to the server (and sees the new version); writing
-    // through it, then reading through it, sees the write.
-    let rw = OpenFlags {
-        read: true,
-        write: true,
-        ..Default::default()
-    };
-    let f = open(&ns, &fs, "/big.h", rw).await;
-    assert_eq!(&f.read_at(0, 3).await.unwrap()[..], b"rew");
-    f.write_at(0, Bytes::from_static(b"RE")).await.unwrap();
-    assert_eq!(&f.read_at(0, 100).await.unwrap()[..], b"REwritten");
-    f.flush().await.unwrap();
 }
 
 #[tokio::test]
@@ -113,98 +116,102 @@ async fn an_open_reader_sees_writes_and_truncates_through_another_open() {
 
 #[tokio::test]
 async fn cached_9p_lookups_complete_without_suspending() {
-    use std::future::Future;
-    use std::task::{Context, Poll, Waker};
-    fn poll_once<F: Future>(f: F) -> Option<F::Output> {
-        let mut f = std::pin::pin!(f);
-        match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-            Poll::Ready(v) => Some(v),
-            Poll::Pending => None,
+    for kind in SERVERS {
+        use std::future::Future;
+        use std::task::{Context, Poll, Waker};
+        fn poll_once<F: Future>(f: F) -> Option<F::Output> {
+            let mut f = std::pin::pin!(f);
+            match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+                Poll::Ready(v) => Some(v),
+                Poll::Pending => None,
+            }
         }
+        let dir = tree();
+        let server = Remote::start(kind, dir.path());
+        let (ns, fs) = mount(&server, "cache=loose").await;
+        // Cold: the first resolution has to ask the server, so it suspends.
+        assert!(poll_once(ns.resolve("/usr/include/stdio.h", true)).is_none());
+        ns.resolve("/usr/include/stdio.h", true).await.unwrap();
+        ns.resolve("/usr/include/missing.h", true)
+            .await
+            .unwrap_err();
+        ns.readlink("/link").await.unwrap();
+        ns.resolve("/link", true).await.unwrap();
+        let walks = rpcs(&fs, "walk");
+        // Warm: present, missing and through a symlink, all answered on the first poll.
+        let found = poll_once(ns.resolve("/usr/include/stdio.h", true)).expect("no suspension");
+        assert!(found.is_ok());
+        let missing = poll_once(ns.resolve("/usr/include/missing.h", true)).expect("no suspension");
+        assert_eq!(missing.unwrap_err(), Errno::ENOENT);
+        let via_link = poll_once(ns.resolve("/link", true)).expect("no suspension");
+        assert!(via_link.is_ok());
+        assert_eq!(rpcs(&fs, "walk"), walks);
     }
-    let dir = tree();
-    let server = TestServer::tcp(dir.path());
-    let (ns, fs) = mount(&server, "cache=loose").await;
-    // Cold: the first resolution has to ask the server, so it suspends.
-    assert!(poll_once(ns.resolve("/usr/include/stdio.h", true)).is_none());
-    ns.resolve("/usr/include/stdio.h", true).await.unwrap();
-    ns.resolve("/usr/include/missing.h", true)
-        .await
-        .unwrap_err();
-    ns.readlink("/link").await.unwrap();
-    ns.resolve("/link", true).await.unwrap();
-    let walks = rpcs(&fs, "walk");
-    // Warm: present, missing and through a symlink, all answered on the first poll.
-    let found = poll_once(ns.resolve("/usr/include/stdio.h", true)).expect("no suspension");
-    assert!(found.is_ok());
-    let missing = poll_once(ns.resolve("/usr/include/missing.h", true)).expect("no suspension");
-    assert_eq!(missing.unwrap_err(), Errno::ENOENT);
-    let via_link = poll_once(ns.resolve("/link", true)).expect("no suspension");
-    assert!(via_link.is_ok());
-    assert_eq!(rpcs(&fs, "walk"), walks);
 }
 
 /// Several readers at once on one mount, every file read in small pieces while
 /// readahead pipelines and abandons larger reads: what each reads is the file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_readers_with_readahead_read_every_file_whole() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut files = Vec::new();
-    for i in 0..120usize {
-        let len = (i * 7919) % 70_000;
-        let data: Vec<u8> = (0..len).map(|j| (j * 31 + i) as u8).collect();
-        std::fs::write(dir.path().join(format!("f{i}")), &data).unwrap();
-        files.push((format!("/f{i}"), data));
-    }
-    let files = Arc::new(files);
-    let server = TestServer::tcp(dir.path());
-    for spec in [
-        "cache=none,msize=8192",
-        "cache=readahead,msize=8192",
-        "cache=loose,msize=8192",
-    ] {
-        let (ns, _fs) = mount(&server, spec).await;
-        let ns = Arc::new(ns);
-        let mut tasks = Vec::new();
-        for t in 0..4usize {
-            let (ns, files) = (ns.clone(), files.clone());
-            tasks.push(tokio::spawn(async move {
-                for round in 0..3 {
-                    for k in 0..files.len() {
-                        let (path, want) = &files[(k * 7 + t * 13 + round) % files.len()];
-                        let file = ns
-                            .open(
-                                path,
-                                OpenFlags {
-                                    read: true,
-                                    ..Default::default()
-                                },
-                            )
-                            .await
-                            .unwrap_or_else(|e| panic!("{spec}: open {path}: {e}"));
-                        let mut got = Vec::new();
-                        loop {
-                            let piece = file
-                                .read_at(got.len() as u64, 4096)
-                                .await
-                                .unwrap_or_else(|e| panic!("{spec}: read {path}: {e}"));
-                            if piece.is_empty() {
-                                break;
-                            }
-                            got.extend_from_slice(&piece);
-                        }
-                        assert!(
-                            got == *want,
-                            "{spec}: {path} read {} bytes, not its {}",
-                            got.len(),
-                            want.len()
-                        );
-                    }
-                }
-            }));
+    for kind in SERVERS {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = Vec::new();
+        for i in 0..120usize {
+            let len = (i * 7919) % 70_000;
+            let data: Vec<u8> = (0..len).map(|j| (j * 31 + i) as u8).collect();
+            std::fs::write(dir.path().join(format!("f{i}")), &data).unwrap();
+            files.push((format!("/f{i}"), data));
         }
-        for task in tasks {
-            task.await.unwrap();
+        let files = Arc::new(files);
+        let server = Remote::start(kind, dir.path());
+        for spec in [
+            "cache=none,msize=8192",
+            "cache=readahead,msize=8192",
+            "cache=loose,msize=8192",
+        ] {
+            let (ns, _fs) = mount(&server, spec).await;
+            let ns = Arc::new(ns);
+            let mut tasks = Vec::new();
+            for t in 0..4usize {
+                let (ns, files) = (ns.clone(), files.clone());
+                tasks.push(tokio::spawn(async move {
+                    for round in 0..3 {
+                        for k in 0..files.len() {
+                            let (path, want) = &files[(k * 7 + t * 13 + round) % files.len()];
+                            let file = ns
+                                .open(
+                                    path,
+                                    OpenFlags {
+                                        read: true,
+                                        ..Default::default()
+                                    },
+                                )
+                                .await
+                                .unwrap_or_else(|e| panic!("{spec}: open {path}: {e}"));
+                            let mut got = Vec::new();
+                            loop {
+                                let piece = file
+                                    .read_at(got.len() as u64, 4096)
+                                    .await
+                                    .unwrap_or_else(|e| panic!("{spec}: read {path}: {e}"));
+                                if piece.is_empty() {
+                                    break;
+                                }
+                                got.extend_from_slice(&piece);
+                            }
+                            assert!(
+                                got == *want,
+                                "{spec}: {path} read {} bytes, not its {}",
+                                got.len(),
+                                want.len()
+                            );
+                        }
+                    }
+                }));
+            }
+            for task in tasks {
+                task.await.unwrap();
+            }
         }
     }
 }
@@ -213,42 +220,44 @@ async fn concurrent_readers_with_readahead_read_every_file_whole() {
 /// truncate by path (v9fs writes dirty pages back before getattr and setattr).
 #[tokio::test]
 async fn buffered_writes_are_sent_before_a_stat_or_truncate_by_path() {
-    let dir = tree();
-    let server = TestServer::tcp(dir.path());
-    for spec in ["cache=mmap", "cache=loose"] {
-        let (ns, fs) = mount(&server, spec).await;
-        ns.create("/grow", 0o644, true).await.unwrap();
-        let file = ns
-            .open(
-                "/grow",
-                OpenFlags {
-                    write: true,
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap();
-        file.write_at(0, Bytes::from_static(b"0123456789"))
-            .await
-            .unwrap();
-        assert_eq!(rpcs(&fs, "write"), 0, "{spec}: buffered");
-        assert_eq!(ns.getattr("/grow", true).await.unwrap().size, 10, "{spec}");
-        file.write_at(20, Bytes::from_static(b"tail"))
-            .await
-            .unwrap();
-        let truncate = wasm9p_guest_fs::backend::SetAttr {
-            size: Some(5),
-            ..Default::default()
-        };
-        ns.setattr("/grow", &truncate, true).await.unwrap();
-        file.flush().await.unwrap();
-        drop(file);
-        assert_eq!(
-            std::fs::read(dir.path().join("grow")).unwrap(),
-            b"01234",
-            "{spec}: the truncate came after the buffered writes"
-        );
-        std::fs::remove_file(dir.path().join("grow")).unwrap();
+    for kind in SERVERS {
+        let dir = tree();
+        let server = Remote::start(kind, dir.path());
+        for spec in ["cache=mmap", "cache=loose"] {
+            let (ns, fs) = mount(&server, spec).await;
+            ns.create("/grow", 0o644, true).await.unwrap();
+            let file = ns
+                .open(
+                    "/grow",
+                    OpenFlags {
+                        write: true,
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap();
+            file.write_at(0, Bytes::from_static(b"0123456789"))
+                .await
+                .unwrap();
+            assert_eq!(rpcs(&fs, "write"), 0, "{spec}: buffered");
+            assert_eq!(ns.getattr("/grow", true).await.unwrap().size, 10, "{spec}");
+            file.write_at(20, Bytes::from_static(b"tail"))
+                .await
+                .unwrap();
+            let truncate = wasm9p_guest_fs::backend::SetAttr {
+                size: Some(5),
+                ..Default::default()
+            };
+            ns.setattr("/grow", &truncate, true).await.unwrap();
+            file.flush().await.unwrap();
+            drop(file);
+            assert_eq!(
+                std::fs::read(dir.path().join("grow")).unwrap(),
+                b"01234",
+                "{spec}: the truncate came after the buffered writes"
+            );
+            std::fs::remove_file(dir.path().join("grow")).unwrap();
+        }
     }
 }
 
@@ -273,129 +282,135 @@ async fn read_all(ns: &Namespace, path: &str) -> Result<Bytes, Errno> {
 /// fresh; a first open still goes to the server, so its errors come from there.
 #[tokio::test]
 async fn loose_reopen_of_a_file_only_opened_before_sends_nothing() {
-    let dir = tree();
-    let server = TestServer::tcp(dir.path());
-    let (ns, fs) = mount(&server, "cache=loose").await;
-    let read = OpenFlags {
-        read: true,
-        ..Default::default()
-    };
-    // Opened and closed, never read (what a build's existence checks do).
-    drop(ns.open("/b", read).await.unwrap());
-    assert_eq!(rpcs(&fs, "lopen"), 1);
-    // Let the first open's Tclunk (sent by a spawned task) go out before counting.
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-    let before = fs.session().counts().total();
-    for _ in 0..100 {
+    for kind in SERVERS {
+        let dir = tree();
+        let server = Remote::start(kind, dir.path());
+        let (ns, fs) = mount(&server, "cache=loose").await;
+        let read = OpenFlags {
+            read: true,
+            ..Default::default()
+        };
+        // Opened and closed, never read (what a build's existence checks do).
         drop(ns.open("/b", read).await.unwrap());
+        assert_eq!(rpcs(&fs, "lopen"), 1);
+        // Let the first open's Tclunk (sent by a spawned task) go out before counting.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        let before = fs.session().counts().total();
+        for _ in 0..100 {
+            drop(ns.open("/b", read).await.unwrap());
+        }
+        assert_eq!(fs.session().counts().total(), before, "warm opens, no RPC");
+        // A read through such an open still gets the file (opened on the server then).
+        assert_eq!(read_all(&ns, "/b").await.unwrap(), "content of b");
+        assert_eq!(rpcs(&fs, "lopen"), 2);
+        // New permissions through the mount: the server decides the next open again.
+        let chmod = wasm9p_guest_fs::backend::SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        };
+        ns.setattr("/b", &chmod, true).await.unwrap();
+        drop(ns.open("/b", read).await.unwrap());
+        assert_eq!(rpcs(&fs, "lopen"), 3);
+        // ... and once it has, the opens after it are warm again.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        let before = fs.session().counts().total();
+        drop(ns.open("/b", read).await.unwrap());
+        assert_eq!(
+            fs.session().counts().total(),
+            before,
+            "warm again after the change"
+        );
     }
-    assert_eq!(fs.session().counts().total(), before, "warm opens, no RPC");
-    // A read through such an open still gets the file (opened on the server then).
-    assert_eq!(read_all(&ns, "/b").await.unwrap(), "content of b");
-    assert_eq!(rpcs(&fs, "lopen"), 2);
-    // New permissions through the mount: the server decides the next open again.
-    let chmod = wasm9p_guest_fs::backend::SetAttr {
-        mode: Some(0o600),
-        ..Default::default()
-    };
-    ns.setattr("/b", &chmod, true).await.unwrap();
-    drop(ns.open("/b", read).await.unwrap());
-    assert_eq!(rpcs(&fs, "lopen"), 3);
-    // ... and once it has, the opens after it are warm again.
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-    let before = fs.session().counts().total();
-    drop(ns.open("/b", read).await.unwrap());
-    assert_eq!(
-        fs.session().counts().total(),
-        before,
-        "warm again after the change"
-    );
 }
 
 #[tokio::test]
 async fn loose_reopens_of_a_file_written_through_the_mount_go_out_once_then_are_warm() {
-    // A file made by the build itself (a generated header), then included many times.
-    let dir = tree();
-    let server = TestServer::tcp(dir.path());
-    let (ns, fs) = mount(&server, "cache=loose").await;
-    ns.write(
-        "/generated.h",
-        0,
-        Bytes::from_static(b"#define GENERATED 1\n"),
-    )
-    .await
-    .unwrap();
-    let read = OpenFlags {
-        read: true,
-        ..Default::default()
-    };
-    let lopens = rpcs(&fs, "lopen");
-    drop(ns.open("/generated.h", read).await.unwrap());
-    assert_eq!(
-        rpcs(&fs, "lopen"),
-        lopens + 1,
-        "the first open after the write asks"
-    );
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-    let before = fs.session().counts().total();
-    for _ in 0..100 {
+    for kind in SERVERS {
+        // A file made by the build itself (a generated header), then included many times.
+        let dir = tree();
+        let server = Remote::start(kind, dir.path());
+        let (ns, fs) = mount(&server, "cache=loose").await;
+        ns.write(
+            "/generated.h",
+            0,
+            Bytes::from_static(b"#define GENERATED 1\n"),
+        )
+        .await
+        .unwrap();
+        let read = OpenFlags {
+            read: true,
+            ..Default::default()
+        };
+        let lopens = rpcs(&fs, "lopen");
         drop(ns.open("/generated.h", read).await.unwrap());
+        assert_eq!(
+            rpcs(&fs, "lopen"),
+            lopens + 1,
+            "the first open after the write asks"
+        );
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        let before = fs.session().counts().total();
+        for _ in 0..100 {
+            drop(ns.open("/generated.h", read).await.unwrap());
+        }
+        assert_eq!(
+            fs.session().counts().total(),
+            before,
+            "100 warm opens, no RPC"
+        );
+        assert_eq!(
+            read_all(&ns, "/generated.h").await.unwrap(),
+            "#define GENERATED 1\n"
+        );
+        // Written again: the next open asks again, and reads the new bytes.
+        ns.write(
+            "/generated.h",
+            0,
+            Bytes::from_static(b"#define GENERATED 2\n"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            read_all(&ns, "/generated.h").await.unwrap(),
+            "#define GENERATED 2\n"
+        );
     }
-    assert_eq!(
-        fs.session().counts().total(),
-        before,
-        "100 warm opens, no RPC"
-    );
-    assert_eq!(
-        read_all(&ns, "/generated.h").await.unwrap(),
-        "#define GENERATED 1\n"
-    );
-    // Written again: the next open asks again, and reads the new bytes.
-    ns.write(
-        "/generated.h",
-        0,
-        Bytes::from_static(b"#define GENERATED 2\n"),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        read_all(&ns, "/generated.h").await.unwrap(),
-        "#define GENERATED 2\n"
-    );
 }
 
 #[tokio::test]
 async fn loose_reopen_of_a_file_read_before_sends_nothing() {
-    let dir = tree();
-    let server = TestServer::tcp(dir.path());
-    let (ns, fs) = mount(&server, "cache=loose").await;
-    assert_eq!(read_all(&ns, "/a").await.unwrap(), "content of a");
-    let before = fs.session().counts().total();
-    for _ in 0..100 {
+    for kind in SERVERS {
+        let dir = tree();
+        let server = Remote::start(kind, dir.path());
+        let (ns, fs) = mount(&server, "cache=loose").await;
         assert_eq!(read_all(&ns, "/a").await.unwrap(), "content of a");
+        let before = fs.session().counts().total();
+        for _ in 0..100 {
+            assert_eq!(read_all(&ns, "/a").await.unwrap(), "content of a");
+        }
+        assert_eq!(
+            fs.session().counts().total(),
+            before,
+            "100 warm opens, no RPC"
+        );
+
+        // Changed through the mount: the next open asks the server and sees the change.
+        ns.write("/a", 0, Bytes::from_static(b"CONTENT"))
+            .await
+            .unwrap();
+        assert_eq!(read_all(&ns, "/a").await.unwrap(), "CONTENT of a");
+        assert!(rpcs(&fs, "lopen") > 0);
+
+        // A first open goes to the server, which answers for it.
+        let missing = read_all(&ns, "/usr/include/none.h").await.unwrap_err();
+        assert_eq!(missing, Errno::ENOENT);
     }
-    assert_eq!(
-        fs.session().counts().total(),
-        before,
-        "100 warm opens, no RPC"
-    );
-
-    // Changed through the mount: the next open asks the server and sees the change.
-    ns.write("/a", 0, Bytes::from_static(b"CONTENT"))
-        .await
-        .unwrap();
-    assert_eq!(read_all(&ns, "/a").await.unwrap(), "CONTENT of a");
-    assert!(rpcs(&fs, "lopen") > 0);
-
-    // A first open goes to the server, which answers for it.
-    let missing = read_all(&ns, "/usr/include/none.h").await.unwrap_err();
-    assert_eq!(missing, Errno::ENOENT);
 }
 
 #[tokio::test]
