@@ -4,7 +4,9 @@
 //! caching mode keeps symlink targets; on by default, off to measure what it saves),
 //! `revalidate=MS` (how long a cached answer is believed before it is checked with the
 //! server: see [`Trust`]) and `reconnect=on|off` (off by default: see
-//! [`crate::client::ClientConfig::reconnect`]).
+//! [`crate::client::ClientConfig::reconnect`]) and the flag `nocto` (NFS's name: with
+//! `revalidate=MS`, an open trusts what was confirmed of the file less than MS ago
+//! instead of asking the server every time).
 
 use std::fmt;
 use std::str::FromStr;
@@ -191,6 +193,9 @@ pub struct NinepOptions {
     /// `revalidate=MS`: how long a cached answer is believed before it is checked
     /// (`None`: as the mode says, see [`NinepOptions::trust`]).
     pub revalidate: Option<Duration>,
+    /// `nocto`: where the trust is a window, an open believes the file's version for
+    /// the window too, instead of asking the server at every open (close-to-open).
+    pub nocto: bool,
 }
 
 /// Default `cache_size`: 256 MiB.
@@ -207,6 +212,7 @@ impl Default for NinepOptions {
             symlink_cache: true,
             reconnect: false,
             revalidate: None,
+            nocto: false,
         }
     }
 }
@@ -284,8 +290,18 @@ impl NinepOptions {
                     opts.revalidate = Some(Duration::from_millis(ms));
                 }
                 "ro" if value.is_none() => opts.read_only = true,
+                "nocto" if value.is_none() => opts.nocto = true,
                 other => return Err(OptionError::Unknown(other.into())),
             }
+        }
+        let window = opts.revalidate.is_some_and(|w| !w.is_zero());
+        if opts.nocto && !(window && opts.cache.has(CacheMode::META)) {
+            return Err(OptionError::BadValue {
+                key: "nocto",
+                value: String::new(),
+                expected:
+                    "a metadata mode with revalidate=MS above 0 (opens trust the file for MS)",
+            });
         }
         if opts.cache.has(CacheMode::FSCACHE) {
             return Err(OptionError::FscacheNotBuilt);
@@ -397,6 +413,22 @@ mod tests {
             trust("cache=loose,revalidate=0"),
             Trust::For(Duration::ZERO)
         );
+        assert!(parse("cache=loose,revalidate=1000,nocto").unwrap().nocto);
+        assert!(!parse("cache=loose,revalidate=1000").unwrap().nocto);
+        for pointless in [
+            "cache=loose,nocto",
+            "cache=0x3,nocto",
+            "cache=loose,revalidate=0,nocto",
+            "cache=readahead,revalidate=1000,nocto",
+        ] {
+            assert!(
+                matches!(
+                    parse(pointless),
+                    Err(OptionError::BadValue { key: "nocto", .. })
+                ),
+                "{pointless}: nocto would change nothing"
+            );
+        }
         for bad in ["revalidate=-1", "revalidate=1s", "revalidate"] {
             assert!(
                 matches!(

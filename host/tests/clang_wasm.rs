@@ -457,12 +457,9 @@ HASH define VERSION 4
 #endif
 ";
 
-/// One `wasm9p batch --passes 3 --jobs 1` whose passes each first make a new version
-/// of a header (through a bind mount of its directory: a change behind the 9p mount),
-/// then compile a unit that includes it through 9p with `proj_options`; returns the
-/// object the last pass wrote.
-fn batch_with_a_header_edited_between_passes(proj_options: &str) -> Vec<u8> {
-    let tmp = Tree::build(&[
+/// A unit whose code depends on `config.h` (given), under /src, /proj/include, /out.
+fn versioned_project(config: &str) -> tempfile::TempDir {
+    Tree::build(&[
         Tree::Dir(
             "src",
             vec![Tree::file(
@@ -472,16 +469,19 @@ fn batch_with_a_header_edited_between_passes(proj_options: &str) -> Vec<u8> {
         ),
         Tree::Dir(
             "proj",
-            vec![Tree::Dir(
-                "include",
-                vec![
-                    Tree::file("config.h", "#define VERSION 1\n"),
-                    Tree::file("next.c", NEXT_CONFIG),
-                ],
-            )],
+            vec![Tree::Dir("include", vec![Tree::file("config.h", config)])],
         ),
         Tree::Dir("out", vec![]),
-    ]);
+    ])
+}
+
+/// One `wasm9p batch --passes 3 --jobs 1` whose passes each first make a new version
+/// of a header (through a bind mount of its directory: a change behind the 9p mount),
+/// then compile a unit that includes it through 9p with `proj_options`; returns the
+/// object the last pass wrote.
+fn batch_with_a_header_edited_between_passes(proj_options: &str) -> Vec<u8> {
+    let tmp = versioned_project("#define VERSION 1\n");
+    std::fs::write(tmp.path().join("proj/include/next.c"), NEXT_CONFIG).unwrap();
     let cc1 = cc1_words("clang", "/src/main.c", "/out/main.o", &["-O1"]);
     let quoted = |words: &[String]| -> String {
         let words: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
@@ -528,22 +528,7 @@ fn batch_with_a_header_edited_between_passes(proj_options: &str) -> Vec<u8> {
 /// The object a fresh `wasm9p run` on bind mounts makes of the same unit with the
 /// header at version 4.
 fn fresh_object_with_version_4() -> Vec<u8> {
-    let tmp = Tree::build(&[
-        Tree::Dir(
-            "src",
-            vec![Tree::file(
-                "main.c",
-                "#include \"config.h\"\nint version(void) { return VERSION * 7; }\n",
-            )],
-        ),
-        Tree::Dir(
-            "proj",
-            vec![Tree::Dir(
-                "include",
-                vec![Tree::file("config.h", "# define VERSION 4\n")],
-            )],
-        ),
-    ]);
+    let tmp = versioned_project("# define VERSION 4\n");
     let out_dir = tempfile::tempdir().unwrap();
     let cc1 = cc1_words("clang", "/src/main.c", "/out/main.o", &["-O1"]);
     let mut args = vec!["run".to_string()];

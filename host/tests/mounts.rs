@@ -43,6 +43,19 @@ fn specs_parse_as_documented() {
     );
     assert_eq!(s.type_name(), "9p");
 
+    let s =
+        MountSpec::parse("type=9p,export=/srv/src,target=/src,cache=loose,revalidate=1000,nocto")
+            .unwrap();
+    assert!(
+        matches!(&s.kind, MountKind::NinepEmbedded { options, .. }
+            if options.revalidate == Some(std::time::Duration::from_secs(1)) && options.nocto),
+        "{s:?}"
+    );
+    let err = MountSpec::parse("type=9p,export=/srv/src,target=/src,cache=loose,nocto")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("nocto"), "{err}");
+
     let s = MountSpec::parse("type=bind,source=/tmp,target=/scratch").unwrap();
     assert_eq!(
         s.kind,

@@ -76,6 +76,8 @@ pub struct NinepFs {
     symlinks: bool,
     /// The cache's trust is a window: what is older gets checked.
     checks: bool,
+    /// `nocto`: opens believe a file's version for the window, like the rest.
+    nocto: bool,
     failed_walks: AtomicU64,
     /// Lookups in flight, by directory and name.
     inflight: Flights<(u64, String), Result<Qid, Errno>>,
@@ -164,6 +166,7 @@ impl NinepFs {
             meta: options.cache.has(CacheMode::META),
             symlinks: options.cache.has(CacheMode::META) && options.symlink_cache,
             checks: trust != Trust::Forever,
+            nocto: options.nocto,
             failed_walks: AtomicU64::new(0),
             inflight: Flights::default(),
             dir_checks: Flights::default(),
@@ -622,16 +625,20 @@ impl Backend for NinepFs {
             // may answer (EACCES, ENOENT...) comes from it; so does the first one after
             // each change through the mount (write, truncate, chmod, chown: the
             // generation moves on), and it makes the next ones deferrable again.
-            let deferrable = self.meta && pages && read_only && !self.checks;
+            // With `nocto` (and a window), the same within the window after the server
+            // was last asked.
+            let deferrable = self.meta && pages && read_only && (!self.checks || self.nocto);
             let cached_generation = self.cache.generation(n.qid.path);
             let lazy = match deferrable {
                 true => self
                     .cache
-                    .readable(n.qid.path, n.qid.version, cached_generation)
+                    .readable_believed(n.qid.path, n.qid.version, cached_generation)
                     .or_else(|| {
-                        self.cache
-                            .has_page(n.qid.path, n.qid.version, cached_generation, 0)
-                            .then_some(n.qid.version)
+                        (!self.checks
+                            && self
+                                .cache
+                                .has_page(n.qid.path, n.qid.version, cached_generation, 0))
+                        .then_some(n.qid.version)
                     }),
                 false => None,
             };
@@ -682,15 +689,16 @@ impl Backend for NinepFs {
                 false => Source::Opened(fid),
             };
             let open = self.open_file(source, qid, flags).await?;
-            if read_only && pages && (deferrable || self.checks) && !opened_before {
-                // Keyed as the next open will look it up: loose, by the cached node's
-                // qid; checking, by the version the server gives.
+            if read_only && pages && (deferrable || self.checks) {
+                // Keyed as the next open will look it up: loose (and nocto), by the
+                // cached node's qid; checking, by the version the server gives. Made
+                // again after every walk: `at` says when the server was last asked.
                 let (mark, generation) = match deferrable {
                     true => (n.qid, cached_generation),
                     false => (qid, generation),
                 };
                 self.cache
-                    .insert_readable(mark.path, mark.version, generation, qid.version);
+                    .insert_readable(mark.path, mark.version, generation, qid.version, at);
             }
             if flags.truncate && flags.write {
                 self.cache.forget_attr(file.id);

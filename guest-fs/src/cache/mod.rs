@@ -138,9 +138,9 @@ enum Entry {
     DirVersion { version: u32, at: Instant },
     /// A page of a file.
     Page(bytes::Bytes),
-    /// The server let this mount open the file (at that qid version) for reading; its
-    /// pages are kept under version `pages`.
-    Readable { pages: u32 },
+    /// The server let this mount open the file (at that qid version) for reading, when
+    /// asked `at`; its pages are kept under version `pages`.
+    Readable { pages: u32, at: Instant },
 }
 
 #[derive(Clone)]

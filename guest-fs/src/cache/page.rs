@@ -6,6 +6,7 @@
 //! under the byte bound).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 
@@ -85,29 +86,45 @@ impl MountCache {
     /// mount after its `generation`-th change through the mount, and that its pages
     /// are kept under `pages`, so that a later read-only open of that version, with no
     /// change through the mount in between, may be deferred and read those pages.
-    pub fn insert_readable(&self, path: u64, version: u32, generation: u64, pages: u32) {
+    /// `at`: when the server was asked.
+    pub fn insert_readable(
+        &self,
+        path: u64,
+        version: u32,
+        generation: u64,
+        pages: u32,
+        at: Instant,
+    ) {
         self.store.insert(
             Key::Readable {
                 path,
                 version,
                 generation,
             },
-            Entry::Readable { pages },
+            Entry::Readable { pages, at },
         );
     }
 
-    /// The version the pages of file `path` are kept under, if it was opened for
-    /// reading at `version` since its `generation`-th change through this mount
-    /// (counts nothing).
-    pub fn readable(&self, path: u64, version: u32, generation: u64) -> Option<u32> {
+    /// The version the pages of file `path` are kept under, and when the server was
+    /// asked, if it was opened for reading at `version` since its `generation`-th
+    /// change through this mount (counts nothing).
+    pub fn readable(&self, path: u64, version: u32, generation: u64) -> Option<(u32, Instant)> {
         match self.store.get(&Key::Readable {
             path,
             version,
             generation,
         }) {
-            Some(Entry::Readable { pages }) => Some(pages),
+            Some(Entry::Readable { pages, at }) => Some((pages, at)),
             _ => None,
         }
+    }
+
+    /// Like [`MountCache::readable`], if the server was asked recently enough to be
+    /// believed without asking again (always, when the trust is forever).
+    pub fn readable_believed(&self, path: u64, version: u32, generation: u64) -> Option<u32> {
+        self.readable(path, version, generation)
+            .filter(|(_, at)| self.young(*at, Instant::now()))
+            .map(|(pages, _)| pages)
     }
 }
 

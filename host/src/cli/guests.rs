@@ -47,7 +47,7 @@ const MAX_CAPTURE: usize = 16 << 20;
 pub struct NamespaceArgs {
     /// A mount: `type=9p,source=ADDR,target=/g` or `type=9p,export=HOSTDIR,target=/g`,
     /// optionally with `cache=`, `negtimeout=`, `msize=`, `cache_size=`,
-    /// `symlink_cache=`, `revalidate=MS`, `reconnect=`, `ro`; or
+    /// `symlink_cache=`, `revalidate=MS`, `nocto`, `reconnect=`, `ro`; or
     /// `type=bind,source=HOSTDIR,target=/g`, optionally `ro`. Repeatable. With no
     /// --mount and no --dir, the current directory is served at / by the embedded 9p
     /// server with cache=loose.

@@ -305,3 +305,28 @@ async fn a_file_kept_open_reads_the_new_version_once_the_window_has_passed() {
         assert_eq!(rpcs(&fs, "getattr"), getattrs + 1, "{server}: one check");
     }
 }
+
+#[tokio::test]
+async fn nocto_opens_believe_the_file_for_the_window_and_see_changes_after_it() {
+    for server in SERVERS {
+        let dir = export();
+        let remote = Remote::start(server, dir.path());
+        let (long, long_fs) = remote.mount("cache=loose,revalidate=600000,nocto").await;
+        let (short, _) = remote.mount("cache=loose,revalidate=200,nocto").await;
+        for ns in [&long, &short] {
+            assert_eq!(view(ns).await, before(), "{server}");
+        }
+        change(dir.path());
+        // Within the window a reopen asks nothing and reads the pages it had.
+        let sent = long_fs.session().counts().total();
+        assert_eq!(
+            contents(&long, "/inc/edited.h").await,
+            before().edited,
+            "{server}"
+        );
+        assert_eq!(long_fs.session().counts().total(), sent, "{server}");
+        // After it, everything is seen as it is now.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(view(&short).await, after(), "{server}");
+    }
+}
