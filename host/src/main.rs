@@ -30,6 +30,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cli::run(args),
         Command::Batch(args) => cli::batch(args),
         Command::Mount(args) => cli::mount(args),
+        Command::Compile(args) => cli::compile(args),
         Command::Serve(args) => match tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

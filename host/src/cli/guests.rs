@@ -16,19 +16,13 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
+use super::compile::parse_tier;
+use super::tiered::{Runner, TieredProgram};
 use super::{fail, first_line, parse_env, say, EXIT_USAGE};
-use crate::module_cache::{ModuleCache, Program, Progress};
+use crate::module_cache::{ModuleCache, Progress, TierChoice};
 use crate::mounts::{MountSpec, MountTable, MountTableBuilder};
-use crate::p1::{Input, Output, P1Program, WasiP1Ctx};
-use crate::p2::{MountGrant, P2Program, RuntimeMountRecord, WasiP2Ctx, WasiP2Fs};
-
-/// What a guest runs as.
-enum Runner {
-    /// A core module on our preview1.
-    P1(P1Program),
-    /// A component on preview2 (an async engine).
-    P2(P2Program),
-}
+use crate::p1::{Input, Output, WasiP1Ctx};
+use crate::p2::{MountGrant, RuntimeMountRecord, WasiP2Ctx, WasiP2Fs};
 
 /// Where one guest's stdio goes.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -126,6 +120,12 @@ pub struct GuestArgs {
     /// only). Repeatable.
     #[arg(long = "allow-mount", value_name = "PREFIX[:SOURCES]", value_parser = parse_grant)]
     pub allow_mount: Vec<MountGrant>,
+    /// The compiler tier guests run on: auto (the optimized code when it is cached;
+    /// else, for a module of 4 MiB or more ($WASM9P_TIER_FROM bytes), Winch's code at
+    /// once while Cranelift's is compiled in the background, new guests switching to
+    /// it when it is ready), baseline (Winch only) or optimized (wait for Cranelift).
+    #[arg(long, value_name = "TIER", default_value = "auto", value_parser = parse_tier)]
+    pub tier: TierChoice,
 }
 
 fn parse_grant(s: &str) -> Result<MountGrant, String> {
@@ -173,7 +173,7 @@ pub struct BatchArgs {
 /// reports a lost connection at exit.
 struct Host {
     mounts: MountTable,
-    program: Runner,
+    program: TieredProgram,
     grants: Vec<MountGrant>,
     /// Where guests and plugins keep their compiled code.
     module_cache: ModuleCache,
@@ -200,35 +200,9 @@ impl Host {
         let mounts = runtime
             .block_on(table.build())
             .map_err(|e| fail(EXIT_USAGE, &e.to_string()))?;
-        // One engine for both: components run as futures on the mounts' runtime, core
-        // modules on plain threads.
-        let engine = wasmtime::Engine::default();
-        let link_error = |e: wasmtime::Error| {
-            let why = format!("{e:#}");
-            fail(
-                EXIT_USAGE,
-                &format!("cannot link {}: {}", path.display(), first_line(&why)),
-            )
-        };
-        let program = match cache.load(&engine, path, &report_progress(&cache)) {
-            Ok(Program::Module(_)) if !args.allow_mount.is_empty() => {
-                return Err(fail(
-                    EXIT_USAGE,
-                    &format!(
-                        "--allow-mount: {} is a preview1 module; mounting at run time \
-                         (wasm9p:fs/mounts) is for components",
-                        path.display()
-                    ),
-                ))
-            }
-            Ok(Program::Module(module)) => {
-                Runner::P1(P1Program::new(&engine, &module).map_err(link_error)?)
-            }
-            Ok(Program::Component(component)) => {
-                Runner::P2(P2Program::new(&engine, &component).map_err(link_error)?)
-            }
-            Err(e) => return Err(fail(EXIT_USAGE, &e.to_string())),
-        };
+        // Components run as futures on the mounts' runtime, core modules on plain
+        // threads; both on the engine of the tier they were compiled by.
+        let program = TieredProgram::load(args, &cache, path)?;
         Ok(Host {
             runtime,
             mounts,
@@ -249,7 +223,8 @@ impl Host {
         stdio: Stdio,
     ) -> (wasmtime::Result<i32>, Vec<u8>, Vec<u8>) {
         let ns = self.mounts.namespace().clone();
-        match &self.program {
+        let program = self.program.next();
+        match &program.runner {
             Runner::P1(program) => {
                 let mut ctx = WasiP1Ctx::builder(ns, self.runtime.handle().clone()).args(argv);
                 for (k, v) in env {
@@ -306,6 +281,7 @@ impl Host {
     fn stats_now(&self, guests: u64) -> serde_json::Value {
         let wall_ms = self.started.elapsed().as_millis() as u64;
         let mut stats = self.mounts.stats_json(guests, wall_ms);
+        stats["tier"] = self.program.stats_json();
         if !self.grants.is_empty() {
             let made = self
                 .runtime_mounts
@@ -319,7 +295,7 @@ impl Host {
 
 /// Progress of a first compile on stderr: announced for modules big enough to take a
 /// while (a few MB and up), ticks and the end whenever they come.
-fn report_progress(cache: &ModuleCache) -> impl Fn(Progress) + Sync + '_ {
+pub(super) fn report_progress(cache: &ModuleCache) -> impl Fn(Progress) + Sync + '_ {
     const ANNOUNCE_FROM: u64 = 4 << 20;
     let announced = std::sync::atomic::AtomicBool::new(false);
     move |progress| match progress {
@@ -380,6 +356,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         say(&format!("guest trapped: {trap}"));
     }
     args.guest.namespace.report_stats(host.stats_now(1));
+    host.program.finish();
     ExitCode::from(code)
 }
 
@@ -472,6 +449,7 @@ pub fn batch(args: BatchArgs) -> ExitCode {
     }
     snapshot["passes"] = serde_json::Value::Array(pass_stats);
     args.guest.namespace.report_stats(snapshot);
+    host.program.finish();
     ExitCode::from(u8::from(failed > 0))
 }
 

@@ -11,9 +11,12 @@ use wasm9p_proto::transport::Listener;
 use wasm9p_proto::Addr;
 use wasm9p_server::{ExportConfig, Server, ServerConfig};
 
+mod compile;
 mod guests;
 mod mount;
+mod tiered;
 
+pub use compile::{compile, CompileArgs};
 pub use guests::{batch, parse_commands, run, BatchArgs, GuestArgs, Job, NamespaceArgs, RunArgs};
 pub use mount::{mount, MountArgs};
 
@@ -40,6 +43,8 @@ pub enum Command {
     Batch(BatchArgs),
     /// Serve the mounts' namespace at a host directory through FUSE.
     Mount(MountArgs),
+    /// Fill the module cache ahead of time: compile modules at every tier asked for.
+    Compile(CompileArgs),
 }
 
 pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {

@@ -17,7 +17,11 @@
 //! unknown.
 //!
 //! Size: after a store, artifacts beyond [`ModuleCache::limit_bytes`] in total are
-//! removed, least recently used first (a hit refreshes its file's mtime).
+//! removed, least recently used first (a hit refreshes its file's mtime); both tiers'
+//! artifacts count.
+//!
+//! Tiers ([`tiers`]): [`ModuleCache::load_tiered`] starts a big guest on Winch's code
+//! when Cranelift's is not cached yet, and compiles Cranelift's in the background.
 
 use std::hash::Hasher;
 use std::io::Write;
@@ -25,6 +29,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
+
+mod tiers;
+
+pub use tiers::{Engines, Loaded, Tier, TierChoice, Upgrade};
 use wasmtime::component::Component;
 use wasmtime::{Engine, Module};
 
@@ -81,6 +89,8 @@ pub enum Progress {
 pub struct ModuleCache {
     dir: Option<PathBuf>,
     limit_bytes: u64,
+    /// Modules this big start on the baseline tier (see [`tiers`]).
+    tier_from: u64,
 }
 
 impl Default for ModuleCache {
@@ -101,6 +111,7 @@ impl ModuleCache {
         ModuleCache {
             dir: Some(dir.into()),
             limit_bytes: Self::DEFAULT_LIMIT,
+            tier_from: Self::DEFAULT_TIER_FROM,
         }
     }
 
@@ -109,6 +120,7 @@ impl ModuleCache {
         ModuleCache {
             dir: None,
             limit_bytes: 0,
+            tier_from: Self::DEFAULT_TIER_FROM,
         }
     }
 
@@ -186,26 +198,43 @@ impl ModuleCache {
         bytes: Vec<u8>,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Program, LoadError> {
+        refuse_precompiled(path, &bytes)?;
+        match self.cached(engine, &bytes) {
+            Some(program) => Ok(program),
+            None => self.compile_and_store(engine, path, &bytes, progress),
+        }
+    }
+
+    /// Where the artifact of `bytes` for `engine` lives (`None`: the cache is off).
+    fn artifact_path(&self, engine: &Engine, bytes: &[u8]) -> Option<PathBuf> {
+        self.dir
+            .as_ref()
+            .map(|dir| dir.join(format!("{}.cwasm", cache_key(engine, bytes))))
+    }
+
+    /// The stored artifact of `bytes` for `engine`, mapped, if there is a usable one.
+    fn cached(&self, engine: &Engine, bytes: &[u8]) -> Option<Program> {
+        let artifact = self.artifact_path(engine, bytes)?;
+        let program = load_artifact(engine, &artifact, is_component(bytes))?;
+        touch(&artifact);
+        Some(program)
+    }
+
+    /// Compiles `bytes` with `engine` (reporting progress), stores the artifact and
+    /// maps it.
+    fn compile_and_store(
+        &self,
+        engine: &Engine,
+        path: &Path,
+        bytes: &[u8],
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<Program, LoadError> {
         let invalid = |why: String| LoadError::Invalid {
             path: path.into(),
             why,
         };
-        if Engine::detect_precompiled(&bytes).is_some() {
-            return Err(invalid(
-                "precompiled artifacts are not accepted as guests; give the .wasm".into(),
-            ));
-        }
-        let component = is_component(&bytes);
-        let artifact = self
-            .dir
-            .as_ref()
-            .map(|dir| dir.join(format!("{}.cwasm", cache_key(engine, &bytes))));
-        if let Some(artifact) = &artifact {
-            if let Some(program) = load_artifact(engine, artifact, component) {
-                touch(artifact);
-                return Ok(program);
-            }
-        }
+        let component = is_component(bytes);
+        let artifact = self.artifact_path(engine, bytes);
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -217,14 +246,13 @@ impl ModuleCache {
         });
         let serialized = with_ticks(progress, || {
             if component {
-                engine.precompile_component(&bytes)
+                engine.precompile_component(bytes)
             } else {
-                engine.precompile_module(&bytes)
+                engine.precompile_module(bytes)
             }
         })
         .map_err(|e| invalid(first_line(&format!("{e:#}"))))?;
         progress(Progress::Compiled(started.elapsed()));
-        drop(bytes);
         if let Some(artifact) = &artifact {
             match self.store(artifact, &serialized) {
                 Ok(()) => {
@@ -294,6 +322,17 @@ fn with_ticks<T>(progress: &(dyn Fn(Progress) + Sync), work: impl FnOnce() -> T)
         drop(done);
         out
     })
+}
+
+/// Refuses a precompiled artifact given as a guest (its origin is unknown).
+fn refuse_precompiled(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
+    match Engine::detect_precompiled(bytes) {
+        Some(_) => Err(LoadError::Invalid {
+            path: path.into(),
+            why: "precompiled artifacts are not accepted as guests; give the .wasm".into(),
+        }),
+        None => Ok(()),
+    }
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
@@ -413,144 +452,4 @@ fn first_line(text: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const ADD_WAT: &str = r#"(module (func (export "add") (param i32 i32) (result i32)
-        local.get 0 local.get 1 i32.add))"#;
-
-    fn wasm(dir: &Path, name: &str, wat: &str) -> PathBuf {
-        let path = dir.join(name);
-        std::fs::write(&path, wat::parse_str(wat).unwrap()).unwrap();
-        path
-    }
-
-    fn quiet() -> impl Fn(Progress) + Sync {
-        |_| {}
-    }
-
-    fn artifacts(dir: &Path) -> Vec<PathBuf> {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map(|rd| rd.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        found.sort();
-        found
-    }
-
-    #[test]
-    fn second_load_maps_the_stored_artifact_and_runs() {
-        let tmp = tempfile::tempdir().unwrap();
-        let guest = wasm(tmp.path(), "add.wasm", ADD_WAT);
-        let cache = ModuleCache::at(tmp.path().join("cache"));
-        let engine = Engine::default();
-        let events = std::sync::Mutex::new(Vec::new());
-        let record = |p: Progress| events.lock().unwrap().push(p);
-        cache.load(&engine, &guest, &record).unwrap();
-        let first = events.lock().unwrap().len();
-        assert!(first >= 2, "a miss reports compiling and compiled");
-        let stored = artifacts(&tmp.path().join("cache"));
-        assert_eq!(stored.len(), 1, "{stored:?}");
-        let Program::Module(module) = cache.load(&engine, &guest, &record).unwrap() else {
-            panic!("a core module loads as a module");
-        };
-        assert_eq!(
-            events.lock().unwrap().len(),
-            first,
-            "a hit compiles nothing"
-        );
-        let mut store = wasmtime::Store::new(&engine, ());
-        let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
-        let add = instance
-            .get_typed_func::<(i32, i32), i32>(&mut store, "add")
-            .unwrap();
-        assert_eq!(add.call(&mut store, (2, 40)).unwrap(), 42);
-    }
-
-    #[test]
-    fn changed_bytes_or_engine_settings_compile_again() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("cache");
-        let cache = ModuleCache::at(&dir);
-        let engine = Engine::default();
-        let guest = wasm(tmp.path(), "g.wasm", ADD_WAT);
-        cache.load(&engine, &guest, &quiet()).unwrap();
-        wasm(tmp.path(), "g.wasm", "(module (func (export \"f\")))");
-        cache.load(&engine, &guest, &quiet()).unwrap();
-        assert_eq!(artifacts(&dir).len(), 2);
-        let mut config = wasmtime::Config::new();
-        config.cranelift_opt_level(wasmtime::OptLevel::None);
-        let other = Engine::new(&config).unwrap();
-        cache.load(&other, &guest, &quiet()).unwrap();
-        assert_eq!(artifacts(&dir).len(), 3);
-    }
-
-    #[test]
-    fn a_corrupt_artifact_is_compiled_again_and_replaced() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("cache");
-        let cache = ModuleCache::at(&dir);
-        let engine = Engine::default();
-        let guest = wasm(tmp.path(), "g.wasm", ADD_WAT);
-        cache.load(&engine, &guest, &quiet()).unwrap();
-        let artifact = artifacts(&dir).remove(0);
-        std::fs::write(&artifact, b"not an artifact").unwrap();
-        cache.load(&engine, &guest, &quiet()).unwrap();
-        assert!(std::fs::metadata(&artifact).unwrap().len() > 100);
-    }
-
-    #[test]
-    fn eviction_keeps_the_total_under_the_limit() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("cache");
-        let engine = Engine::default();
-        let cache = ModuleCache::at(&dir).with_limit(1);
-        for i in 0..3 {
-            let guest = wasm(
-                tmp.path(),
-                "g.wasm",
-                &format!("(module (func (export \"f{i}\")))"),
-            );
-            cache.load(&engine, &guest, &quiet()).unwrap();
-            assert_eq!(artifacts(&dir).len(), 1, "only the newest is kept");
-        }
-    }
-
-    #[test]
-    fn bad_input_is_a_clear_error() {
-        let tmp = tempfile::tempdir().unwrap();
-        let cache = ModuleCache::at(tmp.path().join("cache"));
-        let engine = Engine::default();
-        let missing = cache.load(&engine, &tmp.path().join("nope.wasm"), &quiet());
-        assert!(matches!(missing, Err(LoadError::Read { .. })));
-        let junk = tmp.path().join("junk.wasm");
-        std::fs::write(&junk, b"\0asm\x01\0\0\0\x7f").unwrap();
-        let err = cache.load(&engine, &junk, &quiet()).err().unwrap();
-        assert!(matches!(err, LoadError::Invalid { .. }), "{err}");
-        let precompiled = tmp.path().join("p.cwasm");
-        let wasm_bytes = wat::parse_str(ADD_WAT).unwrap();
-        std::fs::write(&precompiled, engine.precompile_module(&wasm_bytes).unwrap()).unwrap();
-        let err = cache.load(&engine, &precompiled, &quiet()).err().unwrap();
-        assert!(err.to_string().contains("precompiled"), "{err}");
-    }
-
-    #[test]
-    fn a_core_module_is_refused_where_a_component_is_wanted_before_any_compile() {
-        let tmp = tempfile::tempdir().unwrap();
-        let cache = ModuleCache::at(tmp.path().join("cache"));
-        let engine = Engine::default();
-        let module = wasm(tmp.path(), "add.wasm", ADD_WAT);
-        let compiled = std::sync::atomic::AtomicBool::new(false);
-        let record = |_: Progress| compiled.store(true, std::sync::atomic::Ordering::Relaxed);
-        let err = cache
-            .load_component(&engine, &module, &record)
-            .err()
-            .unwrap();
-        assert!(err.to_string().contains("is not a component"), "{err}");
-        assert!(!compiled.into_inner(), "nothing was compiled");
-        assert!(artifacts(&tmp.path().join("cache")).is_empty());
-        let component = tmp.path().join("empty.wasm");
-        std::fs::write(&component, wat::parse_str("(component)").unwrap()).unwrap();
-        cache.load_component(&engine, &component, &quiet()).unwrap();
-        assert_eq!(artifacts(&tmp.path().join("cache")).len(), 1);
-    }
-}
+mod tests;

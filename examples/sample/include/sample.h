@@ -1,1 +1,0 @@
-#define SAMPLE 1

@@ -1,1 +1,0 @@
-#define UTIL 1

@@ -1,1 +1,0 @@
-../include/sample.h

@@ -1,0 +1,190 @@
+//! The guest of a `run` or `batch` on its compiler tiers: each guest starts on the
+//! program current when it starts, and the program moves to the optimized tier as soon
+//! as its background compile is ready (guests already running finish on theirs).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::compile::guest_engines;
+use super::guests::{report_progress, GuestArgs};
+use super::{fail, first_line, say, EXIT_USAGE};
+use crate::module_cache::{Engines, ModuleCache, Program, Tier, Upgrade};
+use crate::p1::P1Program;
+use crate::p2::P2Program;
+
+/// What a guest runs as.
+pub(super) enum Runner {
+    /// A core module on our preview1.
+    P1(P1Program),
+    /// A component on preview2 (an async engine).
+    P2(P2Program),
+}
+
+/// A runner and the tier its code came from.
+pub(super) struct OnTier {
+    pub(super) runner: Runner,
+    pub(super) tier: Tier,
+}
+
+/// The guest program, on the tier it has reached.
+pub(super) struct TieredProgram {
+    path: PathBuf,
+    engines: Engines,
+    current: Mutex<Arc<OnTier>>,
+    upgrade: Option<Upgrade>,
+    started_on: Tier,
+    compiled_in: Option<Duration>,
+    /// Guests started on each tier: baseline, optimized.
+    guests: [AtomicU64; 2],
+}
+
+fn runner(
+    engine: &wasmtime::Engine,
+    program: Program,
+    path: &Path,
+    components_only: bool,
+) -> Result<Runner, ExitCode> {
+    let link_error = |e: wasmtime::Error| {
+        let why = format!("{e:#}");
+        fail(
+            EXIT_USAGE,
+            &format!("cannot link {}: {}", path.display(), first_line(&why)),
+        )
+    };
+    match program {
+        Program::Module(_) if components_only => Err(fail(
+            EXIT_USAGE,
+            &format!(
+                "--allow-mount: {} is a preview1 module; mounting at run time \
+                 (wasm9p:fs/mounts) is for components",
+                path.display()
+            ),
+        )),
+        Program::Module(module) => Ok(Runner::P1(
+            P1Program::new(engine, &module).map_err(link_error)?,
+        )),
+        Program::Component(component) => Ok(Runner::P2(
+            P2Program::new(engine, &component).map_err(link_error)?,
+        )),
+    }
+}
+
+impl TieredProgram {
+    /// Loads the guest at `path` on the tier `--tier` says, or the exit code of a
+    /// setup failure (already reported).
+    pub(super) fn load(
+        args: &GuestArgs,
+        cache: &ModuleCache,
+        path: &Path,
+    ) -> Result<TieredProgram, ExitCode> {
+        let engines = guest_engines()?;
+        let cache = match std::env::var("WASM9P_TIER_FROM") {
+            Ok(bytes) => cache.clone().tier_from(bytes.parse().map_err(|_| {
+                fail(
+                    EXIT_USAGE,
+                    &format!("WASM9P_TIER_FROM={bytes:?}: expected a number of bytes"),
+                )
+            })?),
+            Err(_) => cache.clone(),
+        };
+        let loaded = cache
+            .load_tiered(&engines, path, args.tier, &report_progress(&cache))
+            .map_err(|e| fail(EXIT_USAGE, &e.to_string()))?;
+        let components_only = !args.allow_mount.is_empty();
+        let first = runner(
+            engines.get(loaded.tier),
+            loaded.program,
+            path,
+            components_only,
+        )?;
+        Ok(TieredProgram {
+            path: path.to_owned(),
+            current: Mutex::new(Arc::new(OnTier {
+                runner: first,
+                tier: loaded.tier,
+            })),
+            engines,
+            upgrade: loaded.upgrade,
+            started_on: loaded.tier,
+            compiled_in: loaded.compiled_in,
+            guests: Default::default(),
+        })
+    }
+
+    /// The program the next guest starts on: the optimized one once it is ready.
+    pub(super) fn next(&self) -> Arc<OnTier> {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if current.tier == Tier::Baseline {
+            if let Some(program) = self.upgrade.as_ref().and_then(Upgrade::ready) {
+                let engine = self.engines.get(Tier::Optimized);
+                // Linking the optimized code cannot fail where the baseline's did not;
+                // if it does, the guests stay on the baseline tier.
+                if let Ok(runner) = runner(engine, program, &self.path, false) {
+                    *current = Arc::new(OnTier {
+                        runner,
+                        tier: Tier::Optimized,
+                    });
+                }
+            }
+        }
+        let index = match current.tier {
+            Tier::Baseline => 0,
+            Tier::Optimized => 1,
+        };
+        self.guests[index].fetch_add(1, Ordering::Relaxed);
+        current.clone()
+    }
+
+    /// The end of the run: an optimized compile still going is handed to a detached
+    /// `wasm9p compile --background`, so that the next run has it.
+    pub(super) fn finish(&self) {
+        let Some(upgrade) = &self.upgrade else {
+            return;
+        };
+        if let Some(why) = upgrade.failed() {
+            say(&format!(
+                "{}: the optimized compile failed: {why}",
+                self.path.display()
+            ));
+            return;
+        }
+        let exe = std::env::current_exe();
+        match exe.and_then(|exe| upgrade.hand_off(&exe)) {
+            Ok(true) => say(&format!(
+                "{}: its optimized code is being compiled in the background for later runs",
+                self.path.display()
+            )),
+            Ok(false) => {}
+            Err(e) => say(&format!(
+                "{}: cannot finish the optimized compile in the background: {e}",
+                self.path.display()
+            )),
+        }
+    }
+
+    /// The `tier` entry of `--stats`: the tier the first guest started on, how long
+    /// compiles took here (null: cached, or not done), and guests by tier.
+    pub(super) fn stats_json(&self) -> serde_json::Value {
+        let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+        let optimized_ms = match self.started_on {
+            Tier::Optimized => ms(self.compiled_in),
+            Tier::Baseline => ms(self.upgrade.as_ref().and_then(Upgrade::took)),
+        };
+        let baseline_ms = match self.started_on {
+            Tier::Baseline => ms(self.compiled_in),
+            Tier::Optimized => None,
+        };
+        serde_json::json!({
+            "started_on": self.started_on.name(),
+            "baseline_compile_ms": baseline_ms,
+            "optimized_compile_ms": optimized_ms,
+            "guests": {
+                "baseline": self.guests[0].load(Ordering::Relaxed),
+                "optimized": self.guests[1].load(Ordering::Relaxed),
+            },
+        })
+    }
+}

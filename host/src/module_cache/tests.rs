@@ -1,0 +1,319 @@
+//! The module cache: hits, misses, keys, corruption, eviction, tiers.
+
+use super::*;
+
+const ADD_WAT: &str = r#"(module (func (export "add") (param i32 i32) (result i32)
+    local.get 0 local.get 1 i32.add))"#;
+
+fn wasm(dir: &Path, name: &str, wat: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, wat::parse_str(wat).unwrap()).unwrap();
+    path
+}
+
+fn quiet() -> impl Fn(Progress) + Sync {
+    |_| {}
+}
+
+fn artifacts(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    found.sort();
+    found
+}
+
+#[test]
+fn second_load_maps_the_stored_artifact_and_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let guest = wasm(tmp.path(), "add.wasm", ADD_WAT);
+    let cache = ModuleCache::at(tmp.path().join("cache"));
+    let engine = Engine::default();
+    let events = std::sync::Mutex::new(Vec::new());
+    let record = |p: Progress| events.lock().unwrap().push(p);
+    cache.load(&engine, &guest, &record).unwrap();
+    let first = events.lock().unwrap().len();
+    assert!(first >= 2, "a miss reports compiling and compiled");
+    let stored = artifacts(&tmp.path().join("cache"));
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    let Program::Module(module) = cache.load(&engine, &guest, &record).unwrap() else {
+        panic!("a core module loads as a module");
+    };
+    assert_eq!(
+        events.lock().unwrap().len(),
+        first,
+        "a hit compiles nothing"
+    );
+    let mut store = wasmtime::Store::new(&engine, ());
+    let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
+    let add = instance
+        .get_typed_func::<(i32, i32), i32>(&mut store, "add")
+        .unwrap();
+    assert_eq!(add.call(&mut store, (2, 40)).unwrap(), 42);
+}
+
+#[test]
+fn changed_bytes_or_engine_settings_compile_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    let cache = ModuleCache::at(&dir);
+    let engine = Engine::default();
+    let guest = wasm(tmp.path(), "g.wasm", ADD_WAT);
+    cache.load(&engine, &guest, &quiet()).unwrap();
+    wasm(tmp.path(), "g.wasm", "(module (func (export \"f\")))");
+    cache.load(&engine, &guest, &quiet()).unwrap();
+    assert_eq!(artifacts(&dir).len(), 2);
+    let mut config = wasmtime::Config::new();
+    config.cranelift_opt_level(wasmtime::OptLevel::None);
+    let other = Engine::new(&config).unwrap();
+    cache.load(&other, &guest, &quiet()).unwrap();
+    assert_eq!(artifacts(&dir).len(), 3);
+}
+
+#[test]
+fn a_corrupt_artifact_is_compiled_again_and_replaced() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    let cache = ModuleCache::at(&dir);
+    let engine = Engine::default();
+    let guest = wasm(tmp.path(), "g.wasm", ADD_WAT);
+    cache.load(&engine, &guest, &quiet()).unwrap();
+    let artifact = artifacts(&dir).remove(0);
+    std::fs::write(&artifact, b"not an artifact").unwrap();
+    cache.load(&engine, &guest, &quiet()).unwrap();
+    assert!(std::fs::metadata(&artifact).unwrap().len() > 100);
+}
+
+#[test]
+fn eviction_keeps_the_total_under_the_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    let engine = Engine::default();
+    let cache = ModuleCache::at(&dir).with_limit(1);
+    for i in 0..3 {
+        let guest = wasm(
+            tmp.path(),
+            "g.wasm",
+            &format!("(module (func (export \"f{i}\")))"),
+        );
+        cache.load(&engine, &guest, &quiet()).unwrap();
+        assert_eq!(artifacts(&dir).len(), 1, "only the newest is kept");
+    }
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = ModuleCache::at(tmp.path().join("cache"));
+    let engine = Engine::default();
+    let missing = cache.load(&engine, &tmp.path().join("nope.wasm"), &quiet());
+    assert!(matches!(missing, Err(LoadError::Read { .. })));
+    let junk = tmp.path().join("junk.wasm");
+    std::fs::write(&junk, b"\0asm\x01\0\0\0\x7f").unwrap();
+    let err = cache.load(&engine, &junk, &quiet()).err().unwrap();
+    assert!(matches!(err, LoadError::Invalid { .. }), "{err}");
+    let precompiled = tmp.path().join("p.cwasm");
+    let wasm_bytes = wat::parse_str(ADD_WAT).unwrap();
+    std::fs::write(&precompiled, engine.precompile_module(&wasm_bytes).unwrap()).unwrap();
+    let err = cache.load(&engine, &precompiled, &quiet()).err().unwrap();
+    assert!(err.to_string().contains("precompiled"), "{err}");
+}
+
+#[test]
+fn a_core_module_is_refused_where_a_component_is_wanted_before_any_compile() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = ModuleCache::at(tmp.path().join("cache"));
+    let engine = Engine::default();
+    let module = wasm(tmp.path(), "add.wasm", ADD_WAT);
+    let compiled = std::sync::atomic::AtomicBool::new(false);
+    let record = |_: Progress| compiled.store(true, std::sync::atomic::Ordering::Relaxed);
+    let err = cache
+        .load_component(&engine, &module, &record)
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("is not a component"), "{err}");
+    assert!(!compiled.into_inner(), "nothing was compiled");
+    assert!(artifacts(&tmp.path().join("cache")).is_empty());
+    let component = tmp.path().join("empty.wasm");
+    std::fs::write(&component, wat::parse_str("(component)").unwrap()).unwrap();
+    cache.load_component(&engine, &component, &quiet()).unwrap();
+    assert_eq!(artifacts(&tmp.path().join("cache")).len(), 1);
+}
+
+fn engines() -> Engines {
+    Engines::new(&wasmtime::Config::new()).unwrap()
+}
+
+fn add(engine: &Engine, program: Program) -> i32 {
+    let Program::Module(module) = program else {
+        panic!("a core module loads as a module");
+    };
+    let mut store = wasmtime::Store::new(engine, ());
+    let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
+    let add = instance
+        .get_typed_func::<(i32, i32), i32>(&mut store, "add")
+        .unwrap();
+    add.call(&mut store, (2, 40)).unwrap()
+}
+
+#[test]
+fn auto_starts_a_big_module_on_the_baseline_tier_and_stores_the_optimized_one_after() {
+    let tmp = tempfile::tempdir().unwrap();
+    let guest = wasm(tmp.path(), "add.wasm", ADD_WAT);
+    let dir = tmp.path().join("cache");
+    // Every module counts as big here.
+    let cache = ModuleCache::at(&dir).tier_from(0);
+    let engines = engines();
+    let first = cache
+        .load_tiered(&engines, &guest, TierChoice::Auto, &quiet())
+        .unwrap();
+    assert_eq!(first.tier, Tier::Baseline);
+    assert!(first.compiled_in.is_some(), "compiled here");
+    assert_eq!(add(engines.get(Tier::Baseline), first.program), 42);
+    let upgrade = first.upgrade.expect("the optimized tier is on its way");
+    let optimized = upgrade.wait().unwrap();
+    assert!(upgrade.took().is_some() && upgrade.ready().is_some());
+    assert_eq!(
+        add(engines.get(Tier::Optimized), optimized),
+        42,
+        "same answer"
+    );
+    assert_eq!(
+        artifacts(&dir)
+            .iter()
+            .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+            .count(),
+        2,
+        "both tiers kept: {:?}",
+        artifacts(&dir)
+    );
+    assert!(
+        artifacts(&dir)
+            .iter()
+            .all(|p| p.extension().is_some_and(|x| x == "cwasm")),
+        "no lock file left behind: {:?}",
+        artifacts(&dir)
+    );
+    // The next load finds the optimized artifact and compiles nothing.
+    let compiled = std::sync::atomic::AtomicBool::new(false);
+    let record = |_: Progress| compiled.store(true, std::sync::atomic::Ordering::Relaxed);
+    let next = cache
+        .load_tiered(&engines, &guest, TierChoice::Auto, &record)
+        .unwrap();
+    assert_eq!(next.tier, Tier::Optimized);
+    assert!(next.upgrade.is_none() && next.compiled_in.is_none());
+    assert!(!compiled.into_inner());
+}
+
+#[test]
+fn small_modules_and_explicit_tiers_compile_one_tier_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let guest = wasm(tmp.path(), "add.wasm", ADD_WAT);
+    let engines = engines();
+    for (choice, tier) in [
+        (TierChoice::Auto, Tier::Optimized), // under the default 4 MiB
+        (TierChoice::Optimized, Tier::Optimized),
+        (TierChoice::Baseline, Tier::Baseline),
+    ] {
+        let dir = tmp.path().join(format!("{choice:?}"));
+        let cache = ModuleCache::at(&dir).tier_from(if choice == TierChoice::Auto {
+            ModuleCache::DEFAULT_TIER_FROM
+        } else {
+            0
+        });
+        let loaded = cache
+            .load_tiered(&engines, &guest, choice, &quiet())
+            .unwrap();
+        assert_eq!(loaded.tier, tier, "{choice:?}");
+        assert!(
+            loaded.upgrade.is_none(),
+            "{choice:?}: nothing in the background"
+        );
+        assert_eq!(artifacts(&dir).len(), 1, "{choice:?}");
+        assert_eq!(add(engines.get(tier), loaded.program), 42);
+    }
+}
+
+#[test]
+fn a_corrupt_artifact_of_either_tier_is_compiled_again_never_loaded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let guest = wasm(tmp.path(), "add.wasm", ADD_WAT);
+    let dir = tmp.path().join("cache");
+    let cache = ModuleCache::at(&dir);
+    let engines = engines();
+    for tier in [Tier::Baseline, Tier::Optimized] {
+        assert!(cache
+            .compile_stored(engines.get(tier), &guest, false, &quiet())
+            .unwrap()
+            .is_some());
+    }
+    for artifact in artifacts(&dir) {
+        // Half-written, then junk.
+        let full = std::fs::read(&artifact).unwrap();
+        std::fs::write(&artifact, &full[..full.len() / 2]).unwrap();
+    }
+    for (choice, tier) in [
+        (TierChoice::Baseline, Tier::Baseline),
+        (TierChoice::Optimized, Tier::Optimized),
+    ] {
+        let loaded = cache
+            .load_tiered(&engines, &guest, choice, &quiet())
+            .unwrap();
+        assert!(loaded.compiled_in.is_some(), "{tier:?}: compiled again");
+        assert_eq!(add(engines.get(tier), loaded.program), 42);
+    }
+    for tier in [Tier::Baseline, Tier::Optimized] {
+        assert!(
+            cache
+                .compile_stored(engines.get(tier), &guest, false, &quiet())
+                .unwrap()
+                .is_none(),
+            "{tier:?}: whole again"
+        );
+    }
+}
+
+#[test]
+fn concurrent_compiles_of_one_artifact_compile_it_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let guest = wasm(tmp.path(), "add.wasm", ADD_WAT);
+    let cache = ModuleCache::at(tmp.path().join("cache"));
+    let engine = engines().get(Tier::Optimized).clone();
+    let compiles = std::sync::atomic::AtomicUsize::new(0);
+    let count = |p: Progress| {
+        if matches!(p, Progress::Compiling { .. }) {
+            compiles.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                cache
+                    .compile_stored(&engine, &guest, false, &count)
+                    .unwrap();
+            });
+        }
+    });
+    assert_eq!(compiles.into_inner(), 1);
+}
+
+#[test]
+fn two_tiers_stay_within_the_size_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    let engines = engines();
+    let cache = ModuleCache::at(&dir).with_limit(1);
+    for i in 0..3 {
+        let guest = wasm(
+            tmp.path(),
+            "g.wasm",
+            &format!("(module (func (export \"f{i}\")))"),
+        );
+        for tier in [Tier::Baseline, Tier::Optimized] {
+            cache
+                .compile_stored(engines.get(tier), &guest, false, &quiet())
+                .unwrap();
+            assert_eq!(artifacts(&dir).len(), 1, "only the newest is kept");
+        }
+    }
+}

@@ -1,0 +1,461 @@
+//! Tiers: a big guest's first run starts in seconds, not after a minute of Cranelift.
+//!
+//! Two engines alike in every setting but the compiler ([`Engines`]):
+//! [`Tier::Baseline`] is Winch, wasmtime's baseline compiler (it compiles clang.wasm
+//! several times faster; its code runs somewhat slower), [`Tier::Optimized`] is
+//! Cranelift. The compiler is part of an engine's compatibility hash, so the two
+//! artifacts of a module are keyed apart and kept side by side.
+//!
+//! [`TierChoice::Auto`] (the default): a module whose optimized artifact is cached runs
+//! on it. Otherwise a big module (from [`ModuleCache::tier_from`] bytes: a small one
+//! compiles with Cranelift in well under a second, so it just does) starts on the
+//! baseline tier, cached or compiled now, while a background thread compiles it with
+//! Cranelift at a low priority and stores it: [`Upgrade`]. Whoever holds the upgrade
+//! switches new guests to the optimized module once [`Upgrade::ready`] has it; guests
+//! already running finish on what they started with. A process that ends first calls
+//! [`Upgrade::hand_off`]: a detached `wasm9p compile --background` finishes the job, so
+//! the next run is fast.
+//!
+//! One compile of an artifact at a time, across processes: the compiler holds an
+//! exclusive lock on `KEY.lock` next to the artifact; whoever finds it held waits for
+//! the artifact instead (and compiles after all if the holder died without storing it).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::str::FromStr;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use wasmtime::{Config, Engine, Strategy};
+
+use super::{
+    first_line, is_component, load_artifact, read, refuse_precompiled, LoadError, ModuleCache,
+    Program, Progress,
+};
+
+/// A compiler tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tier {
+    /// Winch: fast to compile.
+    Baseline,
+    /// Cranelift: fast to run.
+    Optimized,
+}
+
+impl Tier {
+    /// `baseline` or `optimized`, as `--stats` and `--tier` say it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Baseline => "baseline",
+            Tier::Optimized => "optimized",
+        }
+    }
+}
+
+/// Which tier guests run on (`--tier`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TierChoice {
+    /// The optimized tier when it is cached; else, for a big module, the baseline tier
+    /// now and the optimized one as soon as it is compiled (in the background).
+    #[default]
+    Auto,
+    /// Winch only: Cranelift never runs.
+    Baseline,
+    /// Cranelift only: a miss waits for it (the behaviour before tiers).
+    Optimized,
+}
+
+impl FromStr for TierChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<TierChoice, String> {
+        match s {
+            "auto" => Ok(TierChoice::Auto),
+            "baseline" => Ok(TierChoice::Baseline),
+            "optimized" => Ok(TierChoice::Optimized),
+            other => Err(format!(
+                "unknown tier {other:?}: expected auto, baseline or optimized"
+            )),
+        }
+    }
+}
+
+/// The engines of the two tiers.
+#[derive(Clone)]
+pub struct Engines {
+    optimized: Engine,
+    baseline: Engine,
+}
+
+impl Engines {
+    /// Engines made from `config`, whose compiler strategy is set per tier.
+    pub fn new(config: &Config) -> wasmtime::Result<Engines> {
+        let mut optimized = config.clone();
+        optimized.strategy(Strategy::Cranelift);
+        let mut baseline = config.clone();
+        baseline.strategy(Strategy::Winch);
+        Ok(Engines {
+            optimized: Engine::new(&optimized)?,
+            baseline: Engine::new(&baseline)?,
+        })
+    }
+
+    /// The engine of `tier`.
+    pub fn get(&self, tier: Tier) -> &Engine {
+        match tier {
+            Tier::Baseline => &self.baseline,
+            Tier::Optimized => &self.optimized,
+        }
+    }
+}
+
+/// A guest loaded on a tier.
+pub struct Loaded {
+    /// The compiled guest.
+    pub program: Program,
+    /// The tier it was compiled by (run it with [`Engines::get`] of it).
+    pub tier: Tier,
+    /// How long compiling it took here (`None`: it was cached).
+    pub compiled_in: Option<Duration>,
+    /// The optimized tier on its way, when this is the baseline one.
+    pub upgrade: Option<Upgrade>,
+}
+
+impl ModuleCache {
+    /// Modules from this size up start on the baseline tier under [`TierChoice::Auto`].
+    pub const DEFAULT_TIER_FROM: u64 = 4 << 20;
+
+    /// Under [`TierChoice::Auto`], start modules of at least `bytes` on the baseline
+    /// tier when their optimized artifact is not cached.
+    pub fn tier_from(mut self, bytes: u64) -> Self {
+        self.tier_from = bytes;
+        self
+    }
+
+    /// Loads the guest at `path` on the tier `choice` says (see the module docs),
+    /// reporting any compile done before it can run through `progress`.
+    pub fn load_tiered(
+        &self,
+        engines: &Engines,
+        path: &Path,
+        choice: TierChoice,
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<Loaded, LoadError> {
+        let bytes = read(path)?;
+        refuse_precompiled(path, &bytes)?;
+        let tier = match choice {
+            TierChoice::Optimized => Tier::Optimized,
+            TierChoice::Baseline => Tier::Baseline,
+            TierChoice::Auto if (bytes.len() as u64) < self.tier_from => Tier::Optimized,
+            TierChoice::Auto => match self.cached(&engines.optimized, &bytes) {
+                Some(program) => {
+                    return Ok(Loaded {
+                        program,
+                        tier: Tier::Optimized,
+                        compiled_in: None,
+                        upgrade: None,
+                    })
+                }
+                None => Tier::Baseline,
+            },
+        };
+        let engine = engines.get(tier);
+        let (program, compiled_in) = match self.cached(engine, &bytes) {
+            Some(program) => (program, None),
+            None => {
+                let started = Instant::now();
+                let program = self.compile_and_store(engine, path, &bytes, progress)?;
+                (program, Some(started.elapsed()))
+            }
+        };
+        let upgrade = (choice == TierChoice::Auto && tier == Tier::Baseline).then(|| {
+            Upgrade::start(
+                self.clone(),
+                engines.optimized.clone(),
+                path.to_owned(),
+                bytes,
+            )
+        });
+        Ok(Loaded {
+            program,
+            tier,
+            compiled_in,
+            upgrade,
+        })
+    }
+
+    /// Compiles the guest at `path` for `engine` unless its artifact is stored, one
+    /// process at a time (see the module docs), at a low priority when `background`.
+    /// Returns how long the compile took here (`None`: it was there already, or
+    /// another process made it).
+    pub fn compile_stored(
+        &self,
+        engine: &Engine,
+        path: &Path,
+        background: bool,
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<Option<Duration>, LoadError> {
+        let bytes = read(path)?;
+        refuse_precompiled(path, &bytes)?;
+        self.compile_exclusively(engine, path, &bytes, background, progress, &|| {})
+            .map(|(_, took)| took)
+    }
+
+    /// The stored artifact of `bytes`, or compiled (holding the artifact's lock while
+    /// another process might be at it), stored and mapped. `waiting` is called if
+    /// another process holds the lock (this one then waits for its artifact).
+    fn compile_exclusively(
+        &self,
+        engine: &Engine,
+        path: &Path,
+        bytes: &[u8],
+        background: bool,
+        progress: &(dyn Fn(Progress) + Sync),
+        waiting: &dyn Fn(),
+    ) -> Result<(Program, Option<Duration>), LoadError> {
+        let component = is_component(bytes);
+        let compile = || {
+            let started = Instant::now();
+            let program = match background {
+                true => {
+                    in_low_priority_pool(|| self.compile_and_store(engine, path, bytes, progress))
+                }
+                false => self.compile_and_store(engine, path, bytes, progress),
+            }?;
+            Ok((program, Some(started.elapsed())))
+        };
+        let Some(artifact) = self.artifact_path(engine, bytes) else {
+            return compile();
+        };
+        if let Some(program) = load_artifact(engine, &artifact, component) {
+            return Ok((program, None));
+        }
+        let _lock = match ArtifactLock::take(&artifact, waiting) {
+            Ok(Some(lock)) => lock,
+            // Another process compiled and stored it meanwhile.
+            Ok(None) => {
+                return match load_artifact(engine, &artifact, component) {
+                    Some(program) => Ok((program, None)),
+                    None => compile(),
+                }
+            }
+            // No lock to be had (a read-only cache?): compile all the same.
+            Err(_) => return compile(),
+        };
+        match load_artifact(engine, &artifact, component) {
+            Some(program) => Ok((program, None)),
+            None => compile(),
+        }
+    }
+}
+
+/// The exclusive lock on an artifact being compiled.
+struct ArtifactLock {
+    path: PathBuf,
+    _file: std::fs::File,
+}
+
+impl ArtifactLock {
+    /// Waits until this process may compile `artifact`: `None` when it appeared
+    /// while waiting (someone else compiled it). `waiting` is called once if the lock
+    /// is held by another.
+    fn take(artifact: &Path, waiting: &dyn Fn()) -> std::io::Result<Option<ArtifactLock>> {
+        use rustix::fs::{flock, FlockOperation};
+        let path = artifact.with_extension("lock");
+        super::create_private_dir(path.parent().unwrap_or(Path::new(".")))?;
+        let mut said = false;
+        loop {
+            let file = {
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::File::options()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .mode(0o600)
+                    .open(&path)?
+            };
+            match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => return Ok(Some(ArtifactLock { path, _file: file })),
+                Err(rustix::io::Errno::WOULDBLOCK) if !said => {
+                    said = true;
+                    waiting();
+                }
+                Err(rustix::io::Errno::WOULDBLOCK) => {}
+                Err(e) => return Err(e.into()),
+            }
+            drop(file);
+            std::thread::sleep(Duration::from_millis(200));
+            if artifact.is_file() {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+impl Drop for ArtifactLock {
+    fn drop(&mut self) {
+        // Removed while still held: a waiter that locks the removed file finds the
+        // artifact next, and a newcomer finds the artifact before any lock.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Runs `work` with wasmtime's parallel compilation on threads of low priority (and
+/// this thread too), so that the guests running meanwhile keep the processors.
+fn in_low_priority_pool<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+    lower_priority();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("wasm9p-optimize-{i}"))
+        .start_handler(|_| lower_priority())
+        .build()
+    {
+        Ok(pool) => pool.install(work),
+        Err(_) => work(),
+    }
+}
+
+/// Nice 10 for the calling thread (on Linux a priority is per thread).
+fn lower_priority() {
+    let _ = rustix::process::setpriority_process(None, 10);
+}
+
+#[derive(Clone)]
+enum UpgradeState {
+    /// This process compiles it.
+    Compiling,
+    /// Another process does; this one waits for its artifact.
+    Waiting,
+    Ready {
+        program: Program,
+        took: Duration,
+    },
+    Failed(String),
+}
+
+/// The optimized tier of a guest that started on the baseline one, being compiled by a
+/// thread of this process.
+pub struct Upgrade {
+    shared: Arc<(Mutex<UpgradeState>, Condvar)>,
+    cache: ModuleCache,
+    path: PathBuf,
+}
+
+impl Upgrade {
+    fn start(cache: ModuleCache, engine: Engine, path: PathBuf, bytes: Vec<u8>) -> Upgrade {
+        let shared = Arc::new((Mutex::new(UpgradeState::Compiling), Condvar::new()));
+        let (job_cache, job_path, job_shared) = (cache.clone(), path.clone(), shared.clone());
+        let waiting_shared = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("wasm9p-optimize".into())
+            .spawn(move || {
+                let started = Instant::now();
+                let waiting = || {
+                    *waiting_shared.0.lock().unwrap_or_else(|e| e.into_inner()) =
+                        UpgradeState::Waiting;
+                };
+                let state = match job_cache.compile_exclusively(
+                    &engine,
+                    &job_path,
+                    &bytes,
+                    true,
+                    &|_| {},
+                    &waiting,
+                ) {
+                    Ok((program, _)) => UpgradeState::Ready {
+                        program,
+                        took: started.elapsed(),
+                    },
+                    Err(e) => UpgradeState::Failed(e.to_string()),
+                };
+                drop(bytes);
+                let (lock, changed) = &*job_shared;
+                *lock.lock().unwrap_or_else(|e| e.into_inner()) = state;
+                changed.notify_all();
+            });
+        if let Err(e) = spawned {
+            *shared.0.lock().unwrap_or_else(|e| e.into_inner()) =
+                UpgradeState::Failed(format!("cannot start the compile: {e}"));
+        }
+        Upgrade {
+            shared,
+            cache,
+            path,
+        }
+    }
+
+    fn state(&self) -> UpgradeState {
+        self.shared
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The optimized guest, once compiled (never waits).
+    pub fn ready(&self) -> Option<Program> {
+        match self.state() {
+            UpgradeState::Ready { program, .. } => Some(program),
+            _ => None,
+        }
+    }
+
+    /// How long the optimized compile took (or waited for another process), once done.
+    pub fn took(&self) -> Option<Duration> {
+        match self.state() {
+            UpgradeState::Ready { took, .. } => Some(took),
+            _ => None,
+        }
+    }
+
+    /// Why the optimized compile failed, if it did.
+    pub fn failed(&self) -> Option<String> {
+        match self.state() {
+            UpgradeState::Failed(why) => Some(why),
+            _ => None,
+        }
+    }
+
+    /// Waits for the optimized guest.
+    pub fn wait(&self) -> Result<Program, String> {
+        let (lock, changed) = &*self.shared;
+        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            match &*state {
+                UpgradeState::Compiling | UpgradeState::Waiting => {
+                    state = changed.wait(state).unwrap_or_else(|e| e.into_inner())
+                }
+                UpgradeState::Ready { program, .. } => return Ok(program.clone()),
+                UpgradeState::Failed(why) => return Err(why.clone()),
+            }
+        }
+    }
+
+    /// The process is about to end with its compile unfinished: starts `exe compile
+    /// --background` (a `wasm9p`), detached in its own process group, to finish and
+    /// store it. Whether one was started (not when the compile is done or failed, when
+    /// another process is compiling it, or when the cache is off: nothing would keep
+    /// the result).
+    pub fn hand_off(&self, exe: &Path) -> std::io::Result<bool> {
+        use std::os::unix::process::CommandExt;
+        if !matches!(self.state(), UpgradeState::Compiling) {
+            return Ok(false);
+        }
+        let Some(dir) = self.cache.dir() else {
+            return Ok(false);
+        };
+        Command::new(exe)
+            .arg("compile")
+            .args(["--tier", "optimized", "--background", "--module-cache"])
+            .arg(dir)
+            .arg(&self.path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map(|_| true)
+            .map_err(|e| std::io::Error::other(first_line(&e.to_string())))
+    }
+}

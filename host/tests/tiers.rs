@@ -1,0 +1,256 @@
+//! Compiler tiers through the real binary: `wasm9p compile` fills the cache so that a
+//! run compiles nothing; a run that ends before its optimized compile hands it to a
+//! detached `wasm9p compile --background`, whose artifact the next run uses; a batch
+//! moves new guests to the optimized tier mid-run, and they print what the baseline
+//! ones printed.
+//!
+//! The guest is generated: a preview1 module of 3,000 functions (1.6 MB) chained 60
+//! times into one checksum it prints, big enough that Cranelift takes a while and
+//! small enough for a test. `WASM9P_TIER_FROM=0` makes it count as big.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
+
+/// The binary with its module cache in `cache`, every module counting as big.
+fn wasm9p(cache: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env("WASM9P_TIER_FROM", "0")
+        .env("WASM9P_CACHE_DIR", cache);
+    cmd
+}
+
+/// The generated guest (see the module docs), written to `dir`.
+fn checksum_guest(dir: &Path) -> PathBuf {
+    let mut wat = String::from(
+        r#"(module
+  (import "wasi_snapshot_preview1" "fd_write"
+    (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+"#,
+    );
+    const FUNCTIONS: u32 = 3000;
+    // Enough work per guest (tens of ms) that a batch outlasts the optimized compile.
+    const ROUNDS: u32 = 60;
+    for f in 0..FUNCTIONS {
+        wat.push_str(&format!(
+            "  (func $f{f} (param i32) (result i32)\n    local.get 0\n"
+        ));
+        for step in 0..40u32 {
+            let k = f.wrapping_mul(2_654_435_761).wrapping_add(step * 97) | 1;
+            wat.push_str(&format!(
+                "    i32.const {k} i32.mul i32.const {} i32.rotl i32.const {step} i32.xor\n",
+                (step % 31) + 1
+            ));
+        }
+        wat.push_str("  )\n");
+    }
+    wat.push_str(
+        r#"  (func $print (param $v i32)
+    (local $p i32)
+    i32.const 120 local.set $p
+    local.get $p i32.const 10 i32.store8
+    loop $digits
+      local.get $p i32.const 1 i32.sub local.set $p
+      local.get $p
+      local.get $v i32.const 10 i32.rem_u i32.const 48 i32.add
+      i32.store8
+      local.get $v i32.const 10 i32.div_u local.tee $v
+      br_if $digits
+    end
+    i32.const 0 local.get $p i32.store
+    i32.const 4 i32.const 121 local.get $p i32.sub i32.store
+    i32.const 1 i32.const 0 i32.const 1 i32.const 8 call $fd_write drop)
+  (func (export "_start")
+    (local $round i32) (local $acc i32)
+    i32.const 1 local.set $acc
+    loop $rounds
+      local.get $acc
+"#,
+    );
+    for f in 0..FUNCTIONS {
+        wat.push_str(&format!("      call $f{f}\n"));
+    }
+    wat.push_str(&format!(
+        "      local.set $acc\n      local.get $round i32.const 1 i32.add local.tee $round\n      \
+         i32.const {ROUNDS} i32.lt_u br_if $rounds\n    end\n    local.get $acc call $print))\n"
+    ));
+    let path = dir.join("checksum.wasm");
+    std::fs::write(&path, wat::parse_str(&wat).unwrap()).unwrap();
+    path
+}
+
+fn stats(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn artifacts(cache: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(cache)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn ok(what: &str, out: &Output) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn run(cache: &Path, guest: &Path, stats_file: &Path) -> Output {
+    wasm9p(cache)
+        .args(["run", "--no-mounts"])
+        .arg(format!("--stats={}", stats_file.display()))
+        .arg(guest)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn wasm9p_compile_fills_both_tiers_and_a_run_then_compiles_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let guest = checksum_guest(tmp.path());
+    let out = wasm9p(&cache).arg("compile").arg(&guest).output().unwrap();
+    ok("compile", &out);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        said.contains("(baseline): compiled") && said.contains("(optimized): compiled"),
+        "{said}"
+    );
+    assert_eq!(artifacts(&cache).len(), 2);
+    // Again: both cached.
+    let again = wasm9p(&cache).arg("compile").arg(&guest).output().unwrap();
+    ok("compile again", &again);
+    assert!(
+        String::from_utf8_lossy(&again.stderr)
+            .matches("cached")
+            .count()
+            == 2
+    );
+    let stats_file = tmp.path().join("stats.json");
+    let out = run(&cache, &guest, &stats_file);
+    let printed = ok("run", &out);
+    assert!(printed.trim().parse::<u32>().is_ok(), "{printed:?}");
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("compil"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tier = &stats(&stats_file)["tier"];
+    assert_eq!(tier["started_on"], "optimized", "{tier}");
+    assert!(tier["optimized_compile_ms"].is_null(), "{tier}");
+    // Bad input: a clear error, exit 2.
+    let missing = wasm9p(&cache)
+        .args(["compile", "/nonexistent.wasm"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read"));
+    let bad_tier = wasm9p(&cache)
+        .args(["run", "--tier", "fastest"])
+        .arg(&guest)
+        .output()
+        .unwrap();
+    assert_eq!(bad_tier.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad_tier.stderr).contains("unknown tier"));
+}
+
+#[test]
+fn a_run_that_ends_first_leaves_the_optimized_compile_to_a_background_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let guest = checksum_guest(tmp.path());
+    let stats_file = tmp.path().join("stats.json");
+    let first = run(&cache, &guest, &stats_file);
+    let printed = ok("first run", &first);
+    let tier = stats(&stats_file)["tier"].clone();
+    assert_eq!(tier["started_on"], "baseline", "{tier}");
+    assert!(tier["baseline_compile_ms"].as_u64().is_some(), "{tier}");
+    assert_eq!(tier["guests"]["baseline"], 1);
+    assert!(
+        String::from_utf8_lossy(&first.stderr).contains("being compiled in the background"),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    // The detached compile stores the optimized artifact after this process is gone.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while artifacts(&cache).len() < 2 {
+        assert!(Instant::now() < deadline, "no optimized artifact appeared");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let second = run(&cache, &guest, &stats_file);
+    assert_eq!(
+        ok("second run", &second),
+        printed,
+        "same output on both tiers"
+    );
+    let tier = &stats(&stats_file)["tier"];
+    assert_eq!(tier["started_on"], "optimized", "{tier}");
+    assert_eq!(tier["guests"]["optimized"], 1);
+    // --tier baseline never compiles with Cranelift, --tier optimized waits for it.
+    let fresh = tmp.path().join("fresh");
+    let out = wasm9p(&fresh)
+        .args(["run", "--no-mounts", "--tier", "baseline"])
+        .arg(&guest)
+        .output()
+        .unwrap();
+    assert_eq!(ok("baseline only", &out), printed);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(artifacts(&fresh).len(), 1, "no optimized compile started");
+}
+
+#[test]
+fn a_batch_moves_new_guests_to_the_optimized_tier_when_it_is_ready() {
+    const GUESTS: usize = 200;
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let guest = checksum_guest(tmp.path());
+    let expected = {
+        let out = wasm9p(&tmp.path().join("other"))
+            .args(["run", "--no-mounts", "--tier", "optimized"])
+            .arg(&guest)
+            .output()
+            .unwrap();
+        ok("reference run", &out)
+    };
+    let commands = tmp.path().join("commands");
+    std::fs::write(&commands, "checksum\n".repeat(GUESTS)).unwrap();
+    let stats_file = tmp.path().join("stats.json");
+    let out = wasm9p(&cache)
+        .args(["batch", "--no-mounts", "--jobs", "1"])
+        .arg(format!("--stats={}", stats_file.display()))
+        .arg("--module")
+        .arg(&guest)
+        .arg(&commands)
+        .output()
+        .unwrap();
+    let printed = ok("batch", &out);
+    let lines: Vec<&str> = printed.lines().collect();
+    assert_eq!(lines.len(), GUESTS);
+    assert!(
+        lines.iter().all(|l| *l == expected.trim_end()),
+        "every guest prints the same on either tier"
+    );
+    let tier = &stats(&stats_file)["tier"];
+    let (baseline, optimized) = (
+        tier["guests"]["baseline"].as_u64().unwrap(),
+        tier["guests"]["optimized"].as_u64().unwrap(),
+    );
+    assert_eq!(baseline + optimized, GUESTS as u64, "{tier}");
+    assert!(
+        baseline >= 1 && optimized >= 1,
+        "switched mid-batch: {tier}"
+    );
+    assert!(tier["optimized_compile_ms"].as_u64().is_some(), "{tier}");
+}
