@@ -2,7 +2,7 @@
 //! run compiles nothing; a run that ends before its optimized compile hands it to a
 //! detached `wasm9p compile --background`, whose artifact the next run uses; a batch
 //! moves new guests to the optimized tier mid-run, and they print what the baseline
-//! ones printed.
+//! ones printed (a C guest, `guests/tier_switch.c`).
 //!
 //! The guest is generated: a preview1 module of 3,000 functions (1.6 MB) chained 60
 //! times into one checksum it prints, big enough that Cranelift takes a while and
@@ -212,23 +212,41 @@ fn a_run_that_ends_first_leaves_the_optimized_compile_to_a_background_process() 
 
 #[test]
 fn a_batch_moves_new_guests_to_the_optimized_tier_when_it_is_ready() {
-    const GUESTS: usize = 200;
+    // A C guest: its first line waits (through a bind mount of the module cache) until
+    // the optimized artifact is stored, so that the switch is seen however slowly the
+    // low-priority compile gets the processor; the lines after it must run optimized.
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cache");
-    let guest = checksum_guest(tmp.path());
-    let expected = {
-        let out = wasm9p(&tmp.path().join("other"))
-            .args(["run", "--no-mounts", "--tier", "optimized"])
+    std::fs::create_dir(&cache).unwrap();
+    let guest = wasm9p_tests::compile_c_guest(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests/tier_switch.c"),
+    );
+    let sum = |cache: &Path, tier: &str| {
+        let out = wasm9p(cache)
+            .args(["run", "--no-mounts", "--tier", tier])
             .arg(&guest)
+            .args(["sum", "200000"])
             .output()
             .unwrap();
-        ok("reference run", &out)
+        ok(tier, &out)
     };
+    let expected = sum(&tmp.path().join("other"), "optimized");
+    assert_eq!(sum(&tmp.path().join("other-b"), "baseline"), expected);
+    const AFTER: usize = 20;
+    let lines = ["tier_switch sum 200000", "tier_switch wait /cache"]
+        .into_iter()
+        .chain(std::iter::repeat_n("tier_switch sum 200000", AFTER))
+        .collect::<Vec<_>>()
+        .join("\n");
     let commands = tmp.path().join("commands");
-    std::fs::write(&commands, "checksum\n".repeat(GUESTS)).unwrap();
+    std::fs::write(&commands, lines + "\n").unwrap();
     let stats_file = tmp.path().join("stats.json");
     let out = wasm9p(&cache)
-        .args(["batch", "--no-mounts", "--jobs", "1"])
+        .args(["batch", "--jobs", "1", "--mount"])
+        .arg(format!(
+            "type=bind,source={},target=/cache,ro",
+            cache.display()
+        ))
         .arg(format!("--stats={}", stats_file.display()))
         .arg("--module")
         .arg(&guest)
@@ -236,21 +254,21 @@ fn a_batch_moves_new_guests_to_the_optimized_tier_when_it_is_ready() {
         .output()
         .unwrap();
     let printed = ok("batch", &out);
-    let lines: Vec<&str> = printed.lines().collect();
-    assert_eq!(lines.len(), GUESTS);
+    let sums: Vec<&str> = printed.lines().collect();
+    assert_eq!(sums.len(), AFTER + 1);
     assert!(
-        lines.iter().all(|l| *l == expected.trim_end()),
-        "every guest prints the same on either tier"
+        sums.iter().all(|l| *l == expected.trim_end()),
+        "every guest prints the same on either tier: {sums:?}"
     );
     let tier = &stats(&stats_file)["tier"];
+    assert_eq!(tier["started_on"], "baseline", "{tier}");
     let (baseline, optimized) = (
         tier["guests"]["baseline"].as_u64().unwrap(),
         tier["guests"]["optimized"].as_u64().unwrap(),
     );
-    assert_eq!(baseline + optimized, GUESTS as u64, "{tier}");
-    assert!(
-        baseline >= 1 && optimized >= 1,
-        "switched mid-batch: {tier}"
-    );
+    assert_eq!(baseline + optimized, AFTER as u64 + 2, "{tier}");
+    // The first guest starts before the optimized compile can be done; every guest
+    // after the wait starts on the optimized code.
+    assert!(baseline >= 1 && optimized >= AFTER as u64, "{tier}");
     assert!(tier["optimized_compile_ms"].as_u64().is_some(), "{tier}");
 }

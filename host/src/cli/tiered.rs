@@ -39,6 +39,8 @@ pub(super) struct TieredProgram {
     compiled_in: Option<Duration>,
     /// Guests started on each tier: baseline, optimized.
     guests: [AtomicU64; 2],
+    /// The artifact compiled here, being stored.
+    storing: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 fn runner(
@@ -111,6 +113,7 @@ impl TieredProgram {
             started_on: loaded.tier,
             compiled_in: loaded.compiled_in,
             guests: Default::default(),
+            storing: Mutex::new(loaded.storing),
         })
     }
 
@@ -138,9 +141,18 @@ impl TieredProgram {
         current.clone()
     }
 
-    /// The end of the run: an optimized compile still going is handed to a detached
-    /// `wasm9p compile --background`, so that the next run has it.
+    /// The end of the run: the artifact compiled here is stored, and an optimized
+    /// compile still going is handed to a detached `wasm9p compile --background`, so
+    /// that the next run has both.
     pub(super) fn finish(&self) {
+        let storing = self
+            .storing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(storing) = storing {
+            let _ = storing.join();
+        }
         let Some(upgrade) = &self.upgrade else {
             return;
         };

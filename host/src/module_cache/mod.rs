@@ -266,6 +266,56 @@ impl ModuleCache {
         deserialize_fresh(engine, &serialized, component).map_err(|e| invalid(first_line(&e)))
     }
 
+    /// Compiles `bytes` with `engine` (reporting progress) into a program that can run
+    /// at once; its artifact is written by the thread returned (the write, and the
+    /// fsync of hundreds of MB, stay off the way to the first guest). `None`: the cache
+    /// is off.
+    fn compile_now_store_later(
+        &self,
+        engine: &Engine,
+        path: &Path,
+        bytes: &[u8],
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<(Program, Option<std::thread::JoinHandle<()>>), LoadError> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let started = Instant::now();
+        progress(Progress::Compiling {
+            name,
+            bytes: bytes.len() as u64,
+        });
+        let program = with_ticks(progress, || {
+            if is_component(bytes) {
+                Component::new(engine, bytes).map(Program::Component)
+            } else {
+                Module::new(engine, bytes).map(Program::Module)
+            }
+        })
+        .map_err(|e| LoadError::Invalid {
+            path: path.into(),
+            why: first_line(&format!("{e:#}")),
+        })?;
+        progress(Progress::Compiled(started.elapsed()));
+        let storing = self.artifact_path(engine, bytes).map(|artifact| {
+            let (cache, program) = (self.clone(), program.clone());
+            std::thread::spawn(move || {
+                let serialized = match &program {
+                    Program::Module(m) => m.serialize(),
+                    Program::Component(c) => c.serialize(),
+                };
+                let stored = serialized
+                    .map_err(|e| e.to_string())
+                    .and_then(|bytes| cache.store(&artifact, &bytes).map_err(|e| e.to_string()));
+                if let Err(e) = stored {
+                    tracing::warn!("compiled module not cached: {e}");
+                }
+            })
+        });
+        Ok((program, storing))
+    }
+
     fn store(&self, artifact: &Path, serialized: &[u8]) -> std::io::Result<()> {
         let dir = artifact
             .parent()

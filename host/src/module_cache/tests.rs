@@ -221,9 +221,10 @@ fn small_modules_and_explicit_tiers_compile_one_tier_only() {
         } else {
             0
         });
-        let loaded = cache
+        let mut loaded = cache
             .load_tiered(&engines, &guest, choice, &quiet())
             .unwrap();
+        loaded.storing.take().unwrap().join().unwrap();
         assert_eq!(loaded.tier, tier, "{choice:?}");
         assert!(
             loaded.upgrade.is_none(),
@@ -256,9 +257,10 @@ fn a_corrupt_artifact_of_either_tier_is_compiled_again_never_loaded() {
         (TierChoice::Baseline, Tier::Baseline),
         (TierChoice::Optimized, Tier::Optimized),
     ] {
-        let loaded = cache
+        let mut loaded = cache
             .load_tiered(&engines, &guest, choice, &quiet())
             .unwrap();
+        loaded.storing.take().unwrap().join().unwrap();
         assert!(loaded.compiled_in.is_some(), "{tier:?}: compiled again");
         assert_eq!(add(engines.get(tier), loaded.program), 42);
     }

@@ -119,6 +119,9 @@ pub struct Loaded {
     pub compiled_in: Option<Duration>,
     /// The optimized tier on its way, when this is the baseline one.
     pub upgrade: Option<Upgrade>,
+    /// The artifact of what was compiled here, being written to the cache: join it
+    /// before the process ends, or a later run compiles again.
+    pub storing: Option<std::thread::JoinHandle<()>>,
 }
 
 impl ModuleCache {
@@ -154,18 +157,20 @@ impl ModuleCache {
                         tier: Tier::Optimized,
                         compiled_in: None,
                         upgrade: None,
+                        storing: None,
                     })
                 }
                 None => Tier::Baseline,
             },
         };
         let engine = engines.get(tier);
-        let (program, compiled_in) = match self.cached(engine, &bytes) {
-            Some(program) => (program, None),
+        let (program, compiled_in, storing) = match self.cached(engine, &bytes) {
+            Some(program) => (program, None, None),
             None => {
                 let started = Instant::now();
-                let program = self.compile_and_store(engine, path, &bytes, progress)?;
-                (program, Some(started.elapsed()))
+                let (program, storing) =
+                    self.compile_now_store_later(engine, path, &bytes, progress)?;
+                (program, Some(started.elapsed()), storing)
             }
         };
         let upgrade = (choice == TierChoice::Auto && tier == Tier::Baseline).then(|| {
@@ -181,6 +186,7 @@ impl ModuleCache {
             tier,
             compiled_in,
             upgrade,
+            storing,
         })
     }
 
