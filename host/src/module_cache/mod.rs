@@ -235,24 +235,13 @@ impl ModuleCache {
         };
         let component = is_component(bytes);
         let artifact = self.artifact_path(engine, bytes);
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let started = Instant::now();
-        progress(Progress::Compiling {
-            name,
-            bytes: bytes.len() as u64,
-        });
-        let serialized = with_ticks(progress, || {
+        let serialized = reported_compile(path, bytes, progress, || {
             if component {
                 engine.precompile_component(bytes)
             } else {
                 engine.precompile_module(bytes)
             }
-        })
-        .map_err(|e| invalid(first_line(&format!("{e:#}"))))?;
-        progress(Progress::Compiled(started.elapsed()));
+        })?;
         if let Some(artifact) = &artifact {
             match self.store(artifact, &serialized) {
                 Ok(()) => {
@@ -277,27 +266,13 @@ impl ModuleCache {
         bytes: &[u8],
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<(Program, Option<std::thread::JoinHandle<()>>), LoadError> {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let started = Instant::now();
-        progress(Progress::Compiling {
-            name,
-            bytes: bytes.len() as u64,
-        });
-        let program = with_ticks(progress, || {
+        let program = reported_compile(path, bytes, progress, || {
             if is_component(bytes) {
                 Component::new(engine, bytes).map(Program::Component)
             } else {
                 Module::new(engine, bytes).map(Program::Module)
             }
-        })
-        .map_err(|e| LoadError::Invalid {
-            path: path.into(),
-            why: first_line(&format!("{e:#}")),
         })?;
-        progress(Progress::Compiled(started.elapsed()));
         let storing = self.artifact_path(engine, bytes).map(|artifact| {
             let (cache, program) = (self.clone(), program.clone());
             std::thread::spawn(move || {
@@ -356,6 +331,31 @@ impl ModuleCache {
             }
         }
     }
+}
+
+/// Runs the compile `work` of the guest at `path` (`bytes`), reporting its start, a
+/// tick every [`TICK`] and its end.
+fn reported_compile<T>(
+    path: &Path,
+    bytes: &[u8],
+    progress: &(dyn Fn(Progress) + Sync),
+    work: impl FnOnce() -> wasmtime::Result<T>,
+) -> Result<T, LoadError> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let started = Instant::now();
+    progress(Progress::Compiling {
+        name,
+        bytes: bytes.len() as u64,
+    });
+    let compiled = with_ticks(progress, work).map_err(|e| LoadError::Invalid {
+        path: path.into(),
+        why: first_line(&format!("{e:#}")),
+    })?;
+    progress(Progress::Compiled(started.elapsed()));
+    Ok(compiled)
 }
 
 /// Runs `work`, reporting every [`TICK`] until it returns.
