@@ -271,4 +271,8 @@ fn a_batch_moves_new_guests_to_the_optimized_tier_when_it_is_ready() {
     // after the wait starts on the optimized code.
     assert!(baseline >= 1 && optimized >= AFTER as u64, "{tier}");
     assert!(tier["optimized_compile_ms"].as_u64().is_some(), "{tier}");
+    // The pass lists the same guests, without the run's compile times.
+    let pass = &stats(&stats_file)["passes"][0]["tier"];
+    assert_eq!(pass["guests"], tier["guests"], "{pass}");
+    assert!(pass.get("baseline_compile_ms").is_none(), "{pass}");
 }

@@ -444,6 +444,10 @@ pub fn batch(args: BatchArgs) -> ExitCode {
         ) {
             added["runtime_mounts"] = now[before.len().min(now.len())..].to_vec().into();
         }
+        // A pass says which tier its guests ran on; the compiles belong to the run.
+        if let Some(guests) = added["tier"].get("guests").cloned() {
+            added["tier"] = serde_json::json!({ "guests": guests });
+        }
         pass_stats.push(added);
         snapshot = after;
     }
