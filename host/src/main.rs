@@ -25,6 +25,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some((name, tool, args, called_as_tool)) = cli::cc::called(&argv) {
+        return cli::cc::main(&name, tool, args, called_as_tool);
+    }
     match Cli::parse().command {
         // The guest runs on this thread; `run` makes its own runtime for the mounts.
         Command::Run(args) => cli::run(args),

@@ -30,6 +30,17 @@ use wasm9p_proto::Errno;
 /// path or one whose `..` climb above `dir`, `EINVAL` for a NUL byte in it, `ENOENT` for
 /// an empty one.
 pub(crate) fn beneath(dir: &Location, rel: &str) -> Result<String, Errno> {
+    relative_to(dir, rel, false)
+}
+
+/// The guest path `rel` names from the working directory `dir`: as [`beneath`], except
+/// that `..` may climb above `dir` (up to the namespace root), as it may from a
+/// process's working directory.
+pub(crate) fn from_working_dir(dir: &Location, rel: &str) -> Result<String, Errno> {
+    relative_to(dir, rel, true)
+}
+
+fn relative_to(dir: &Location, rel: &str, may_climb: bool) -> Result<String, Errno> {
     if rel.starts_with('/') {
         return Err(Errno::EPERM);
     }
@@ -44,7 +55,8 @@ pub(crate) fn beneath(dir: &Location, rel: &str) -> Result<String, Errno> {
     for part in rel.split('/') {
         match part {
             "" | "." => {}
-            ".." if depth == 0 => return Err(Errno::EPERM),
+            ".." if depth == 0 && !may_climb => return Err(Errno::EPERM),
+            ".." if depth == 0 => {}
             ".." => depth -= 1,
             _ => depth += 1,
         }
@@ -178,6 +190,8 @@ mod tests {
         assert_eq!(beneath(&a, ""), Err(Errno::ENOENT));
         let root = dir(&ns, "/").await;
         assert_eq!(beneath(&root, "../a"), Err(Errno::EPERM));
+        assert_eq!(from_working_dir(&a, "../../x").unwrap(), "/a/../../x");
+        assert_eq!(from_working_dir(&a, "/x"), Err(Errno::EPERM));
     }
 
     #[tokio::test]

@@ -26,7 +26,7 @@ use crate::p2::{MountGrant, RuntimeMountRecord, WasiP2Ctx, WasiP2Fs};
 
 /// Where one guest's stdio goes.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Stdio {
+pub(super) enum Stdio {
     /// The host's own.
     Inherit,
     /// Captured (stdout and stderr kept, stdin empty).
@@ -171,7 +171,7 @@ pub struct BatchArgs {
 /// Fields drop in order: the mounts (and their 9p sessions) go before the runtime that
 /// runs the embedded servers, so that no session sees its server vanish first and
 /// reports a lost connection at exit.
-struct Host {
+pub(super) struct Host {
     mounts: MountTable,
     program: TieredProgram,
     grants: Vec<MountGrant>,
@@ -180,12 +180,14 @@ struct Host {
     /// The mounts guests made at run time, as they went (for `--stats`).
     runtime_mounts: RuntimeMountRecord,
     started: Instant,
+    /// The guest path preview1 guests start in (`wasm9p cc`); `None`: wasi-libc's `/`.
+    pub(super) working_dir: Option<String>,
     runtime: tokio::runtime::Runtime,
 }
 
 impl Host {
     /// Mounts and module, or the exit code of a setup failure (already reported).
-    fn prepare(args: &GuestArgs, path: &Path) -> Result<Host, ExitCode> {
+    pub(super) fn prepare(args: &GuestArgs, path: &Path) -> Result<Host, ExitCode> {
         let started = Instant::now();
         let cache = match (&args.module_cache, args.no_module_cache) {
             (_, true) => ModuleCache::disabled(),
@@ -211,12 +213,13 @@ impl Host {
             module_cache: cache,
             runtime_mounts: Default::default(),
             started,
+            working_dir: None,
         })
     }
 
     /// Runs one guest to its end: its exit status (or trap), and what it printed when
     /// captured.
-    fn run_guest(
+    pub(super) fn run_guest(
         &self,
         argv: Vec<String>,
         env: &[(String, String)],
@@ -227,6 +230,9 @@ impl Host {
         match &program.runner {
             Runner::P1(program) => {
                 let mut ctx = WasiP1Ctx::builder(ns, self.runtime.handle().clone()).args(argv);
+                if let Some(dir) = &self.working_dir {
+                    ctx = ctx.working_dir(dir);
+                }
                 for (k, v) in env {
                     ctx = ctx.env(k, v);
                 }
@@ -276,6 +282,11 @@ impl Host {
         }
     }
 
+    /// Waits for what the program still has to store (see [`TieredProgram::finish`]).
+    pub(super) fn finish(&self) {
+        self.program.finish();
+    }
+
     /// The `--stats` JSON as of now; with `--allow-mount`, `runtime_mounts` lists the
     /// mounts guests made, as they went.
     fn stats_now(&self, guests: u64) -> serde_json::Value {
@@ -321,7 +332,7 @@ pub(super) fn report_progress(cache: &ModuleCache) -> impl Fn(Progress) + Sync +
 }
 
 /// Runs one guest: its exit code, or 1 after a one-line report of its trap.
-fn exit_code(result: wasmtime::Result<i32>) -> (u8, Option<String>) {
+pub(super) fn exit_code(result: wasmtime::Result<i32>) -> (u8, Option<String>) {
     match result {
         Ok(code) => (code.clamp(0, 255) as u8, None),
         // The outermost message is often only "error while executing at wasm

@@ -11,6 +11,7 @@ use wasm9p_proto::transport::Listener;
 use wasm9p_proto::Addr;
 use wasm9p_server::{ExportConfig, Server, ServerConfig};
 
+pub mod cc;
 mod compile;
 mod guests;
 mod mount;
@@ -25,7 +26,14 @@ pub const EXIT_USAGE: u8 = 2;
 
 /// wasm9p: WASI guests on a 9P2000.L filesystem.
 #[derive(Debug, Parser)]
-#[command(name = "wasm9p", version, about)]
+#[command(
+    name = "wasm9p",
+    version,
+    about,
+    after_help = "clang.wasm's tools as host commands (README, \"A drop-in compiler\"):\n  \
+                  wasm9p cc|c++|ar|ranlib|ld|nm|objdump|... [--root DIR] [--root-source ADDR] \
+                  [--toolchain DIR] ARGS...\n  or a link to wasm9p named after the tool."
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

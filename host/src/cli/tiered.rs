@@ -94,7 +94,7 @@ impl TieredProgram {
         };
         let loaded = cache
             .load_tiered(&engines, path, args.tier, &report_progress(&cache))
-            .map_err(|e| fail(EXIT_USAGE, &e.to_string()))?;
+            .map_err(|e| fail(EXIT_USAGE, &with_hint(e.to_string())))?;
         let components_only = !args.allow_mount.is_empty();
         let first = runner(
             engines.get(loaded.tier),
@@ -199,4 +199,18 @@ impl TieredProgram {
             },
         })
     }
+}
+
+/// A load error, with what to do about the one a user is likeliest to meet: LLVM
+/// emits the legacy exception-handling instructions (`try`, `catch`) for
+/// `-mllvm -wasm-enable-sjlj` and `-fwasm-exceptions` unless told otherwise, and
+/// wasmtime runs only the standard ones (`try_table`, `exnref`).
+fn with_hint(error: String) -> String {
+    if error.contains("legacy_exceptions") {
+        return format!(
+            "{error} (this module uses the legacy exception-handling instructions, which \
+             wasmtime does not run; rebuild it with `-mllvm -wasm-use-legacy-eh=false`)"
+        );
+    }
+    error
 }

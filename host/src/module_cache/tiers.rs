@@ -109,6 +109,14 @@ impl Engines {
     }
 }
 
+/// A guest from [`ModuleCache::load_on`]: how long compiling it took here, and its
+/// artifact on its way to the cache.
+type LoadedOn = (
+    Program,
+    Option<Duration>,
+    Option<std::thread::JoinHandle<()>>,
+);
+
 /// A guest loaded on a tier.
 pub struct Loaded {
     /// The compiled guest.
@@ -163,16 +171,20 @@ impl ModuleCache {
                 None => Tier::Baseline,
             },
         };
-        let engine = engines.get(tier);
-        let (program, compiled_in, storing) = match self.cached(engine, &bytes) {
-            Some(program) => (program, None, None),
-            None => {
-                let started = Instant::now();
-                let (program, storing) =
-                    self.compile_now_store_later(engine, path, &bytes, progress)?;
-                (program, Some(started.elapsed()), storing)
-            }
-        };
+        let (tier, (program, compiled_in, storing)) =
+            match self.load_on(engines.get(tier), path, &bytes, progress) {
+                // Winch does not take every proposal Cranelift does (exceptions, for
+                // setjmp/longjmp and C++): such a guest starts on the optimized tier.
+                Err(e) if choice == TierChoice::Auto && tier == Tier::Baseline => {
+                    tracing::info!(
+                        "{}: not on the baseline tier ({e}); compiling it optimized",
+                        path.display()
+                    );
+                    let optimized = self.load_on(&engines.optimized, path, &bytes, progress)?;
+                    (Tier::Optimized, optimized)
+                }
+                loaded => (tier, loaded?),
+            };
         let upgrade = (choice == TierChoice::Auto && tier == Tier::Baseline).then(|| {
             Upgrade::start(
                 self.clone(),
@@ -188,6 +200,23 @@ impl ModuleCache {
             upgrade,
             storing,
         })
+    }
+
+    /// The guest from the cache for `engine`, or compiled now (and stored later):
+    /// with how long compiling took and the store on its way.
+    fn load_on(
+        &self,
+        engine: &Engine,
+        path: &Path,
+        bytes: &[u8],
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<LoadedOn, LoadError> {
+        if let Some(program) = self.cached(engine, bytes) {
+            return Ok((program, None, None));
+        }
+        let started = Instant::now();
+        let (program, storing) = self.compile_now_store_later(engine, path, bytes, progress)?;
+        Ok((program, Some(started.elapsed()), storing))
     }
 
     /// Compiles the guest at `path` for `engine` unless its artifact is stored, one

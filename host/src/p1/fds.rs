@@ -33,6 +33,10 @@ pub struct DirDesc {
     pub loc: Location,
     /// The guest path it was preopened as, if it was.
     pub preopen: Option<String>,
+    /// The guest's working directory, preopened as `/`: wasi-libc (whose own working
+    /// directory is always `/`) sends every relative path here, and `..` may climb
+    /// above it, as from a process's working directory.
+    pub working_dir: bool,
     /// Entries read so far, as `(name, filetype, inode)`; cookie `i` is entry `i`.
     pub listing: Option<Vec<(String, super::types::Filetype, u64)>>,
 }
@@ -74,6 +78,19 @@ impl FdTable {
         let desc = Desc::Dir(DirDesc {
             loc,
             preopen: Some(guest_path),
+            working_dir: false,
+            listing: None,
+        });
+        let _ = self.push(desc);
+    }
+
+    /// Adds the guest's working directory, preopened as `/` (see
+    /// [`DirDesc::working_dir`]).
+    pub fn push_working_dir(&mut self, loc: Location) {
+        let desc = Desc::Dir(DirDesc {
+            loc,
+            preopen: Some("/".into()),
+            working_dir: true,
             listing: None,
         });
         let _ = self.push(desc);

@@ -93,9 +93,31 @@ impl WasiP1Ctx {
         args: Vec<String>,
         env: Vec<(String, String)>,
     ) -> Self {
+        Self::with_working_dir(ns, rt, args, env, None)
+    }
+
+    /// As [`WasiP1Ctx::new`], with a working directory (see
+    /// [`WasiP1CtxBuilder::working_dir`]): `ENOENT` when it does not resolve to a
+    /// directory of `ns`.
+    fn with_working_dir(
+        ns: Arc<Namespace>,
+        rt: tokio::runtime::Handle,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        working_dir: Option<&str>,
+    ) -> Self {
         let fds = {
             let mut fds = FdTable::with_stdio();
+            if let Some(dir) = working_dir {
+                match block_on_handle(&rt, ns.resolve(dir, true)) {
+                    Ok(location) if location.is_dir() => fds.push_working_dir(location),
+                    _ => tracing::warn!("the working directory {dir} is not a directory"),
+                }
+            }
             for target in ns.mount_points() {
+                if working_dir.is_some() && target == "/" {
+                    continue; // the working directory is the guest's "/"
+                }
                 let location = block_on_handle(&rt, ns.resolve(&target, true));
                 if let Ok(location) = location {
                     fds.push_preopen(location, target);
@@ -127,6 +149,7 @@ impl WasiP1Ctx {
             stdin: Input::Inherit,
             stdout: Output::Inherit,
             stderr: Output::Inherit,
+            working_dir: None,
         }
     }
 
@@ -170,9 +193,25 @@ pub struct WasiP1CtxBuilder {
     stdin: Input,
     stdout: Output,
     stderr: Output,
+    working_dir: Option<String>,
 }
 
 impl WasiP1CtxBuilder {
+    /// Gives the guest a working directory: the guest path `dir`, preopened as `/`.
+    ///
+    /// wasi-libc keeps a working directory of its own that always starts at `/`, so a
+    /// relative path reaches the host as one relative to the preopen named `/`; an
+    /// absolute path goes to the preopen with the longest matching name. With the
+    /// working directory as that `/` and every mount point preopened under its own
+    /// name, `a.c` and `../inc/b.h` mean what they mean in a process started in `dir`,
+    /// and absolute paths under the mount points mean what they always do (a mount at
+    /// `/` itself is no longer preopened). Only absolute paths that no mount point
+    /// prefixes, and relative ones whose first component names one, are misread.
+    pub fn working_dir(mut self, dir: impl Into<String>) -> Self {
+        self.working_dir = Some(dir.into());
+        self
+    }
+
     /// Appends one argument (the first is the guest's argv[0]).
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.args.push(arg.into());
@@ -211,9 +250,15 @@ impl WasiP1CtxBuilder {
 
     /// The context, with the namespace's mount points preopened.
     pub fn build(self) -> WasiP1Ctx {
-        WasiP1Ctx::new(self.ns, self.rt, self.args, self.env)
-            .with_input(self.stdin)
-            .with_output(self.stdout, self.stderr)
+        WasiP1Ctx::with_working_dir(
+            self.ns,
+            self.rt,
+            self.args,
+            self.env,
+            self.working_dir.as_deref(),
+        )
+        .with_input(self.stdin)
+        .with_output(self.stdout, self.stderr)
     }
 }
 

@@ -57,7 +57,11 @@ impl WasiP1Ctx {
     ) -> Result<String, Error> {
         let dir = self.dir(dirfd)?;
         let rel = memory.as_cow_str(path)?;
-        // Relative to a directory capability, and never above it.
+        // Relative to a directory capability, and never above it (unless it is the
+        // working directory).
+        if dir.working_dir {
+            return crate::wasi_fs::from_working_dir(&dir.loc, &rel).map_err(Error::from);
+        }
         crate::wasi_fs::beneath(&dir.loc, &rel).map_err(Error::from)
     }
 

@@ -591,6 +591,7 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
             Opened::Dir(loc) => Desc::Dir(DirDesc {
                 loc,
                 preopen: None,
+                working_dir: false,
                 listing: None,
             }),
             Opened::File {
