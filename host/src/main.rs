@@ -35,6 +35,7 @@ fn main() -> ExitCode {
         Command::Batch(args) => cli::batch(args),
         Command::Mount(args) => cli::mount(args),
         Command::Compile(args) => cli::compile(args),
+        Command::Daemon(args) => cli::cc::daemon(args),
         Command::Serve(args) => match tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

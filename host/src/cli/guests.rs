@@ -25,12 +25,20 @@ use crate::p1::{Input, Output, WasiP1Ctx};
 use crate::p2::{MountGrant, RuntimeMountRecord, WasiP2Ctx, WasiP2Fs};
 
 /// Where one guest's stdio goes.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone)]
 pub(super) enum Stdio {
     /// The host's own.
     Inherit,
     /// Captured (stdout and stderr kept, stdin empty).
     Capture,
+    /// Somewhere else (a `wasm9p daemon`'s client), and the guest stopped when the
+    /// flag is set.
+    Given {
+        stdin: Input,
+        stdout: Output,
+        stderr: Output,
+        cancel: Arc<std::sync::atomic::AtomicBool>,
+    },
 }
 
 /// Most bytes of one guest's stdout or stderr kept when captured.
@@ -236,8 +244,23 @@ impl Host {
                 for (k, v) in env {
                     ctx = ctx.env(k, v);
                 }
-                if stdio == Stdio::Inherit {
-                    return (program.run(ctx.build()), Vec::new(), Vec::new());
+                match stdio {
+                    Stdio::Inherit => return (program.run(ctx.build()), Vec::new(), Vec::new()),
+                    Stdio::Given {
+                        stdin,
+                        stdout,
+                        stderr,
+                        cancel,
+                    } => {
+                        let ctx = ctx
+                            .stdin(stdin)
+                            .stdout(stdout)
+                            .stderr(stderr)
+                            .cancel(cancel)
+                            .build();
+                        return (program.run(ctx), Vec::new(), Vec::new());
+                    }
+                    Stdio::Capture => {}
                 }
                 let (out, err) = (Arc::default(), Arc::default());
                 let ctx = ctx
@@ -259,9 +282,13 @@ impl Host {
                     MemoryOutputPipe::new(MAX_CAPTURE),
                     MemoryOutputPipe::new(MAX_CAPTURE),
                 );
+                // Components are not run for a daemon's clients (clang.wasm is a
+                // core module): given stdio is captured like any other.
                 match stdio {
                     Stdio::Inherit => wasi.inherit_stdio(),
-                    Stdio::Capture => wasi.stdout(out.clone()).stderr(err.clone()),
+                    Stdio::Capture | Stdio::Given { .. } => {
+                        wasi.stdout(out.clone()).stderr(err.clone())
+                    }
                 };
                 let result = self.runtime.block_on(async {
                     let mut fs = WasiP2Fs::new(ns).await;

@@ -53,6 +53,9 @@ pub enum Command {
     Mount(MountArgs),
     /// Fill the module cache ahead of time: compile modules at every tier asked for.
     Compile(CompileArgs),
+    /// Keep clang.wasm and the mounts warm for `wasm9p cc --daemon` (a whole build
+    /// shares one set of caches).
+    Daemon(cc::DaemonArgs),
 }
 
 pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {

@@ -20,7 +20,10 @@ mod support;
 mod wasi;
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
 use std::task::{Context, Poll, Waker};
 
 use wasm9p_guest_fs::namespace::Namespace;
@@ -61,15 +64,37 @@ pub enum Output {
     Inherit,
     /// Kept in memory (at most 16 MiB; more is dropped).
     Capture(Arc<Mutex<Vec<u8>>>),
+    /// Handed over as it is written (a socket to a client, say); an error there is
+    /// `EIO` for the guest.
+    Stream(Sink),
+}
+
+/// Where streamed output goes: called with each write, in order.
+#[derive(Clone)]
+pub struct Sink(pub Arc<dyn Fn(&[u8]) -> std::io::Result<()> + Send + Sync>);
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sink")
+    }
 }
 
 /// Where a guest's standard input comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Input {
     /// The host process's own.
     Inherit,
     /// Nothing: reads see end of file at once.
     Empty,
+    /// These bytes, then end of file.
+    Given(Arc<Mutex<Bytes>>),
+}
+
+impl Input {
+    /// The bytes `data`, then end of file.
+    pub fn given(data: impl Into<Bytes>) -> Input {
+        Input::Given(Arc::new(Mutex::new(data.into())))
+    }
 }
 
 /// One guest's WASI state.
@@ -83,6 +108,8 @@ pub struct WasiP1Ctx {
     pub(crate) stdout: Output,
     pub(crate) stderr: Output,
     pub(crate) started: std::time::Instant,
+    /// Set from outside to stop the guest (see [`WasiP1CtxBuilder::cancel`]).
+    pub(crate) cancel: Option<Arc<AtomicBool>>,
 }
 
 impl WasiP1Ctx {
@@ -135,6 +162,7 @@ impl WasiP1Ctx {
             stdout: Output::Inherit,
             stderr: Output::Inherit,
             started: std::time::Instant::now(),
+            cancel: None,
         }
     }
 
@@ -150,6 +178,7 @@ impl WasiP1Ctx {
             stdout: Output::Inherit,
             stderr: Output::Inherit,
             working_dir: None,
+            cancel: None,
         }
     }
 
@@ -172,6 +201,12 @@ impl WasiP1Ctx {
         self
     }
 
+    /// Stops the guest once the flag is set (see [`WasiP1CtxBuilder::cancel`]).
+    fn with_cancel(mut self, cancel: Option<Arc<AtomicBool>>) -> Self {
+        self.cancel = cancel;
+        self
+    }
+
     /// Gives the guest this standard input.
     pub fn with_input(mut self, stdin: Input) -> Self {
         self.stdin = stdin;
@@ -179,6 +214,17 @@ impl WasiP1Ctx {
     }
 
     /// Runs a namespace future: inline when it is ready at once, else blocking.
+    /// A trap when the guest has been cancelled: checked by every call that names a
+    /// path, reads, writes or prints, so that a cancelled guest stops at its next one.
+    pub(crate) fn check_cancelled(&self) -> Result<(), generated::types::Error> {
+        match &self.cancel {
+            Some(flag) if flag.load(Ordering::Relaxed) => Err(generated::types::Error::trap(
+                wasmtime::Error::msg("cancelled: whoever started the guest went away"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     pub(crate) fn block<F: Future>(&self, f: F) -> F::Output {
         block_on_handle(&self.rt, f)
     }
@@ -194,9 +240,18 @@ pub struct WasiP1CtxBuilder {
     stdout: Output,
     stderr: Output,
     working_dir: Option<String>,
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 impl WasiP1CtxBuilder {
+    /// Stops the guest once `flag` is set: its next call that names a path, reads,
+    /// writes or prints traps. (A guest computing without calling out runs on until
+    /// it does.)
+    pub fn cancel(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.cancel = Some(flag);
+        self
+    }
+
     /// Gives the guest a working directory: the guest path `dir`, preopened as `/`.
     ///
     /// wasi-libc keeps a working directory of its own that always starts at `/`, so a
@@ -259,6 +314,7 @@ impl WasiP1CtxBuilder {
         )
         .with_input(self.stdin)
         .with_output(self.stdout, self.stderr)
+        .with_cancel(self.cancel)
     }
 }
 

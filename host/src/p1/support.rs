@@ -55,6 +55,7 @@ impl WasiP1Ctx {
         dirfd: types::Fd,
         path: GuestPtr<str>,
     ) -> Result<String, Error> {
+        self.check_cancelled()?;
         let dir = self.dir(dirfd)?;
         let rel = memory.as_cow_str(path)?;
         // Relative to a directory capability, and never above it (unless it is the
@@ -114,7 +115,9 @@ impl WasiP1Ctx {
     /// Writes guest output to stdout (`err == false`) or stderr, as configured.
     pub(super) fn write_output(&self, err: bool, data: &[u8]) -> Result<(), Error> {
         use std::io::Write;
+        self.check_cancelled()?;
         match if err { &self.stderr } else { &self.stdout } {
+            Output::Stream(sink) => (sink.0)(data),
             Output::Inherit if err => std::io::stderr().lock().write_all(data),
             Output::Inherit => {
                 let mut out = std::io::stdout().lock();
@@ -185,6 +188,7 @@ impl WasiP1Ctx {
         offset: Option<u64>,
         len: usize,
     ) -> Result<Bytes, Error> {
+        self.check_cancelled()?;
         let rt = self.rt.clone();
         let f = self.file_mut(fd)?;
         if !f.read {
@@ -204,6 +208,7 @@ impl WasiP1Ctx {
         offset: Option<u64>,
         data: Vec<u8>,
     ) -> Result<u32, Error> {
+        self.check_cancelled()?;
         let rt = self.rt.clone();
         let f = self.file_mut(fd)?;
         if !f.write {
@@ -265,7 +270,7 @@ impl WasiP1Ctx {
     pub(super) fn stdio_filetype(&self, fd: types::Fd) -> types::Filetype {
         use std::io::IsTerminal;
         let inherited = match u32::from(fd) {
-            0 => self.stdin == super::Input::Inherit && std::io::stdin().is_terminal(),
+            0 => matches!(self.stdin, super::Input::Inherit) && std::io::stdin().is_terminal(),
             1 => matches!(self.stdout, Output::Inherit) && std::io::stdout().is_terminal(),
             _ => matches!(self.stderr, Output::Inherit) && std::io::stderr().is_terminal(),
         };

@@ -302,9 +302,15 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
         iovs: types::IovecArray,
     ) -> Result<types::Size, Error> {
         let len = Self::iovs_len(memory, iovs)?;
-        let data = match self.fds.get(fd.into())? {
-            Desc::Stdin if self.stdin == super::Input::Empty => Bytes::new(),
-            Desc::Stdin => {
+        self.check_cancelled()?;
+        let data = match (self.fds.get(fd.into())?, &self.stdin) {
+            (Desc::Stdin, super::Input::Empty) => Bytes::new(),
+            (Desc::Stdin, super::Input::Given(given)) => {
+                let mut given = given.lock().unwrap_or_else(|e| e.into_inner());
+                let n = len.min(given.len());
+                given.split_to(n)
+            }
+            (Desc::Stdin, super::Input::Inherit) => {
                 use std::io::Read;
                 let mut buf = vec![0u8; len.min(64 * 1024)];
                 let n = std::io::stdin()
@@ -717,7 +723,7 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
                     clocks.push((Duration::from_nanos(wait), sub.userdata));
                 }
                 types::SubscriptionU::FdRead(rw)
-                    if self.stdin == super::Input::Inherit
+                    if matches!(self.stdin, super::Input::Inherit)
                         && matches!(self.fds.get(rw.file_descriptor.into()), Ok(Desc::Stdin)) =>
                 {
                     stdin_reads.push(sub.userdata);

@@ -34,18 +34,24 @@
 //! called through a link named after a tool (`ln -s wasm9p cc`), every argument is
 //! the tool's and only the environment variables apply.
 
+mod client;
+mod daemon;
 mod depfile;
 mod jobs;
 mod paths;
+mod session;
+mod wire;
+
+pub use daemon::{daemon, DaemonArgs};
 
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::guests::{exit_code, GuestArgs, Host, NamespaceArgs, Stdio};
-use super::say;
+use super::guests::{GuestArgs, Host, NamespaceArgs};
 use crate::module_cache::TierChoice;
+use session::{Io, Session};
 
 /// The clang.wasm release `scripts/fetch-clang-wasm` fetches (the default toolchain).
 pub const CLANG_WASM_VERSION: &str = "22.0.0-git20542-10";
@@ -116,6 +122,8 @@ struct Options {
     root: Option<PathBuf>,
     root_source: Option<String>,
     toolchain: Option<PathBuf>,
+    /// The daemon to send the work to (`unix:PATH`).
+    daemon: Option<PathBuf>,
 }
 
 impl Options {
@@ -129,7 +137,7 @@ impl Options {
                 Some((k, v)) => (k, Some(v.to_owned())),
                 None => (arg.as_str(), None),
             };
-            if !["--root", "--root-source", "--toolchain"].contains(&key) {
+            if !["--root", "--root-source", "--toolchain", "--daemon"].contains(&key) {
                 break;
             }
             let key = key.to_owned();
@@ -146,19 +154,33 @@ impl Options {
             match key.as_str() {
                 "--root" => opts.root = Some(value.into()),
                 "--root-source" => opts.root_source = Some(value),
+                "--daemon" => opts.daemon = Some(daemon::parse_unix(&value)?),
                 _ => opts.toolchain = Some(value.into()),
             }
         }
         args.drain(..used);
-        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-        opts.root = opts.root.or_else(|| env("WASM9P_ROOT").map(PathBuf::from));
-        opts.root_source = opts
-            .root_source
-            .or_else(|| env("WASM9P_ROOT_SOURCE").map(|v| v.to_string_lossy().into_owned()));
-        opts.toolchain = opts
-            .toolchain
-            .or_else(|| env("WASM9P_TOOLCHAIN").map(PathBuf::from));
+        opts.fill_from_env();
+        if opts.daemon.is_none() {
+            if let Some(addr) = std::env::var("WASM9P_DAEMON").ok().filter(|v| !v.is_empty()) {
+                opts.daemon = Some(daemon::parse_unix(&addr).map_err(|e| format!("WASM9P_DAEMON: {e}"))?);
+            }
+        }
         Ok(opts)
+    }
+
+    /// What the options left unsaid, from `WASM9P_ROOT`, `WASM9P_ROOT_SOURCE` and
+    /// `WASM9P_TOOLCHAIN`.
+    fn fill_from_env(&mut self) {
+        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+        self.root = self.root.take().or_else(|| env("WASM9P_ROOT").map(PathBuf::from));
+        self.root_source = self
+            .root_source
+            .take()
+            .or_else(|| env("WASM9P_ROOT_SOURCE").map(|v| v.to_string_lossy().into_owned()));
+        self.toolchain = self
+            .toolchain
+            .take()
+            .or_else(|| env("WASM9P_TOOLCHAIN").map(PathBuf::from));
     }
 }
 
@@ -204,13 +226,19 @@ fn complain(tool: &str, message: &str) -> ExitCode {
 }
 
 /// `wasm9p TOOL ARGS...`, or a link named TOOL: runs `tool` on `args` (our leading
-/// options first, unless `called_as_tool`).
+/// options first, unless `called_as_tool`), here or in the daemon.
 pub fn main(name: &str, tool: Tool, mut args: Vec<String>, called_as_tool: bool) -> ExitCode {
     let opts = match Options::take(&mut args, !called_as_tool) {
         Ok(opts) => opts,
         Err(e) => return complain(name, &e),
     };
-    let setup = match Setup::new(opts) {
+    if let Some(daemon) = &opts.daemon {
+        return match client::run(daemon, name, &opts, args) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => complain(name, &e),
+        };
+    }
+    let setup = match Setup::new(opts, true) {
         Ok(setup) => setup,
         Err(e) => return complain(name, &e),
     };
@@ -230,14 +258,13 @@ pub fn main(name: &str, tool: Tool, mut args: Vec<String>, called_as_tool: bool)
     };
     let session = Session {
         host: &host,
-        env: guest_env(&setup.cwd),
+        env: guest_env(std::env::vars_os(), &setup.cwd),
         cwd: &setup.cwd,
         usr: &setup.toolchain.usr,
+        tmp: setup.tmp.path(),
+        io: Io::Local,
     };
-    let code = match tool {
-        Tool::Driver(driver) => session.driver(driver, &args),
-        Tool::Direct(direct) => session.job(guest_argv(direct, &args), direct),
-    };
+    let code = session.run(tool, &args);
     host.finish();
     drop(host);
     drop(setup);
@@ -248,21 +275,31 @@ pub fn main(name: &str, tool: Tool, mut args: Vec<String>, called_as_tool: bool)
 struct Setup {
     root: PathBuf,
     root_source: Option<String>,
+    /// The root mount's cache options.
+    root_cache: &'static str,
     cwd: PathBuf,
     toolchain: Toolchain,
     tmp: tempfile::TempDir,
 }
 
+/// The working directory and the project root, resolved.
+fn roots(opts: &Options) -> Result<(PathBuf, PathBuf), String> {
+    let cwd = std::env::current_dir()
+        .and_then(std::fs::canonicalize)
+        .map_err(|e| format!("cannot tell the working directory: {e}"))?;
+    let root = match &opts.root {
+        Some(root) => std::fs::canonicalize(root)
+            .map_err(|e| format!("the project root {}: {e}", root.display()))?,
+        None => cwd.clone(),
+    };
+    Ok((cwd, root))
+}
+
 impl Setup {
-    fn new(opts: Options) -> Result<Setup, String> {
-        let cwd = std::env::current_dir()
-            .and_then(std::fs::canonicalize)
-            .map_err(|e| format!("cannot tell the working directory: {e}"))?;
-        let root = match opts.root {
-            Some(root) => std::fs::canonicalize(&root)
-                .map_err(|e| format!("the project root {}: {e}", root.display()))?,
-            None => cwd.clone(),
-        };
+    /// Checks the options; a daemon (`in_root == false`) may run outside its root,
+    /// a tool must not.
+    fn new(opts: Options, in_root: bool) -> Result<Setup, String> {
+        let (cwd, root) = roots(&opts)?;
         if root == Path::new("/") || root.starts_with("/usr") {
             return Err(format!(
                 "the project root cannot be {}: the guest has the toolchain at /usr \
@@ -276,7 +313,7 @@ impl Setup {
                 root.display()
             ));
         }
-        if !cwd.starts_with(&root) {
+        if in_root && !cwd.starts_with(&root) {
             return Err(format!(
                 "the working directory {} is outside the project root {} (give --root or \
                  WASM9P_ROOT)",
@@ -292,6 +329,13 @@ impl Setup {
         Ok(Setup {
             root,
             root_source: opts.root_source,
+            // What a tool's process reads lives as long as one compile; a daemon lives
+            // on while the build and the user change files.
+            root_cache: if in_root {
+                "cache=loose"
+            } else {
+                "cache=loose,revalidate=0"
+            },
             cwd,
             toolchain,
             tmp,
@@ -301,9 +345,11 @@ impl Setup {
     /// The mounts, as `--mount` SPECs.
     fn mounts(&self) -> Vec<String> {
         let root = self.root.display();
-        let root_mount = match &self.root_source {
-            Some(addr) => format!("type=9p,source={addr},target={root},cache=loose"),
-            None => format!("type=9p,export={root},target={root},cache=loose"),
+        let cache = self.root_cache;
+        let root_mount = match self.root_source.as_deref() {
+            Some("bind") => format!("type=bind,source={root},target={root}"),
+            Some(addr) => format!("type=9p,source={addr},target={root},{cache}"),
+            None => format!("type=9p,export={root},target={root},{cache}"),
         };
         vec![
             format!(
@@ -336,109 +382,19 @@ impl Setup {
     }
 }
 
-/// The guest's environment: ours, with `PWD` the working directory and no temporary
-/// directory but the guest's own `/tmp`.
-fn guest_env(cwd: &Path) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+/// The guests' environment: `vars` (the caller's), with `PWD` the working directory
+/// and no temporary directory but the guest's own `/tmp`.
+fn guest_env(
+    vars: impl IntoIterator<Item = (impl Into<OsString>, impl Into<OsString>)>,
+    cwd: &Path,
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vars
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.into().into_string().ok()?, v.into().into_string().ok()?)))
         .filter(|(k, _)| !["PWD", "TMPDIR", "TMP", "TEMP"].contains(&k.as_str()))
         .collect();
     env.push(("PWD".into(), cwd.display().to_string()));
     env
-}
-
-fn guest_argv(tool: &str, args: &[String]) -> Vec<String> {
-    ["llvm", tool]
-        .into_iter()
-        .map(String::from)
-        .chain(args.iter().cloned())
-        .collect()
-}
-
-/// One invocation's guests: where they run and what they see.
-struct Session<'a> {
-    host: &'a Host,
-    env: Vec<(String, String)>,
-    cwd: &'a Path,
-    /// The toolchain's `usr` on the host (the guest's `/usr`).
-    usr: &'a Path,
-}
-
-impl Session<'_> {
-    /// Runs one guest with our stdio: its exit code (1 after a report if it trapped).
-    fn job(&self, argv: Vec<String>, tool: &str) -> u8 {
-        let (result, _, _) = self.host.run_guest(argv, &self.env, Stdio::Inherit);
-        let (code, trap) = exit_code(result);
-        if let Some(trap) = trap {
-            say(&format!("{tool} trapped: {trap}"));
-        }
-        code
-    }
-
-    /// The driver on `args`, job by job: the exit code the native driver would give.
-    fn driver(&self, driver: &str, args: &[String]) -> u8 {
-        // Asked to print the jobs: that is the driver's alone.
-        if args.iter().any(|a| a == "-###") {
-            return self.job(guest_argv(driver, args), driver);
-        }
-        let mut planning = vec!["-###".to_owned()];
-        planning.extend(args.iter().cloned());
-        let (result, stdout, stderr) =
-            self.host
-                .run_guest(guest_argv(driver, &planning), &self.env, Stdio::Capture);
-        let plan = jobs::plan(&String::from_utf8_lossy(&stderr));
-        if !matches!(result, Ok(0)) || plan.jobs.is_empty() {
-            // A query (--version, -print-*) or a mistake in the arguments: the driver
-            // answers it run plainly, on our stdio.
-            return self.job(guest_argv(driver, args), driver);
-        }
-        let _ = std::io::stdout().lock().write_all(&stdout);
-        {
-            let mut err = std::io::stderr().lock();
-            if args.iter().any(|a| a == "-v") {
-                let _ = err.write_all(&stderr);
-            } else {
-                for line in &plan.messages {
-                    let _ = writeln!(err, "{line}");
-                }
-            }
-        }
-        for job in &plan.jobs {
-            let code = self.job(job.guest_argv(), driver);
-            if code != 0 {
-                if !job.in_process() {
-                    let _ = writeln!(
-                        std::io::stderr().lock(),
-                        "{driver}: error: {} command failed with exit code {code} (use -v \
-                         to see invocation)",
-                        job.what()
-                    );
-                }
-                return code;
-            }
-            if let Some(deps) = job.dependency_file() {
-                if let Err(e) = self.deps_to_host(deps) {
-                    let _ = writeln!(
-                        std::io::stderr().lock(),
-                        "{driver}: error: cannot rewrite the dependency file {deps}: {e}"
-                    );
-                    return 1;
-                }
-            }
-        }
-        0
-    }
-
-    /// Points the dependency file a job wrote at the host's toolchain headers.
-    fn deps_to_host(&self, deps: &str) -> std::io::Result<()> {
-        let path = self.cwd.join(deps);
-        let text = std::fs::read_to_string(&path)?;
-        let host = depfile::to_host(&text, self.usr);
-        if host != text {
-            std::fs::write(&path, host)?;
-        }
-        Ok(())
-    }
 }
 
 /// Splits `std::env::args_os()` for [`main`]: the tool this process was called as

@@ -1,0 +1,73 @@
+//! `wasm9p cc --daemon unix:PATH` (or `WASM9P_DAEMON`): the invocation sent to a
+//! `wasm9p daemon`, its output relayed as it comes, its exit code returned.
+//!
+//! Stdin is sent only when an argument is `-` (the one way the tools read it); the
+//! guests of any other invocation see an empty stdin.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use super::wire::{self, Request};
+use super::{roots, Options};
+
+/// Sends the invocation: the exit code it had, or why it could not be run.
+pub(super) fn run(
+    daemon: &Path,
+    name: &str,
+    opts: &Options,
+    args: Vec<String>,
+) -> Result<u8, String> {
+    let (cwd, root) = roots(opts)?;
+    let text = |p: &Path| {
+        p.to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("{} is not UTF-8", p.display()))
+    };
+    let request = Request {
+        tool: name.to_owned(),
+        stdin: args.iter().any(|a| a == "-"),
+        args,
+        cwd: text(&cwd)?,
+        root: text(&root)?,
+        env: std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect(),
+    };
+    let mut stream = UnixStream::connect(daemon)
+        .map_err(|e| format!("cannot reach the daemon at unix:{}: {e}", daemon.display()))?;
+    let lost = |e: std::io::Error| format!("lost the daemon at unix:{}: {e}", daemon.display());
+    wire::send(&mut stream, wire::REQUEST, &request.to_json()).map_err(lost)?;
+    if request.stdin {
+        let mut stdin = std::io::stdin().lock();
+        let mut chunk = vec![0u8; 64 << 10];
+        loop {
+            let n = stdin
+                .read(&mut chunk)
+                .map_err(|e| format!("reading stdin: {e}"))?;
+            wire::send(&mut stream, wire::STDIN, &chunk[..n]).map_err(lost)?;
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    loop {
+        match wire::receive(&mut stream).map_err(lost)? {
+            Some((wire::STDOUT, bytes)) => {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(&bytes).and_then(|()| out.flush());
+            }
+            Some((wire::STDERR, bytes)) => {
+                let _ = std::io::stderr().lock().write_all(&bytes);
+            }
+            Some((wire::EXIT, code)) if code.len() == 1 => return Ok(code[0]),
+            Some((tag, _)) => return Err(format!("the daemon sent an unknown frame {tag:#x}")),
+            None => {
+                return Err(format!(
+                    "the daemon at unix:{} went away before the end",
+                    daemon.display()
+                ))
+            }
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! One invocation of a tool: its guests, in order, on a prepared host, with the stdio
+//! of whoever asked (this process's own, or a daemon client's).
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use super::{depfile, jobs, Tool};
+use crate::cli::guests::{exit_code, Host, Stdio};
+use crate::p1::{Input, Output, Sink};
+
+/// Whose stdio the guests get.
+pub(super) enum Io {
+    /// This process's.
+    Local,
+    /// A daemon client's: its stdin's bytes, its stdout and stderr as streams, and the
+    /// flag that is set when it goes away.
+    Client {
+        stdin: Input,
+        stdout: Sink,
+        stderr: Sink,
+        cancel: Arc<AtomicBool>,
+    },
+}
+
+/// One invocation's guests: where they run and what they see.
+pub(super) struct Session<'a> {
+    pub(super) host: &'a Host,
+    pub(super) env: Vec<(String, String)>,
+    /// The working directory (inside the root).
+    pub(super) cwd: &'a Path,
+    /// The toolchain's `usr` on the host (the guest's `/usr`).
+    pub(super) usr: &'a Path,
+    /// The host directory behind the guest's `/tmp`.
+    pub(super) tmp: &'a Path,
+    pub(super) io: Io,
+}
+
+impl Session<'_> {
+    /// Runs `tool` on `args`: the exit code the native tool would give.
+    pub(super) fn run(&self, tool: Tool, args: &[String]) -> u8 {
+        match tool {
+            Tool::Driver(driver) => self.driver(driver, args),
+            Tool::Direct(direct) => self.job(guest_argv(direct, args), direct),
+        }
+    }
+
+    fn stdio(&self) -> Stdio {
+        match &self.io {
+            Io::Local => Stdio::Inherit,
+            Io::Client {
+                stdin,
+                stdout,
+                stderr,
+                cancel,
+            } => Stdio::Given {
+                stdin: stdin.clone(),
+                stdout: Output::Stream(stdout.clone()),
+                stderr: Output::Stream(stderr.clone()),
+                cancel: Arc::clone(cancel),
+            },
+        }
+    }
+
+    /// Prints on the invocation's stdout (`err == false`) or stderr.
+    fn print(&self, err: bool, bytes: &[u8]) {
+        match &self.io {
+            Io::Local if err => {
+                let _ = std::io::stderr().lock().write_all(bytes);
+            }
+            Io::Local => {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(bytes).and_then(|()| out.flush());
+            }
+            Io::Client { stdout, stderr, .. } => {
+                let _ = (if err { stderr } else { stdout }.0)(bytes);
+            }
+        }
+    }
+
+    fn say(&self, line: &str) {
+        self.print(true, format!("{line}\n").as_bytes());
+    }
+
+    /// Runs one guest: its exit code (1 after a report if it trapped).
+    fn job(&self, argv: Vec<String>, tool: &str) -> u8 {
+        let (result, _, _) = self.host.run_guest(argv, &self.env, self.stdio());
+        let (code, trap) = exit_code(result);
+        if let Some(trap) = trap {
+            self.say(&format!("wasm9p: {tool} trapped: {trap}"));
+        }
+        code
+    }
+
+    /// The driver on `args`, job by job: the exit code the native driver would give.
+    fn driver(&self, driver: &str, args: &[String]) -> u8 {
+        // Asked to print the jobs: that is the driver's alone.
+        if args.iter().any(|a| a == "-###") {
+            return self.job(guest_argv(driver, args), driver);
+        }
+        let mut planning = vec!["-###".to_owned()];
+        planning.extend(args.iter().cloned());
+        let (result, stdout, stderr) =
+            self.host
+                .run_guest(guest_argv(driver, &planning), &self.env, Stdio::Capture);
+        let plan = jobs::plan(&String::from_utf8_lossy(&stderr));
+        if !matches!(result, Ok(0)) || plan.jobs.is_empty() {
+            // A query (--version, -print-*) or a mistake in the arguments: the driver
+            // answers it run plainly.
+            return self.job(guest_argv(driver, args), driver);
+        }
+        self.print(false, &stdout);
+        if args.iter().any(|a| a == "-v") {
+            self.print(true, &stderr);
+        } else {
+            for line in &plan.messages {
+                self.say(line);
+            }
+        }
+        let code = self.jobs(driver, &plan.jobs);
+        self.remove_temporaries(&plan.jobs);
+        code
+    }
+
+    /// Runs the jobs in order, up to the first that fails.
+    fn jobs(&self, driver: &str, jobs: &[jobs::Job]) -> u8 {
+        for job in jobs {
+            let code = self.job(job.guest_argv(), driver);
+            if code != 0 {
+                if !job.in_process() {
+                    self.say(&format!(
+                        "{driver}: error: {} command failed with exit code {code} (use -v to \
+                         see invocation)",
+                        job.what()
+                    ));
+                }
+                return code;
+            }
+            if let Some(deps) = job.dependency_file() {
+                if let Err(e) = self.deps_to_host(deps) {
+                    self.say(&format!(
+                        "{driver}: error: cannot rewrite the dependency file {deps}: {e}"
+                    ));
+                    return 1;
+                }
+            }
+        }
+        0
+    }
+
+    /// Points the dependency file a job wrote at the host's toolchain headers.
+    fn deps_to_host(&self, deps: &str) -> std::io::Result<()> {
+        let path = if deps.starts_with("/tmp/") {
+            self.tmp.join(&deps["/tmp/".len()..])
+        } else {
+            self.cwd.join(deps)
+        };
+        let text = std::fs::read_to_string(&path)?;
+        let host = depfile::to_host(&text, self.usr);
+        if host != text {
+            std::fs::write(&path, host)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the driver's temporary files (the objects of a compile-and-link), as
+    /// the native driver does once its jobs are done.
+    fn remove_temporaries(&self, jobs: &[jobs::Job]) {
+        for job in jobs {
+            for word in &job.words {
+                let Some(name) = word.strip_prefix("/tmp/") else {
+                    continue;
+                };
+                if !name.is_empty() && !name.contains('/') {
+                    let _ = std::fs::remove_file(self.tmp.join(name));
+                }
+            }
+        }
+    }
+}
+
+/// The guest's argv for clang.wasm's `tool`.
+fn guest_argv(tool: &str, args: &[String]) -> Vec<String> {
+    ["llvm", tool]
+        .into_iter()
+        .map(String::from)
+        .chain(args.iter().cloned())
+        .collect()
+}
