@@ -68,6 +68,38 @@ pub fn parse_cc1_line(hash3_output: &str) -> Option<Vec<String>> {
     Some(words)
 }
 
+/// zstd's sources with its CMake build (`build/cmake`), as the `zstd-sys` crate ships
+/// them: a real C project for the build-system tests. `zstd-sys` is in this
+/// workspace's dependency graph (through wasmtime), so cargo has unpacked it in its
+/// registry; the newest copy there is taken.
+pub fn zstd_sources() -> PathBuf {
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .expect("CARGO_HOME or HOME");
+    let mut found: Vec<PathBuf> = std::fs::read_dir(cargo_home.join("registry/src"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|index| {
+            std::fs::read_dir(index.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .filter(|krate| krate.file_name().to_string_lossy().starts_with("zstd-sys-"))
+        .map(|krate| krate.path().join("zstd"))
+        .filter(|zstd| zstd.join("build/cmake/CMakeLists.txt").is_file())
+        .collect();
+    found.sort();
+    found.pop().unwrap_or_else(|| {
+        panic!(
+            "no zstd-sys sources under {}/registry/src (cargo fetch unpacks them)",
+            cargo_home.display()
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

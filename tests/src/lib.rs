@@ -19,7 +19,7 @@ mod rng;
 mod serve_process;
 mod server;
 
-pub use clang::{clang_wasm, parse_cc1_line, ClangWasm};
+pub use clang::{clang_wasm, parse_cc1_line, zstd_sources, ClangWasm};
 pub use conn::Conn;
 pub use diod::{diod_available, free_port, Diod};
 pub use fixture::Tree;

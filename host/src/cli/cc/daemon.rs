@@ -170,7 +170,11 @@ impl Daemon<'_> {
             return;
         }
         let refuse = |stream: &mut UnixStream, why: &str| {
-            let _ = wire::send(stream, wire::STDERR, format!("wasm9p daemon: {why}\n").as_bytes());
+            let _ = wire::send(
+                stream,
+                wire::STDERR,
+                format!("wasm9p daemon: {why}\n").as_bytes(),
+            );
             let _ = wire::send(stream, wire::EXIT, &[EXIT_SETUP]);
         };
         match uid {

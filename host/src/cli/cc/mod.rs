@@ -161,8 +161,12 @@ impl Options {
         args.drain(..used);
         opts.fill_from_env();
         if opts.daemon.is_none() {
-            if let Some(addr) = std::env::var("WASM9P_DAEMON").ok().filter(|v| !v.is_empty()) {
-                opts.daemon = Some(daemon::parse_unix(&addr).map_err(|e| format!("WASM9P_DAEMON: {e}"))?);
+            if let Some(addr) = std::env::var("WASM9P_DAEMON")
+                .ok()
+                .filter(|v| !v.is_empty())
+            {
+                opts.daemon =
+                    Some(daemon::parse_unix(&addr).map_err(|e| format!("WASM9P_DAEMON: {e}"))?);
             }
         }
         Ok(opts)
@@ -172,7 +176,10 @@ impl Options {
     /// `WASM9P_TOOLCHAIN`.
     fn fill_from_env(&mut self) {
         let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-        self.root = self.root.take().or_else(|| env("WASM9P_ROOT").map(PathBuf::from));
+        self.root = self
+            .root
+            .take()
+            .or_else(|| env("WASM9P_ROOT").map(PathBuf::from));
         self.root_source = self
             .root_source
             .take()

@@ -134,7 +134,10 @@ mod tests {
         send(&mut wire, STDOUT, b"hello").unwrap();
         send(&mut wire, EXIT, &[3]).unwrap();
         let mut from = wire.as_slice();
-        assert_eq!(receive(&mut from).unwrap(), Some((STDOUT, b"hello".to_vec())));
+        assert_eq!(
+            receive(&mut from).unwrap(),
+            Some((STDOUT, b"hello".to_vec()))
+        );
         assert_eq!(receive(&mut from).unwrap(), Some((EXIT, vec![3])));
         assert_eq!(receive(&mut from).unwrap(), None);
     }

@@ -1,0 +1,138 @@
+//! What the `wasm9p cc` tests share: the binary, clang.wasm as the toolchain, one
+//! module cache for every test binary of this crate, and project trees to build.
+
+#![allow(dead_code)] // each test binary uses its own part of this
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use wasm9p_tests::clang_wasm;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
+
+/// The toolchain directory (`llvm.core.wasm`, `sysroot/usr`).
+pub fn toolchain() -> PathBuf {
+    clang_wasm().module.parent().unwrap().to_owned()
+}
+
+/// `wasm9p` (or a link to it) with the test's module cache and toolchain, in `cwd`,
+/// with `root` as the project root.
+pub fn command(program: impl AsRef<std::ffi::OsStr>, cwd: &Path, root: &Path) -> Command {
+    warm_module_cache();
+    let mut cmd = Command::new(program);
+    cmd.current_dir(cwd)
+        .env("WASM9P_CACHE_DIR", module_cache())
+        .env("WASM9P_TOOLCHAIN", toolchain())
+        .env("WASM9P_ROOT", root)
+        .env_remove("WASM9P_DAEMON")
+        .env_remove("WASM9P_ROOT_SOURCE");
+    cmd
+}
+
+/// Where every clang test of this crate keeps compiled clang.wasm.
+pub fn module_cache() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("module-cache")
+}
+
+/// Compiles clang.wasm's optimized code into the module cache once per test binary
+/// (a no-op when another test binary did it already).
+pub fn warm_module_cache() {
+    static WARM: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    WARM.get_or_init(|| {
+        let out = Command::new(BIN)
+            .env("WASM9P_CACHE_DIR", module_cache())
+            .args(["compile", "--tier", "optimized"])
+            .arg(&clang_wasm().module)
+            .output()
+            .unwrap();
+        assert_ok("wasm9p compile", &out);
+    });
+}
+
+pub fn assert_ok(what: &str, out: &Output) {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{what}: stdout {} stderr {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Copies the directory `from` to `to` (made), recursively.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let dest = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &dest);
+        } else {
+            std::fs::copy(entry.path(), &dest).unwrap();
+        }
+    }
+}
+
+/// The repository's `examples/project` (a Makefile and three C units) copied to `to`.
+pub fn example_project(to: &Path) {
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/project"),
+        to,
+    );
+}
+
+/// `make -j2 CC="wasm9p cc" AR="wasm9p ar"` in `dir`, with `root` as the project root
+/// and the extra environment `env`.
+pub fn make(dir: &Path, root: &Path, env: &[(&str, &str)], targets: &[&str]) -> Output {
+    let mut cmd = command("make", dir, root);
+    cmd.arg("-j2")
+        .arg(format!("CC={BIN} cc"))
+        .arg(format!("AR={BIN} ar"))
+        .args(targets);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+/// What the shapes program prints for its default input, built natively with the
+/// host's clang (the reference its wasm build must match).
+pub fn shapes_natively() -> String {
+    let dir = tempfile::tempdir().unwrap();
+    example_project(dir.path());
+    let exe = dir.path().join("shapes");
+    let out = Command::new("clang-14")
+        .current_dir(dir.path())
+        .args([
+            "-O2",
+            "-Iinclude",
+            "src/main.c",
+            "src/parse.c",
+            "src/shapes.c",
+            "-o",
+        ])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert_ok("clang-14 (native)", &out);
+    let out = Command::new(&exe).output().unwrap();
+    assert_ok("the native shapes", &out);
+    text(&out.stdout)
+}
+
+/// Runs a wasm program made by a build, with `dir` at the same path in the guest.
+pub fn run_program(wasm: &Path, dir: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .env("WASM9P_CACHE_DIR", module_cache())
+        .arg("run")
+        .arg("--dir")
+        .arg(dir)
+        .arg(wasm)
+        .args(args)
+        .output()
+        .unwrap()
+}
