@@ -233,12 +233,24 @@ impl Host {
         env: &[(String, String)],
         stdio: Stdio,
     ) -> (wasmtime::Result<i32>, Vec<u8>, Vec<u8>) {
+        self.run_guest_in(argv, env, stdio, self.working_dir.as_deref())
+    }
+
+    /// As [`Host::run_guest`], in the working directory `working_dir` (a guest path;
+    /// preview1 guests only).
+    pub(super) fn run_guest_in(
+        &self,
+        argv: Vec<String>,
+        env: &[(String, String)],
+        stdio: Stdio,
+        working_dir: Option<&str>,
+    ) -> (wasmtime::Result<i32>, Vec<u8>, Vec<u8>) {
         let ns = self.mounts.namespace().clone();
         let program = self.program.next();
         match &program.runner {
             Runner::P1(program) => {
                 let mut ctx = WasiP1Ctx::builder(ns, self.runtime.handle().clone()).args(argv);
-                if let Some(dir) = &self.working_dir {
+                if let Some(dir) = working_dir {
                     ctx = ctx.working_dir(dir);
                 }
                 for (k, v) in env {

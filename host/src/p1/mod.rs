@@ -71,7 +71,10 @@ pub enum Output {
 
 /// Where streamed output goes: called with each write, in order.
 #[derive(Clone)]
-pub struct Sink(pub Arc<dyn Fn(&[u8]) -> std::io::Result<()> + Send + Sync>);
+pub struct Sink(pub Arc<SinkFn>);
+
+/// What a [`Sink`] calls.
+pub type SinkFn = dyn Fn(&[u8]) -> std::io::Result<()> + Send + Sync;
 
 impl std::fmt::Debug for Sink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -37,22 +37,16 @@ pub(super) fn run(
     let mut stream = UnixStream::connect(daemon)
         .map_err(|e| format!("cannot reach the daemon at unix:{}: {e}", daemon.display()))?;
     let lost = |e: std::io::Error| format!("lost the daemon at unix:{}: {e}", daemon.display());
-    wire::send(&mut stream, wire::REQUEST, &request.to_json()).map_err(lost)?;
-    if request.stdin {
-        let mut stdin = std::io::stdin().lock();
-        let mut chunk = vec![0u8; 64 << 10];
-        loop {
-            let n = stdin
-                .read(&mut chunk)
-                .map_err(|e| format!("reading stdin: {e}"))?;
-            wire::send(&mut stream, wire::STDIN, &chunk[..n]).map_err(lost)?;
-            if n == 0 {
-                break;
-            }
-        }
-    }
+    // A daemon that refuses the request says why and closes before reading it all: a
+    // failed send is reported only if no answer can be read either.
+    let sent = send_request(&mut stream, &request);
     loop {
-        match wire::receive(&mut stream).map_err(lost)? {
+        let frame = match (wire::receive(&mut stream), &sent) {
+            (Ok(frame), _) => frame,
+            (Err(_), Err(e)) => return Err(lost(std::io::Error::new(e.kind(), e.to_string()))),
+            (Err(e), Ok(())) => return Err(lost(e)),
+        };
+        match frame {
             Some((wire::STDOUT, bytes)) => {
                 let mut out = std::io::stdout().lock();
                 let _ = out.write_all(&bytes).and_then(|()| out.flush());
@@ -63,11 +57,31 @@ pub(super) fn run(
             Some((wire::EXIT, code)) if code.len() == 1 => return Ok(code[0]),
             Some((tag, _)) => return Err(format!("the daemon sent an unknown frame {tag:#x}")),
             None => {
-                return Err(format!(
-                    "the daemon at unix:{} went away before the end",
-                    daemon.display()
-                ))
+                return Err(match sent {
+                    Err(e) => lost(e),
+                    Ok(()) => format!(
+                        "the daemon at unix:{} went away before the end",
+                        daemon.display()
+                    ),
+                })
             }
         }
     }
+}
+
+/// The request, then stdin when it reads it.
+fn send_request(stream: &mut UnixStream, request: &Request) -> std::io::Result<()> {
+    wire::send(stream, wire::REQUEST, &request.to_json())?;
+    if request.stdin {
+        let mut stdin = std::io::stdin().lock();
+        let mut chunk = vec![0u8; 64 << 10];
+        loop {
+            let n = stdin.read(&mut chunk)?;
+            wire::send(stream, wire::STDIN, &chunk[..n])?;
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    Ok(())
 }

@@ -240,6 +240,12 @@ impl Daemon<'_> {
                 },
             };
             let code = session.run(tool, &request.args);
+            if cancel.load(Ordering::Relaxed) {
+                say(&format!(
+                    "daemon: a client went away during `{}`; its guests were stopped",
+                    request.tool
+                ));
+            }
             let mut writer = writer.lock().unwrap_or_else(|e| e.into_inner());
             let _ = wire::send(&mut *writer, wire::EXIT, &[code]);
             // Ends the watcher's read too.
@@ -289,7 +295,10 @@ fn read_request(stream: &mut UnixStream) -> Result<(Request, Vec<u8>), String> {
         Err(e) => return Err(format!("reading the request: {e}")),
     };
     let mut stdin = Vec::new();
-    while request.stdin {
+    if !request.stdin {
+        return Ok((request, stdin));
+    }
+    loop {
         match wire::receive(stream) {
             Ok(Some((wire::STDIN, chunk))) if chunk.is_empty() => break,
             Ok(Some((wire::STDIN, chunk))) if stdin.len() + chunk.len() <= wire::MAX_FRAME => {

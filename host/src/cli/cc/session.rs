@@ -83,9 +83,19 @@ impl Session<'_> {
         self.print(true, format!("{line}\n").as_bytes());
     }
 
+    /// Runs one guest in the session's working directory.
+    fn run_guest(
+        &self,
+        argv: Vec<String>,
+        stdio: Stdio,
+    ) -> (wasmtime::Result<i32>, Vec<u8>, Vec<u8>) {
+        let cwd = self.cwd.display().to_string();
+        self.host.run_guest_in(argv, &self.env, stdio, Some(&cwd))
+    }
+
     /// Runs one guest: its exit code (1 after a report if it trapped).
     fn job(&self, argv: Vec<String>, tool: &str) -> u8 {
-        let (result, _, _) = self.host.run_guest(argv, &self.env, self.stdio());
+        let (result, _, _) = self.run_guest(argv, self.stdio());
         let (code, trap) = exit_code(result);
         if let Some(trap) = trap {
             self.say(&format!("wasm9p: {tool} trapped: {trap}"));
@@ -102,8 +112,7 @@ impl Session<'_> {
         let mut planning = vec!["-###".to_owned()];
         planning.extend(args.iter().cloned());
         let (result, stdout, stderr) =
-            self.host
-                .run_guest(guest_argv(driver, &planning), &self.env, Stdio::Capture);
+            self.run_guest(guest_argv(driver, &planning), Stdio::Capture);
         let plan = jobs::plan(&String::from_utf8_lossy(&stderr));
         if !matches!(result, Ok(0)) || plan.jobs.is_empty() {
             // A query (--version, -print-*) or a mistake in the arguments: the driver
@@ -151,10 +160,9 @@ impl Session<'_> {
 
     /// Points the dependency file a job wrote at the host's toolchain headers.
     fn deps_to_host(&self, deps: &str) -> std::io::Result<()> {
-        let path = if deps.starts_with("/tmp/") {
-            self.tmp.join(&deps["/tmp/".len()..])
-        } else {
-            self.cwd.join(deps)
+        let path = match deps.strip_prefix("/tmp/") {
+            Some(name) => self.tmp.join(name),
+            None => self.cwd.join(deps),
         };
         let text = std::fs::read_to_string(&path)?;
         let host = depfile::to_host(&text, self.usr);
