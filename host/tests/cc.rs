@@ -198,6 +198,39 @@ fn relative_paths_and_dotdot_mean_the_host_s_and_response_files_and_links_work()
 }
 
 #[test]
+fn the_root_can_come_from_a_wasm9p_serve_or_the_plain_directory_with_the_same_objects() {
+    let root = small_project();
+    let dir = root.path();
+    let compile = |source: Option<&str>, object: &str| {
+        let mut cmd = command(BIN, dir, dir);
+        if let Some(source) = source {
+            cmd.env("WASM9P_ROOT_SOURCE", source);
+        }
+        let out = cmd
+            .args(["cc", "-O2", "-Iinc", "-c", "src/a.c", "-o", object])
+            .output()
+            .unwrap();
+        assert_ok(&format!("cc with the root from {source:?}"), &out);
+        std::fs::read(dir.join(object)).unwrap()
+    };
+    let embedded = compile(None, "embedded.o");
+    let (mut server, line) = wasm9p_tests::spawn_serve(
+        BIN,
+        [
+            "--export",
+            dir.to_str().unwrap(),
+            "--listen",
+            "tcp:127.0.0.1:0",
+        ],
+    );
+    let served = compile(Some(&wasm9p_tests::served_addr(&line)), "served.o");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let bound = compile(Some("bind"), "bound.o");
+    assert!(embedded == served && embedded == bound);
+}
+
+#[test]
 fn dependency_files_stdin_stdout_and_verbose_behave_as_native_clang() {
     let root = small_project();
     let dir = root.path();

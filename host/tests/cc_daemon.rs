@@ -165,6 +165,38 @@ fn two_builds_at_once_run_on_one_daemon_as_they_would_alone() {
 }
 
 #[test]
+fn the_daemon_sees_a_header_edited_behind_its_back_at_the_next_compile() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    std::fs::write(dir.join("value.h"), "#define VALUE 1\n").unwrap();
+    std::fs::write(
+        dir.join("p.c"),
+        "#include <stdio.h>\n#include \"value.h\"\nint main(void) { printf(\"%d\\n\", VALUE); return 0; }\n",
+    )
+    .unwrap();
+    let daemon = Daemon::start(dir);
+    let build_and_run = || {
+        let out = daemon
+            .cc(dir, dir, &["p.c", "-o", "p.wasm"])
+            .output()
+            .unwrap();
+        assert_ok("cc through the daemon", &out);
+        text(&run_program(&dir.join("p.wasm"), dir, &[]).stdout)
+    };
+    assert_eq!(build_and_run(), "1\n");
+    // Same size, so only a check of the server can tell.
+    std::fs::write(dir.join("value.h"), "#define VALUE 2\n").unwrap();
+    assert_eq!(build_and_run(), "2\n");
+    std::fs::write(dir.join("extra.h"), "#define EXTRA 3\n").unwrap();
+    std::fs::write(
+        dir.join("p.c"),
+        "#include <stdio.h>\n#include \"extra.h\"\nint main(void) { printf(\"%d\\n\", EXTRA); return 0; }\n",
+    )
+    .unwrap();
+    assert_eq!(build_and_run(), "3\n");
+}
+
+#[test]
 fn a_client_killed_mid_compile_stops_its_guest_and_the_daemon_serves_on() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path();
