@@ -22,6 +22,7 @@
 
 pub mod cli;
 pub mod fuse;
+pub mod interrupt;
 pub mod module_cache;
 pub mod mounts;
 pub mod p1;

@@ -35,8 +35,10 @@ pub(crate) fn parse_tier(s: &str) -> Result<TierChoice, String> {
 
 /// The engines guests run on, one per tier.
 pub(crate) fn guest_engines() -> Result<Engines, ExitCode> {
-    Engines::new(&wasmtime::Config::new())
-        .map_err(|e| fail(1, &format!("cannot make the engines: {e:#}")))
+    let mut config = wasmtime::Config::new();
+    // So that a daemon's cancelled guests stop at once (see `crate::interrupt`).
+    config.epoch_interruption(true);
+    Engines::new(&config).map_err(|e| fail(1, &format!("cannot make the engines: {e:#}")))
 }
 
 /// `wasm9p compile`: 0 when every module is in the cache at every tier asked for, 2

@@ -248,8 +248,9 @@ pub struct WasiP1CtxBuilder {
 
 impl WasiP1CtxBuilder {
     /// Stops the guest once `flag` is set: its next call that names a path, reads,
-    /// writes or prints traps. (A guest computing without calling out runs on until
-    /// it does.)
+    /// writes or prints traps; and, on an engine with epoch interruption (the ones
+    /// `wasm9p` makes), a guest computing without calls traps within
+    /// [`crate::interrupt::TICK`] too.
     pub fn cancel(mut self, flag: Arc<AtomicBool>) -> Self {
         self.cancel = Some(flag);
         self
@@ -384,7 +385,12 @@ impl P1Program {
     /// not be inside a tokio runtime). Returns the guest's exit status; files the guest
     /// left open are flushed first.
     pub fn run(&self, ctx: WasiP1Ctx) -> wasmtime::Result<i32> {
+        let cancel = ctx.cancel.clone();
         let mut store = wasmtime::Store::new(self.pre.module().engine(), ctx);
+        match cancel {
+            Some(flag) => crate::interrupt::cancel_on(&mut store, flag),
+            None => crate::interrupt::never(&mut store),
+        }
         let result = self
             .pre
             .instantiate(&mut store)

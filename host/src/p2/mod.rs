@@ -191,6 +191,7 @@ impl P2Program {
     /// for `err`, or what it gave `exit`).
     pub async fn run(&self, ctx: WasiP2Ctx) -> wasmtime::Result<i32> {
         let mut store = wasmtime::Store::new(self.pre.engine(), ctx);
+        crate::interrupt::never(&mut store);
         let command = self.pre.instantiate_async(&mut store).await?;
         let result = command.wasi_cli_run().call_run(&mut store).await;
         store.data().fs.close_all().await;
