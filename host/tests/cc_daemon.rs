@@ -197,6 +197,42 @@ fn the_daemon_sees_a_header_edited_behind_its_back_at_the_next_compile() {
 }
 
 #[test]
+fn stdin_stdout_stderr_and_exit_codes_pass_through_the_daemon() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    let daemon = Daemon::start(dir);
+    let mut piped = daemon
+        .cc(
+            dir,
+            dir,
+            &["-x", "c", "-", "-E", "-P", "-DTWICE(x)=(2*(x))"],
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    piped
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"int y = TWICE(21);\n")
+        .unwrap();
+    let out = piped.wait_with_output().unwrap();
+    assert_ok("cc -x c - -E through the daemon", &out);
+    assert_eq!(text(&out.stdout).trim(), "int y = (2*(21));");
+
+    std::fs::write(dir.join("bad.c"), "int f(void) { return nope; }\n").unwrap();
+    let out = daemon.cc(dir, dir, &["-c", "bad.c"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("use of undeclared identifier 'nope'"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
 fn a_client_killed_mid_compile_stops_its_guest_and_the_daemon_serves_on() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path();
