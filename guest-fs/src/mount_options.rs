@@ -196,7 +196,16 @@ pub struct NinepOptions {
     /// `nocto`: where the trust is a window, an open believes the file's version for
     /// the window too, instead of asking the server at every open (close-to-open).
     pub nocto: bool,
+    /// `complete_dirs=K`: once a directory has sent K lookups to the server, its whole
+    /// listing is read and answers every later lookup in it (`None`: `off`). Only in
+    /// modes that cache metadata; see [`crate::cache::MAX_COMPLETE`].
+    pub complete_dirs: Option<u32>,
 }
+
+/// Default `complete_dirs`: a directory is listed once it has sent 4 lookups to the
+/// server (a compiler's include directories reach that at its first unit; a
+/// directory looked up once or twice is never listed).
+pub const DEFAULT_COMPLETE_DIRS: u32 = 4;
 
 /// Default `cache_size`: 256 MiB.
 pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
@@ -213,6 +222,7 @@ impl Default for NinepOptions {
             reconnect: false,
             revalidate: None,
             nocto: false,
+            complete_dirs: Some(DEFAULT_COMPLETE_DIRS),
         }
     }
 }
@@ -238,6 +248,7 @@ impl NinepOptions {
     ) -> Result<Self, OptionError> {
         let mut opts = NinepOptions::default();
         let mut negtimeout = None;
+        let mut complete_given = false;
         for (key, value) in pairs {
             let value_of = |key: &'static str, expected| {
                 value.ok_or(OptionError::BadValue {
@@ -289,6 +300,20 @@ impl NinepOptions {
                     })?;
                     opts.revalidate = Some(Duration::from_millis(ms));
                 }
+                "complete_dirs" => {
+                    let v = value_of("complete_dirs", "a count or off")?;
+                    opts.complete_dirs = match v {
+                        "off" => None,
+                        n => Some(n.parse().ok().filter(|k| *k <= 1000).ok_or(
+                            OptionError::BadValue {
+                                key: "complete_dirs",
+                                value: v.into(),
+                                expected: "lookups before a directory is listed (0..=1000), or off",
+                            },
+                        )?),
+                    };
+                    complete_given = opts.complete_dirs.is_some();
+                }
                 "ro" if value.is_none() => opts.read_only = true,
                 "nocto" if value.is_none() => opts.nocto = true,
                 other => return Err(OptionError::Unknown(other.into())),
@@ -301,6 +326,13 @@ impl NinepOptions {
                 value: String::new(),
                 expected:
                     "a metadata mode with revalidate=MS above 0 (opens trust the file for MS)",
+            });
+        }
+        if complete_given && !opts.cache.has(CacheMode::META) {
+            return Err(OptionError::BadValue {
+                key: "complete_dirs",
+                value: String::new(),
+                expected: "a mode that caches metadata (listings are metadata)",
             });
         }
         if opts.cache.has(CacheMode::FSCACHE) {

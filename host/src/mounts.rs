@@ -289,6 +289,7 @@ impl Mounted {
         let mut cache = json!({
             "dentry_hits": 0, "dentry_misses": 0, "negative_hits": 0, "symlink_hits": 0,
             "attr_hits": 0, "page_hits": 0, "page_misses": 0, "revalidated": 0,
+            "listings_read": 0, "listing_hits": 0,
         });
         if let Some(s) = &stats {
             for (name, n) in &s.rpc {
@@ -300,6 +301,7 @@ impl Mounted {
                 "negative_hits": c.negative_hits, "symlink_hits": c.symlink_hits,
                 "attr_hits": c.attr_hits, "page_hits": c.page_hits, "page_misses": c.page_misses,
                 "revalidated": c.revalidated,
+                "listings_read": c.listings_read, "listing_hits": c.listing_hits,
             });
         }
         rpc.insert(

@@ -83,8 +83,19 @@ pub struct NinepFs {
     inflight: Flights<(u64, String), Result<Qid, Errno>>,
     /// Directory checks in flight, by directory.
     pub(super) dir_checks: Flights<u64, Result<u32, Errno>>,
+    /// `complete_dirs=K` in a metadata mode: list a directory once it has sent K
+    /// lookups to the server (see [`crate::cache`]'s complete directories).
+    complete_after: Option<u32>,
+    /// Lookups each directory has sent to the server (bounded: forgotten wholesale
+    /// past [`MAX_COUNTED_DIRS`] directories).
+    dir_misses: std::sync::Mutex<std::collections::HashMap<u64, u32>>,
+    /// Listings being read, by directory.
+    listings: Flights<u64, ()>,
     writers: Arc<Writers>,
 }
+
+/// Most directories whose lookups are counted at once.
+const MAX_COUNTED_DIRS: usize = 1 << 16;
 
 impl std::fmt::Debug for NinepFs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -170,6 +181,11 @@ impl NinepFs {
             failed_walks: AtomicU64::new(0),
             inflight: Flights::default(),
             dir_checks: Flights::default(),
+            complete_after: options
+                .complete_dirs
+                .filter(|_| options.cache.has(CacheMode::META)),
+            dir_misses: Default::default(),
+            listings: Flights::default(),
             writers: Arc::default(),
         })
     }
@@ -261,7 +277,81 @@ impl NinepFs {
         self.cache.dir_changed(dir.id); // its listing, mtime, and nlink for a new directory
         if self.meta {
             self.cache.insert_dentry(dir.id, name, q);
+            self.cache.complete_added(dir.id, name, q);
+            // Nothing is known of what is new (a listing kept under its qid path is
+            // a removed directory's whose inode number the server reused).
+            self.cache.complete_forget(q.path);
         }
+    }
+
+    /// The answer of `dir`'s complete listing for `name`, reading the listing first
+    /// if `dir` has now sent `complete_dirs` lookups to the server; `None` when there
+    /// is no listing to ask (the name is walked).
+    async fn from_listing(&self, dir: &Node, name: &str) -> Option<Result<Qid, Errno>> {
+        let after = self.complete_after?;
+        self.cache.complete_drop_if_stale(dir.id);
+        if self.cache.complete_known(dir.id) {
+            return None; // too large, or it holds no answer (a "missing" that expired)
+        }
+        let sent = {
+            let mut counts = self.dir_misses.lock().unwrap_or_else(|e| e.into_inner());
+            if counts.len() >= MAX_COUNTED_DIRS {
+                counts.clear();
+            }
+            let n = counts.entry(dir.id).or_default();
+            *n = n.saturating_add(1);
+            *n - 1
+        };
+        if sent < after {
+            return None;
+        }
+        self.listings.run(dir.id, || self.read_complete(dir)).await;
+        let answer = match self.cache.peek_lookup(dir.id, name) {
+            Lookup::Found(q) => Ok(q),
+            Lookup::Missing => Err(Errno::ENOENT),
+            _ => return None,
+        };
+        self.cache.count_listing_hit();
+        Some(answer)
+    }
+
+    /// Reads `dir`'s whole listing into the cache as a complete directory (or marks
+    /// it too large); on any error nothing is recorded and lookups walk as before.
+    async fn read_complete(&self, dir: &Node) {
+        let Ok(n) = parts(dir) else { return };
+        let mut seen = self.seen_before(dir);
+        let Ok(fid) = self.walk(&n.path).await else {
+            return;
+        };
+        if !n.path.is_empty() {
+            seen.dir_version = if fid.qid.path == dir.id {
+                fid.qid.version
+            } else {
+                0
+            };
+        }
+        if fid.lopen(open::RDONLY | open::DIRECTORY).await.is_err() {
+            return;
+        }
+        let mut names = std::collections::HashMap::new();
+        let mut offset = 0;
+        loop {
+            let Ok(batch) = fid.readdir(offset, u32::MAX).await else {
+                return;
+            };
+            let Some(last) = batch.last() else { break };
+            offset = last.offset;
+            for e in batch {
+                if e.name != "." && e.name != ".." {
+                    names.insert(Box::<str>::from(e.name), e.qid);
+                }
+            }
+            if names.len() > crate::cache::MAX_COMPLETE {
+                self.cache.insert_too_large(dir.id, seen);
+                return;
+            }
+        }
+        self.cache.insert_complete(dir.id, names, seen);
     }
 }
 
@@ -306,7 +396,10 @@ impl Backend for NinepFs {
             };
             let q = match confirmed {
                 Some(answer) => answer?,
-                None => self.lookup_remote(dir, name).await?,
+                None => match self.from_listing(dir, name).await {
+                    Some(answer) => answer?,
+                    None => self.lookup_remote(dir, name).await?,
+                },
             };
             Ok(node(child_path(dir, name)?, q))
         })
@@ -524,12 +617,27 @@ impl Backend for NinepFs {
                 let _ = self.lookup_remote(dir, name).await;
             }
             let fid = self.walk(&parts(dir)?.path).await?;
+            let gone = match self.cache.peek_lookup(dir.id, name) {
+                Lookup::Found(q) => Some(q),
+                _ => None,
+            };
             let result = fid
                 .unlinkat(name, if dir_only { AT_REMOVEDIR } else { 0 })
                 .await;
             // Whatever happened, what we knew about the name may be wrong now.
             self.cache.forget(dir.id, name);
             self.cache.dir_changed(dir.id);
+            match result {
+                Ok(()) => {
+                    self.cache.complete_removed(dir.id, name);
+                    // A removed directory's listing must not outlive it: a directory
+                    // made later may get its inode number, and so its qid path.
+                    if let Some(q) = gone {
+                        self.cache.complete_forget(q.path);
+                    }
+                }
+                Err(_) => self.cache.complete_forget(dir.id),
+            }
             result
         })
     }
@@ -544,11 +652,30 @@ impl Backend for NinepFs {
         Box::pin(async move {
             let a = self.walk(&parts(from_dir)?.path).await?;
             let b = self.walk(&parts(to_dir)?.path).await?;
+            // What moves, if the cache knows: the listings then follow the move.
+            let found = |dir: &Node, name: &str| match self.cache.peek_lookup(dir.id, name) {
+                Lookup::Found(q) => Some(q),
+                _ => None,
+            };
+            let (moved, replaced) = (found(from_dir, from), found(to_dir, to));
             let result = a.renameat(from, &b, to).await;
             self.cache.forget(from_dir.id, from);
             self.cache.forget(to_dir.id, to);
             self.cache.dir_changed(from_dir.id);
             self.cache.dir_changed(to_dir.id);
+            if let (Ok(()), Some(q)) = (&result, replaced) {
+                self.cache.complete_forget(q.path); // a directory replaced is gone
+            }
+            match (&result, moved) {
+                (Ok(()), Some(q)) => {
+                    self.cache.complete_removed(from_dir.id, from);
+                    self.cache.complete_added(to_dir.id, to, q);
+                }
+                _ => {
+                    self.cache.complete_forget(from_dir.id);
+                    self.cache.complete_forget(to_dir.id);
+                }
+            }
             result
         })
     }
@@ -590,6 +717,10 @@ impl Backend for NinepFs {
             self.cache.forget(dir.id, name);
             self.cache.forget_attr(target.id);
             self.cache.dir_changed(dir.id);
+            match &result {
+                Ok(()) => self.cache.complete_added(dir.id, name, file.qid),
+                Err(_) => self.cache.complete_forget(dir.id),
+            }
             result
         })
     }

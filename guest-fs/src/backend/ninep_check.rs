@@ -92,7 +92,10 @@ impl NinepFs {
                     self.walk_path(names).await.map_err(|e| e.errno)?.fid.qid
                 };
                 self.cache.dir_seen(q.path, q.version, at);
-                Ok(if q.path == dir.id { q.version } else { 0 })
+                let version = if q.path == dir.id { q.version } else { 0 };
+                // A complete listing read under another version is out of date.
+                self.cache.complete_seen_at(dir.id, version);
+                Ok(version)
             })
             .await
     }

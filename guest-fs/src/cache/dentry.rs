@@ -53,15 +53,31 @@ impl MountCache {
             Some(Entry::Negative { expires, seen }) if expires.is_none_or(|t| now < t) => {
                 (None, seen)
             }
-            Some(Entry::Negative { .. }) => {
-                // Expired: forget it so it no longer takes room.
-                self.store.remove(&key);
-                bump(&self.counters.dentry_misses);
-                return Lookup::Unknown;
-            }
-            _ => {
-                bump(&self.counters.dentry_misses);
-                return Lookup::Unknown;
+            other => {
+                if other.is_some() {
+                    // An expired negative dentry: forget it so it no longer takes room.
+                    self.store.remove(&key);
+                }
+                // No dentry: the directory's complete listing knows, if it is kept.
+                let answer = self.complete_answer(dir, name).filter(|(found, seen)| {
+                    // "Missing" lives no longer than a negative dentry would.
+                    found.is_some() || self.missing_still(seen.at, now)
+                });
+                let Some((found, seen)) = answer else {
+                    bump(&self.counters.dentry_misses);
+                    return Lookup::Unknown;
+                };
+                if !self.believed(dir, seen, now) {
+                    bump(&self.counters.dentry_misses);
+                    return Lookup::Unconfirmed {
+                        found,
+                        dir_version: seen.dir_version,
+                    };
+                }
+                if count {
+                    self.count_listing_hit();
+                }
+                return found.map_or(Lookup::Missing, Lookup::Found);
             }
         };
         if !self.believed(dir, seen, now) {
@@ -105,8 +121,13 @@ impl MountCache {
     /// cached target and a file's cached attributes go with its dentry, so a cached
     /// target never outlives its link.
     pub fn forget(&self, dir: u64, name: &str) {
-        if let Some((_, Entry::Positive { qid, .. })) = self.store.remove(&DentryRef { dir, name })
-        {
+        let dentry = match self.store.remove(&DentryRef { dir, name }) {
+            Some((_, Entry::Positive { qid, .. })) => Some(qid),
+            _ => None,
+        };
+        // A name a complete listing knows has no dentry of its own.
+        let listed = self.complete_answer(dir, name).and_then(|(found, _)| found);
+        for qid in dentry.into_iter().chain(listed) {
             self.forget_symlink(qid.path);
             self.forget_attr(qid.path);
         }

@@ -22,6 +22,7 @@
 //! window after it was fetched, and fetched again after it.
 
 mod attr;
+mod complete;
 mod dentry;
 mod negative;
 mod page;
@@ -37,6 +38,7 @@ use std::time::Instant;
 use quick_cache::{Equivalent, Weighter};
 use wasm9p_proto::{Qid, Rgetattr};
 
+pub use complete::MAX_COMPLETE;
 pub use dentry::Lookup;
 pub use page::PAGE_SIZE;
 pub use validity::Seen;
@@ -68,6 +70,8 @@ enum Key {
     },
     /// The last qid version seen of a directory.
     DirVersion(u64),
+    /// A directory's complete listing, by name.
+    Complete(u64),
 }
 
 /// A borrowed dentry key, so lookups do not allocate.
@@ -96,6 +100,7 @@ impl Hash for Key {
                 generation,
             } => (5u8, *path, *version, *generation).hash(state),
             Key::DirVersion(path) => (6u8, *path).hash(state),
+            Key::Complete(path) => (7u8, *path).hash(state),
         }
     }
 }
@@ -134,6 +139,11 @@ enum Entry {
         entries: Arc<Vec<crate::backend::Entry>>,
         seen: Seen,
     },
+    /// A directory's every name, with its qid (`None`: too large to keep).
+    Complete {
+        names: Option<complete::Names>,
+        seen: Seen,
+    },
     /// A directory had this qid version `at` (confirming what is known of its names).
     DirVersion { version: u32, at: Instant },
     /// A page of a file.
@@ -166,6 +176,16 @@ impl Weighter<Key, Entry> for ByteWeighter {
                     .sum::<u64>()
             }
             Entry::Page(data) => data.len() as u64,
+            Entry::Complete {
+                names: Some(names), ..
+            } => {
+                let each = (std::mem::size_of::<Box<str>>() + std::mem::size_of::<Qid>()) as u64;
+                // A hash map's slots are about one and a half times its entries.
+                32 + names
+                    .keys()
+                    .map(|name| name.len() as u64 + each * 3 / 2)
+                    .sum::<u64>()
+            }
             _ => 0,
         };
         ENTRY_OVERHEAD + key_bytes + entry_bytes
@@ -186,6 +206,8 @@ pub struct CacheCounters {
     page_misses: AtomicU64,
     readdir_hits: AtomicU64,
     revalidated: AtomicU64,
+    listings_read: AtomicU64,
+    listing_hits: AtomicU64,
 }
 
 /// A snapshot of [`CacheCounters`].
@@ -214,6 +236,10 @@ pub struct CacheStats {
     /// Answers past their trust window that a check with the server confirmed, so they
     /// were served without being fetched again.
     pub revalidated: u64,
+    /// Directory listings read to make a directory complete.
+    pub listings_read: u64,
+    /// Lookups answered by a complete directory's listing (present or missing).
+    pub listing_hits: u64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -342,6 +368,8 @@ impl MountCache {
             page_misses: get(&c.page_misses),
             readdir_hits: get(&c.readdir_hits),
             revalidated: get(&c.revalidated),
+            listings_read: get(&c.listings_read),
+            listing_hits: get(&c.listing_hits),
         }
     }
 }

@@ -27,6 +27,16 @@ impl MountCache {
         self.put_negative(dir, name, Instant::now().checked_add(ttl), Seen::now(0));
     }
 
+    /// Whether "missing", learnt at `at` (from a complete listing), still stands at
+    /// `now` under the mount's `negtimeout`, as a negative dentry learnt then would.
+    pub(super) fn missing_still(&self, at: Instant, now: Instant) -> bool {
+        match self.negtimeout {
+            NegTimeout::Off => false,
+            NegTimeout::UntilEvicted => true,
+            NegTimeout::For(ttl) => at.checked_add(ttl).is_none_or(|end| now < end),
+        }
+    }
+
     fn put_negative(&self, dir: u64, name: &str, expires: Option<Instant>, seen: Seen) {
         self.store.insert(
             Key::Dentry {
