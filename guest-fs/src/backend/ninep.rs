@@ -287,7 +287,7 @@ impl NinepFs {
     /// The answer of `dir`'s complete listing for `name`, reading the listing first
     /// if `dir` has now sent `complete_dirs` lookups to the server; `None` when there
     /// is no listing to ask (the name is walked).
-    async fn from_listing(&self, dir: &Node, name: &str) -> Option<Result<Qid, Errno>> {
+    async fn answer_from_listing(&self, dir: &Node, name: &str) -> Option<Result<Qid, Errno>> {
         let after = self.complete_after?;
         self.cache.complete_drop_if_stale(dir.id);
         if self.cache.complete_known(dir.id) {
@@ -396,7 +396,7 @@ impl Backend for NinepFs {
             };
             let q = match confirmed {
                 Some(answer) => answer?,
-                None => match self.from_listing(dir, name).await {
+                None => match self.answer_from_listing(dir, name).await {
                     Some(answer) => answer?,
                     None => self.lookup_remote(dir, name).await?,
                 },
