@@ -1,13 +1,16 @@
 //! Stopping a running guest from outside, promptly: wasmtime's epoch interruption.
 //!
-//! The engines `wasm9p` makes for guests have epoch interruption on: compiled code
-//! checks the engine's epoch at function entries and loop heads. A guest given a
+//! On an engine with epoch interruption (`wasm9p daemon --prompt-cancel` makes its
+//! guests' engines so; it costs clang.wasm about 14 % of its speed, BENCHMARKS.md
+//! §7), compiled code checks the engine's epoch at function entries and loop heads.
+//! A guest given a
 //! cancel flag ([`crate::p1::WasiP1CtxBuilder::cancel`]) gets a deadline one tick
 //! ahead and a callback that, at each tick, traps if the flag is set and otherwise
 //! moves the deadline on; one thread ticks every such engine every [`TICK`]. So a
 //! guest computing for seconds without a WASI call (clang generating code) stops
 //! within a tick of being cancelled. A guest without a flag gets a deadline no tick
-//! reaches, and costs nothing but the checks in its code.
+//! reaches, and costs nothing but the checks in its code. On an engine without epoch
+//! interruption all of this is inert, and the flag is seen at the guest's calls only.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -20,11 +20,16 @@ struct Daemon {
 
 impl Daemon {
     fn start(root: &Path) -> Daemon {
+        Daemon::start_with(root, &[])
+    }
+
+    fn start_with(root: &Path, options: &[&str]) -> Daemon {
         let socket = root.join("daemon.sock");
         let mut child = command(BIN, root, root)
             .arg("daemon")
             .arg("--listen")
             .arg(format!("unix:{}", socket.display()))
+            .args(options)
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
@@ -262,6 +267,45 @@ fn a_client_killed_mid_compile_stops_its_guest_and_the_daemon_serves_on() {
         .unwrap();
     assert_ok("a compile after the cancelled one", &out);
     assert!(dir.join("ok.o").is_file());
+}
+
+#[test]
+fn with_prompt_cancel_a_guest_computing_without_calls_stops_when_its_client_goes() {
+    // The engines of --prompt-cancel compile differently: fill the cache for them
+    // first, so the daemon starts on optimized code like the others.
+    let out = Command::new(BIN)
+        .env("WASM9P_CACHE_DIR", module_cache())
+        .args(["compile", "--interruptible", "--tier", "optimized"])
+        .arg(toolchain().join("llvm.core.wasm"))
+        .output()
+        .unwrap();
+    assert_ok("wasm9p compile --interruptible", &out);
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    // Constant evaluation that runs for many minutes without a single WASI call.
+    std::fs::write(
+        dir.join("spin.cc"),
+        "constexpr unsigned long long spin() { unsigned long long n = 0;\n\
+         for (unsigned long long i = 0; i < ~0ull; i++) n += i; return n; }\n\
+         static_assert(spin() != 1, \"never decided\");\n",
+    )
+    .unwrap();
+    let daemon = Daemon::start_with(dir, &["--prompt-cancel"]);
+    let mut cmd = command(BIN, dir, dir);
+    cmd.env("WASM9P_DAEMON", daemon.address()).args([
+        "c++",
+        "-std=c++20",
+        "-fconstexpr-steps=4294967295",
+        "-c",
+        "spin.cc",
+    ]);
+    let mut client = cmd.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    assert!(client.try_wait().unwrap().is_none(), "spin.cc was decided");
+    client.kill().unwrap();
+    client.wait().unwrap();
+    // Minutes of evaluation left, yet the guest is stopped at once.
+    daemon.wait_for("went away", Duration::from_secs(60));
 }
 
 #[test]

@@ -24,6 +24,10 @@ pub struct CompileArgs {
     /// optimized compile they could not finish).
     #[arg(long)]
     pub background: bool,
+    /// For engines that stop a cancelled guest at once (epoch interruption, what
+    /// `wasm9p daemon --prompt-cancel` runs; its code is about 14 % slower).
+    #[arg(long, hide = true)]
+    pub interruptible: bool,
     /// Modules or components to compile.
     #[arg(required = true, value_name = "MODULE")]
     pub modules: Vec<PathBuf>,
@@ -33,11 +37,12 @@ pub(crate) fn parse_tier(s: &str) -> Result<TierChoice, String> {
     s.parse()
 }
 
-/// The engines guests run on, one per tier.
-pub(crate) fn guest_engines() -> Result<Engines, ExitCode> {
+/// The engines guests run on, one per tier; `interruptible`: with epoch interruption,
+/// so that a cancelled guest stops at once (see `crate::interrupt`), at the price of
+/// a check in every loop and call of its code.
+pub(crate) fn guest_engines(interruptible: bool) -> Result<Engines, ExitCode> {
     let mut config = wasmtime::Config::new();
-    // So that a daemon's cancelled guests stop at once (see `crate::interrupt`).
-    config.epoch_interruption(true);
+    config.epoch_interruption(interruptible);
     Engines::new(&config).map_err(|e| fail(1, &format!("cannot make the engines: {e:#}")))
 }
 
@@ -54,7 +59,7 @@ pub fn compile(args: CompileArgs) -> ExitCode {
             "no module cache to fill: give --module-cache DIR (or set WASM9P_CACHE_DIR or HOME)",
         );
     }
-    let engines = match guest_engines() {
+    let engines = match guest_engines(args.interruptible) {
         Ok(engines) => engines,
         Err(code) => return code,
     };

@@ -134,6 +134,10 @@ pub struct GuestArgs {
     /// it when it is ready), baseline (Winch only) or optimized (wait for Cranelift).
     #[arg(long, value_name = "TIER", default_value = "auto", value_parser = parse_tier)]
     pub tier: TierChoice,
+    /// Run guests on engines that stop a cancelled guest at once (set by `wasm9p
+    /// daemon --prompt-cancel`; not an option of `run` or `batch`).
+    #[arg(skip)]
+    pub interruptible: bool,
 }
 
 fn parse_grant(s: &str) -> Result<MountGrant, String> {

@@ -41,6 +41,8 @@ pub(super) struct TieredProgram {
     guests: [AtomicU64; 2],
     /// The artifact compiled here, being stored.
     storing: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The engines have epoch interruption (a hand-off must compile for those).
+    interruptible: bool,
 }
 
 fn runner(
@@ -82,7 +84,7 @@ impl TieredProgram {
         cache: &ModuleCache,
         path: &Path,
     ) -> Result<TieredProgram, ExitCode> {
-        let engines = guest_engines()?;
+        let engines = guest_engines(args.interruptible)?;
         let cache = match std::env::var("WASM9P_TIER_FROM") {
             Ok(bytes) => cache.clone().tier_from(bytes.parse().map_err(|_| {
                 fail(
@@ -114,6 +116,7 @@ impl TieredProgram {
             compiled_in: loaded.compiled_in,
             guests: Default::default(),
             storing: Mutex::new(loaded.storing),
+            interruptible: args.interruptible,
         })
     }
 
@@ -164,7 +167,12 @@ impl TieredProgram {
             return;
         }
         let exe = std::env::current_exe();
-        match exe.and_then(|exe| upgrade.hand_off(&exe)) {
+        let extra: &[&str] = if self.interruptible {
+            &["--interruptible"]
+        } else {
+            &[]
+        };
+        match exe.and_then(|exe| upgrade.hand_off(&exe, extra)) {
             Ok(true) => say(&format!(
                 "{}: its optimized code is being compiled in the background for later runs",
                 self.path.display()

@@ -472,7 +472,8 @@ impl Upgrade {
     /// store it. Whether one was started (not when the compile is done or failed, when
     /// another process is compiling it, or when the cache is off: nothing would keep
     /// the result).
-    pub fn hand_off(&self, exe: &Path) -> std::io::Result<bool> {
+    /// `extra` arguments go to `compile` (the engine settings it must compile for).
+    pub fn hand_off(&self, exe: &Path, extra: &[&str]) -> std::io::Result<bool> {
         use std::os::unix::process::CommandExt;
         if !matches!(self.state(), UpgradeState::Compiling) {
             return Ok(false);
@@ -482,7 +483,9 @@ impl Upgrade {
         };
         Command::new(exe)
             .arg("compile")
-            .args(["--tier", "optimized", "--background", "--module-cache"])
+            .args(["--tier", "optimized", "--background"])
+            .args(extra)
+            .arg("--module-cache")
             .arg(dir)
             .arg(&self.path)
             .stdin(Stdio::null())

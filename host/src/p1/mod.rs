@@ -248,8 +248,8 @@ pub struct WasiP1CtxBuilder {
 
 impl WasiP1CtxBuilder {
     /// Stops the guest once `flag` is set: its next call that names a path, reads,
-    /// writes or prints traps; and, on an engine with epoch interruption (the ones
-    /// `wasm9p` makes), a guest computing without calls traps within
+    /// writes or prints traps; and, on an engine with epoch interruption (`wasm9p
+    /// daemon --prompt-cancel`), a guest computing without calls traps within
     /// [`crate::interrupt::TICK`] too.
     pub fn cancel(mut self, flag: Arc<AtomicBool>) -> Self {
         self.cancel = Some(flag);

@@ -284,6 +284,8 @@ struct Setup {
     root_source: Option<String>,
     /// The root mount's cache options.
     root_cache: &'static str,
+    /// Guests run on engines that stop a cancelled one at once.
+    pub(super) interruptible: bool,
     cwd: PathBuf,
     toolchain: Toolchain,
     tmp: tempfile::TempDir,
@@ -346,6 +348,7 @@ impl Setup {
             cwd,
             toolchain,
             tmp,
+            interruptible: false,
         })
     }
 
@@ -382,6 +385,7 @@ impl Setup {
             no_module_cache: false,
             allow_mount: Vec::new(),
             tier: TierChoice::Auto,
+            interruptible: self.interruptible,
         };
         let mut host = Host::prepare(&args, &self.toolchain.module)?;
         host.working_dir = Some(self.cwd.display().to_string());
