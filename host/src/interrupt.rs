@@ -1,7 +1,7 @@
 //! Stopping a running guest from outside, promptly: wasmtime's epoch interruption.
 //!
 //! On an engine with epoch interruption (`wasm9p daemon --prompt-cancel` makes its
-//! guests' engines so; it costs clang.wasm about 14 % of its speed, BENCHMARKS.md
+//! guests' engines so; it costs clang.wasm 12-15 % of its speed, BENCHMARKS.md
 //! §7), compiled code checks the engine's epoch at function entries and loop heads.
 //! A guest given a
 //! cancel flag ([`crate::p1::WasiP1CtxBuilder::cancel`]) gets a deadline one tick

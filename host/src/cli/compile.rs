@@ -25,7 +25,7 @@ pub struct CompileArgs {
     #[arg(long)]
     pub background: bool,
     /// For engines that stop a cancelled guest at once (epoch interruption, what
-    /// `wasm9p daemon --prompt-cancel` runs; its code is about 14 % slower).
+    /// `wasm9p daemon --prompt-cancel` runs; its code is about 12-15 % slower).
     #[arg(long, hide = true)]
     pub interruptible: bool,
     /// Modules or components to compile.

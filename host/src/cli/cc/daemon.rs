@@ -15,7 +15,7 @@
 //!   guests: the next WASI call they make traps (see
 //!   [`crate::p1::WasiP1CtxBuilder::cancel`]); with `--prompt-cancel`, within 10 ms
 //!   even mid-computation (epoch interruption, [`crate::interrupt`]), for guest code
-//!   about 14 % slower.
+//!   about 12-15 % slower.
 //! - **Files changed behind its back:** the root is mounted `cache=loose,revalidate=0`:
 //!   every lookup and open checks the server, so an edit made by anything but the
 //!   daemon (an editor, a code generator run by make) is seen by the next compile. The
@@ -57,7 +57,7 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "DIR")]
     pub toolchain: Option<PathBuf>,
     /// Stop a gone client's guests within 10 ms, even mid-computation (epoch
-    /// interruption: the guests' code runs about 14 % slower). Without it they stop
+    /// interruption: the guests' code runs about 12-15 % slower). Without it they stop
     /// at their next WASI call.
     #[arg(long)]
     pub prompt_cancel: bool,
