@@ -202,10 +202,10 @@ pub struct NinepOptions {
     pub complete_dirs: Option<u32>,
 }
 
-/// Default `complete_dirs`: a directory is listed once it has sent 4 lookups to the
-/// server (a compiler's include directories reach that at its first unit; a
-/// directory looked up once or twice is never listed).
-pub const DEFAULT_COMPLETE_DIRS: u32 = 4;
+/// Default `complete_dirs`: a directory is listed at its second lookup sent to the
+/// server (a directory looked up once is never listed; listing at the first saved
+/// only 1 % of the build workload's cold RPCs more, BENCHMARKS.md §1c).
+pub const DEFAULT_COMPLETE_DIRS: u32 = 1;
 
 /// Default `cache_size`: 256 MiB.
 pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
@@ -378,6 +378,33 @@ mod tests {
                 None => (kv, None),
             }
         }))
+    }
+
+    #[test]
+    fn complete_dirs_takes_a_count_or_off_and_only_where_metadata_is_cached() {
+        assert_eq!(
+            parse("cache=loose").unwrap().complete_dirs,
+            Some(DEFAULT_COMPLETE_DIRS)
+        );
+        assert_eq!(
+            parse("cache=loose,complete_dirs=0").unwrap().complete_dirs,
+            Some(0)
+        );
+        assert_eq!(
+            parse("cache=0x3,complete_dirs=7").unwrap().complete_dirs,
+            Some(7)
+        );
+        assert_eq!(
+            parse("cache=loose,complete_dirs=off")
+                .unwrap()
+                .complete_dirs,
+            None
+        );
+        assert!(parse("cache=loose,complete_dirs=many").is_err());
+        assert!(parse("cache=loose,complete_dirs=1001").is_err());
+        // Given where it would change nothing: refused, not ignored.
+        assert!(parse("cache=mmap,complete_dirs=2").is_err());
+        assert!(parse("cache=none,complete_dirs=off").is_ok());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Mount SPECs (`--mount`, `--dir`) and the namespace they build.
 //!
 //! Docker-style `key=value,...` lists, as in the CLI contract:
-//! - `type=9p,source=ADDR,aname=NAME,target=/g[,cache=..][,negtimeout=..][,msize=..][,cache_size=..][,symlink_cache=on|off][,revalidate=MS][,nocto][,reconnect=on|off][,ro]`
+//! - `type=9p,source=ADDR,aname=NAME,target=/g[,cache=..][,negtimeout=..][,msize=..][,cache_size=..][,symlink_cache=on|off][,revalidate=MS][,nocto][,complete_dirs=K|off][,reconnect=on|off][,ro]`
 //!   (a remote server at any transport address; `reconnect=on` re-establishes a
 //!   dropped connection, see `wasm9p_guest_fs::client::ClientConfig::reconnect`);
 //! - `type=9p,export=HOSTDIR,target=/g[,...]` (the embedded default: our server in
@@ -140,7 +140,7 @@ impl MountSpec {
                 "ro" | "readonly" if value.is_none() => read_only = true,
                 "nocto" if value.is_none() => options.push((key, value)),
                 "cache" | "negtimeout" | "msize" | "cache_size" | "symlink_cache" | "reconnect"
-                | "revalidate" => options.push((key, value)),
+                | "revalidate" | "complete_dirs" => options.push((key, value)),
                 other => return Err(spec_error(spec, format!("unknown key {other:?}"))),
             }
         }

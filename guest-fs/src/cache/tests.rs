@@ -377,3 +377,81 @@ async fn in_a_runtime_pages_are_moved_out_of_their_replies_in_the_background() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+#[test]
+fn a_complete_listing_answers_present_and_missing_and_follows_local_changes() {
+    let cache = loose();
+    let names = [("a.h", file(10)), ("b.h", file(11))]
+        .into_iter()
+        .map(|(n, q)| (Box::<str>::from(n), q))
+        .collect();
+    cache.insert_complete(DIR, names, Seen::now(0));
+    assert_eq!(cache.lookup(DIR, "a.h"), Lookup::Found(file(10)));
+    assert_eq!(cache.lookup(DIR, "zzz.h"), Lookup::Missing);
+    assert_eq!(
+        cache.lookup(DIR + 1, "a.h"),
+        Lookup::Unknown,
+        "another directory"
+    );
+    cache.complete_added(DIR, "c.h", file(12));
+    cache.complete_removed(DIR, "a.h");
+    assert_eq!(cache.lookup(DIR, "c.h"), Lookup::Found(file(12)));
+    assert_eq!(cache.lookup(DIR, "a.h"), Lookup::Missing);
+    // A dentry of its own still wins over the listing.
+    cache.insert_dentry(DIR, "b.h", file(99));
+    assert_eq!(cache.lookup(DIR, "b.h"), Lookup::Found(file(99)));
+    let s = cache.stats();
+    assert_eq!((s.listings_read, s.listing_hits), (1, 4));
+    cache.complete_forget(DIR);
+    assert_eq!(cache.lookup(DIR, "c.h"), Lookup::Unknown);
+}
+
+#[test]
+fn missing_from_a_listing_lasts_no_longer_than_negtimeout_and_trust_is_the_mount_s() {
+    let short = MountCache::new(1 << 20, NegTimeout::For(Duration::from_millis(30)));
+    let one = std::iter::once((Box::<str>::from("a.h"), file(10))).collect();
+    short.insert_complete(DIR, one, Seen::now(0));
+    assert_eq!(short.lookup(DIR, "x.h"), Lookup::Missing);
+    std::thread::sleep(Duration::from_millis(40));
+    assert_eq!(
+        short.lookup(DIR, "x.h"),
+        Lookup::Unknown,
+        "negtimeout passed"
+    );
+    assert_eq!(short.lookup(DIR, "a.h"), Lookup::Found(file(10)));
+
+    let windowed = checking(Duration::from_millis(30));
+    let one = std::iter::once((Box::<str>::from("a.h"), file(10))).collect();
+    windowed.insert_complete(DIR, one, Seen::now(5));
+    assert_eq!(windowed.lookup(DIR, "a.h"), Lookup::Found(file(10)));
+    std::thread::sleep(Duration::from_millis(40));
+    assert_eq!(
+        windowed.lookup(DIR, "a.h"),
+        Lookup::Unconfirmed {
+            found: Some(file(10)),
+            dir_version: 5
+        }
+    );
+    // The directory seen at its version again: the whole listing is believed again.
+    windowed.dir_seen(DIR, 5, Instant::now());
+    assert_eq!(windowed.lookup(DIR, "a.h"), Lookup::Found(file(10)));
+    // ...and at another, it is out of date.
+    windowed.complete_seen_at(DIR, 6);
+    assert_eq!(windowed.lookup(DIR, "a.h"), Lookup::Unknown);
+}
+
+#[test]
+fn a_directory_too_large_is_only_marked() {
+    let cache = loose();
+    let many = (0..=super::MAX_COMPLETE as u64)
+        .map(|i| (Box::<str>::from(format!("f{i}")), file(100 + i)))
+        .collect();
+    cache.insert_complete(DIR, many, Seen::now(0));
+    assert!(cache.complete_known(DIR));
+    assert_eq!(cache.lookup(DIR, "f1"), Lookup::Unknown);
+    assert!(
+        cache.bytes() < 4096,
+        "{} bytes kept for a marker",
+        cache.bytes()
+    );
+}

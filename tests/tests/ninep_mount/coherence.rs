@@ -26,7 +26,7 @@ impl Remote {
         }
     }
 
-    async fn mount(&self, spec: &str) -> (Namespace, Arc<NinepFs>) {
+    pub(super) async fn mount(&self, spec: &str) -> (Namespace, Arc<NinepFs>) {
         super::mount(self, spec).await
     }
 }

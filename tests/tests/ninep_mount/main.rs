@@ -15,6 +15,7 @@ use wasm9p_proto::Errno;
 use wasm9p_tests::{TestServer, Tree};
 
 mod coherence;
+mod complete;
 mod files;
 mod metadata;
 mod pages;

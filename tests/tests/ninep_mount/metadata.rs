@@ -34,7 +34,9 @@ async fn loose_mode_answers_repeated_lookups_without_rpcs() {
         );
         let stats = fs.cache_stats();
         assert_eq!(stats.negative_hits, 100);
-        assert!(stats.dentry_hits >= 500, "{stats:?}");
+        // Names found by a dentry of their own, or by their directory's listing
+        // (complete directories).
+        assert!(stats.dentry_hits + stats.listing_hits >= 500, "{stats:?}");
     }
 }
 
