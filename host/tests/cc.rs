@@ -264,20 +264,10 @@ fn dependency_files_stdin_stdout_and_verbose_behave_as_native_clang() {
         text(&out.stdout)
     );
 
-    let mut piped = command(BIN, dir, dir)
-        .args(["cc", "-x", "c", "-", "-o", "-", "-S"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    piped
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"int twice(int x) { return 2 * x; }\n")
-        .unwrap();
-    let out = piped.wait_with_output().unwrap();
+    let out = with_stdin(
+        command(BIN, dir, dir).args(["cc", "-x", "c", "-", "-o", "-", "-S"]),
+        b"int twice(int x) { return 2 * x; }\n",
+    );
     assert_ok("cc -x c - -S -o -", &out);
     assert!(
         text(&out.stdout).contains("twice:"),

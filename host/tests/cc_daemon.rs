@@ -206,24 +206,14 @@ fn stdin_stdout_stderr_and_exit_codes_pass_through_the_daemon() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path();
     let daemon = Daemon::start(dir);
-    let mut piped = daemon
-        .cc(
+    let out = with_stdin(
+        &mut daemon.cc(
             dir,
             dir,
             &["-x", "c", "-", "-E", "-P", "-DTWICE(x)=(2*(x))"],
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    piped
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"int y = TWICE(21);\n")
-        .unwrap();
-    let out = piped.wait_with_output().unwrap();
+        ),
+        b"int y = TWICE(21);\n",
+    );
     assert_ok("cc -x c - -E through the daemon", &out);
     assert_eq!(text(&out.stdout).trim(), "int y = (2*(21));");
 

@@ -9,7 +9,10 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use cc_support::assert_ok;
 use wasm9p_tests::{clang_wasm, parse_cc1_line, Tree};
+
+mod cc_support;
 
 const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
 
@@ -122,16 +125,6 @@ fn warm_module_cache() {
         assert_ok("clang --version", &out);
         assert!(String::from_utf8_lossy(&out.stdout).contains("clang version 22"));
     });
-}
-
-fn assert_ok(what: &str, out: &Output) {
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{what}: stdout {} stderr {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// The `-cc1` words the driver would run for `driver -c SOURCE -o OUTPUT FLAGS`.

@@ -136,3 +136,16 @@ pub fn run_program(wasm: &Path, dir: &Path, args: &[&str]) -> Output {
         .output()
         .unwrap()
 }
+
+/// Runs `cmd` with `input` on its stdin and its output captured.
+pub fn with_stdin(cmd: &mut Command, input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}

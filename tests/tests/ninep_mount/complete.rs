@@ -22,6 +22,18 @@ async fn what(ns: &Namespace, path: &str) -> Result<(u64, wasm9p_guest_fs::backe
         .map(|l| (l.node.id, l.node.kind))
 }
 
+/// Each of `names` in /inc resolves on `ns` as on `truth` (a `cache=none` mount).
+async fn same_answers(ns: &Namespace, truth: &Namespace, names: &[&str], server: &str) {
+    for name in names {
+        let path = format!("/inc/{name}");
+        assert_eq!(
+            what(ns, &path).await,
+            what(truth, &path).await,
+            "{server}: {name}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn after_k_lookups_the_listing_answers_every_name_as_a_walk_would() {
     let names = [
@@ -51,14 +63,7 @@ async fn after_k_lookups_the_listing_answers_every_name_as_a_walk_would() {
         assert!(ns.resolve("/inc/h4.h", false).await.is_ok());
         assert_eq!(fs.cache_stats().listings_read, 1, "{server}");
         let (walks, listings) = (rpcs(&fs, "walk"), rpcs(&fs, "readdir"));
-        for name in names {
-            let path = format!("/inc/{name}");
-            assert_eq!(
-                what(&ns, &path).await,
-                what(&truth, &path).await,
-                "{server}: {name}"
-            );
-        }
+        same_answers(&ns, &truth, &names, server).await;
         assert_eq!(rpcs(&fs, "walk"), walks, "{server}: a name was walked");
         assert_eq!(rpcs(&fs, "readdir"), listings, "{server}: listed again");
         let stats = fs.cache_stats();
@@ -101,14 +106,7 @@ async fn changes_through_the_mount_keep_the_listing_exact() {
             "never.h",
         ];
         let walks = rpcs(&fs, "walk");
-        for name in names {
-            let path = format!("/inc/{name}");
-            assert_eq!(
-                what(&ns, &path).await,
-                what(&truth, &path).await,
-                "{server}: {name}"
-            );
-        }
+        same_answers(&ns, &truth, &names, server).await;
         assert_eq!(
             rpcs(&fs, "walk"),
             walks,
