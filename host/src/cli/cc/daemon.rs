@@ -126,7 +126,12 @@ pub fn daemon(args: DaemonArgs) -> ExitCode {
                     _ = term.recv() => break,
                     _ = int.recv() => break,
                     accepted = listener.accept() => {
-                        let Ok((stream, _)) = accepted else { continue };
+                        let Ok((stream, _)) = accepted else {
+                            // Out of descriptors, say: give the running clients a moment
+                            // rather than spin on the error.
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                            continue;
+                        };
                         let daemon = &daemon;
                         scope.spawn(move || daemon.serve(stream));
                     }
