@@ -157,10 +157,13 @@ async fn embedded_remote_and_bind_mounts_build_one_namespace() {
         (m[0]["target"].as_str(), m[0]["type"].as_str()),
         (Some("/usr"), Some("9p"))
     );
-    assert_eq!(
-        m[0]["cache"]["negative_hits"].as_u64(),
-        Some(2),
-        "loose: two of three probes cached"
+    // The first probe of missing.h is the directory's second lookup: its listing is
+    // read (complete directories) and answers all three (and the create's own lookup
+    // of new.h); without it, a negative dentry would answer the last two.
+    let cache = &m[0]["cache"];
+    assert!(
+        cache["listing_hits"].as_u64().unwrap() >= 3 && m[0]["failed_walks"].as_u64() == Some(0),
+        "loose: every probe answered from the cache: {cache}"
     );
     assert_eq!(
         m[1]["cache"]["negative_hits"].as_u64(),

@@ -65,7 +65,13 @@ fn runs_a_guest_on_an_embedded_9p_mount_with_stats() {
         (mount["target"].as_str(), mount["type"].as_str()),
         (Some("/data"), Some("9p"))
     );
-    assert_eq!(mount["cache"]["negative_hits"].as_u64(), Some(2));
+    // The guest's probes of missing names are answered from the cache: a negative
+    // dentry, or its directory's listing once read (complete directories).
+    let cache = &mount["cache"];
+    assert!(
+        cache["negative_hits"].as_u64().unwrap() + cache["listing_hits"].as_u64().unwrap() >= 2,
+        "{cache}"
+    );
     assert_eq!(
         mount["rpc"]["write"].as_u64(),
         Some(1),

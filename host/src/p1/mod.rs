@@ -22,10 +22,9 @@ mod wasi;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-
-use bytes::Bytes;
 use std::task::{Context, Poll, Waker};
 
+use bytes::Bytes;
 use wasm9p_guest_fs::namespace::Namespace;
 
 pub use fds::FdTable;
@@ -127,8 +126,8 @@ impl WasiP1Ctx {
     }
 
     /// As [`WasiP1Ctx::new`], with a working directory (see
-    /// [`WasiP1CtxBuilder::working_dir`]): `ENOENT` when it does not resolve to a
-    /// directory of `ns`.
+    /// [`WasiP1CtxBuilder::working_dir`]); one that does not resolve to a directory of
+    /// `ns` is left out, with a warning (relative paths then find nothing).
     fn with_working_dir(
         ns: Arc<Namespace>,
         rt: tokio::runtime::Handle,

@@ -109,11 +109,6 @@ impl Tool {
             .max_by_key(|(tool, _)| tool.len())
             .map(|&(_, tool)| tool)
     }
-
-    /// Every name [`Tool::named`] knows, for help texts.
-    pub fn names() -> impl Iterator<Item = &'static str> {
-        TOOLS.iter().map(|(name, _)| *name)
-    }
 }
 
 /// Where things are, from our options and the environment.
