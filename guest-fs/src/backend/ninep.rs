@@ -324,11 +324,12 @@ impl NinepFs {
             return;
         };
         if !n.path.is_empty() {
-            seen.dir_version = if fid.qid.path == dir.id {
-                fid.qid.version
-            } else {
-                0
-            };
+            if fid.qid.path != dir.id {
+                // The path leads to another directory now (renamed behind the mount):
+                // its names are not this directory's.
+                return;
+            }
+            seen.dir_version = fid.qid.version;
         }
         if fid.lopen(open::RDONLY | open::DIRECTORY).await.is_err() {
             return;
