@@ -17,6 +17,7 @@ mod flights;
 pub mod memory;
 pub mod ninep;
 mod ninep_check;
+mod ninep_complete;
 mod ninep_file;
 
 use std::any::Any;

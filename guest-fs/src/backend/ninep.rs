@@ -61,9 +61,9 @@ pub struct MountStats {
 
 /// What a 9p node carries besides its id.
 #[derive(Debug)]
-struct NinepNode {
-    path: SharedPath,
-    qid: Qid,
+pub(super) struct NinepNode {
+    pub(super) path: SharedPath,
+    pub(super) qid: Qid,
 }
 
 /// A mounted 9P export.
@@ -85,17 +85,17 @@ pub struct NinepFs {
     pub(super) dir_checks: Flights<u64, Result<u32, Errno>>,
     /// `complete_dirs=K` in a metadata mode: list a directory once it has sent K
     /// lookups to the server (see [`crate::cache`]'s complete directories).
-    complete_after: Option<u32>,
+    pub(super) complete_after: Option<u32>,
     /// Lookups each directory has sent to the server (bounded: forgotten wholesale
     /// past [`MAX_COUNTED_DIRS`] directories).
-    dir_misses: std::sync::Mutex<std::collections::HashMap<u64, u32>>,
+    pub(super) dir_misses: std::sync::Mutex<std::collections::HashMap<u64, u32>>,
     /// Listings being read, by directory.
-    listings: Flights<u64, ()>,
+    pub(super) listings: Flights<u64, ()>,
     writers: Arc<Writers>,
 }
 
 /// Most directories whose lookups are counted at once.
-const MAX_COUNTED_DIRS: usize = 1 << 16;
+pub(super) const MAX_COUNTED_DIRS: usize = 1 << 16;
 
 impl std::fmt::Debug for NinepFs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -124,7 +124,7 @@ fn node(path: SharedPath, q: Qid) -> Node {
     }
 }
 
-fn parts(n: &Node) -> Result<&NinepNode, Errno> {
+pub(super) fn parts(n: &Node) -> Result<&NinepNode, Errno> {
     n.handle
         .as_ref()
         .and_then(|h| h.downcast_ref::<NinepNode>())
@@ -214,7 +214,7 @@ impl NinepFs {
         self.root.session()
     }
 
-    async fn walk(&self, path: &SharedPath) -> Result<Fid, Errno> {
+    pub(super) async fn walk(&self, path: &SharedPath) -> Result<Fid, Errno> {
         self.walk_path(&path.to_vec())
             .await
             .map(|w| w.fid)
@@ -282,77 +282,6 @@ impl NinepFs {
             // a removed directory's whose inode number the server reused).
             self.cache.complete_forget(q.path);
         }
-    }
-
-    /// The answer of `dir`'s complete listing for `name`, reading the listing first
-    /// if `dir` has now sent `complete_dirs` lookups to the server; `None` when there
-    /// is no listing to ask (the name is walked).
-    async fn answer_from_listing(&self, dir: &Node, name: &str) -> Option<Result<Qid, Errno>> {
-        let after = self.complete_after?;
-        self.cache.complete_drop_if_stale(dir.id);
-        if self.cache.complete_known(dir.id) {
-            return None; // too large, or it holds no answer (a "missing" that expired)
-        }
-        let sent = {
-            let mut counts = self.dir_misses.lock().unwrap_or_else(|e| e.into_inner());
-            if counts.len() >= MAX_COUNTED_DIRS {
-                counts.clear();
-            }
-            let n = counts.entry(dir.id).or_default();
-            *n = n.saturating_add(1);
-            *n - 1
-        };
-        if sent < after {
-            return None;
-        }
-        self.listings.run(dir.id, || self.read_complete(dir)).await;
-        let answer = match self.cache.peek_lookup(dir.id, name) {
-            Lookup::Found(q) => Ok(q),
-            Lookup::Missing => Err(Errno::ENOENT),
-            _ => return None,
-        };
-        self.cache.count_listing_hit();
-        Some(answer)
-    }
-
-    /// Reads `dir`'s whole listing into the cache as a complete directory (or marks
-    /// it too large); on any error nothing is recorded and lookups walk as before.
-    async fn read_complete(&self, dir: &Node) {
-        let Ok(n) = parts(dir) else { return };
-        let mut seen = self.seen_before(dir);
-        let Ok(fid) = self.walk(&n.path).await else {
-            return;
-        };
-        if !n.path.is_empty() {
-            if fid.qid.path != dir.id {
-                // The path leads to another directory now (renamed behind the mount):
-                // its names are not this directory's.
-                return;
-            }
-            seen.dir_version = fid.qid.version;
-        }
-        if fid.lopen(open::RDONLY | open::DIRECTORY).await.is_err() {
-            return;
-        }
-        let mut names = std::collections::HashMap::new();
-        let mut offset = 0;
-        loop {
-            let Ok(batch) = fid.readdir(offset, u32::MAX).await else {
-                return;
-            };
-            let Some(last) = batch.last() else { break };
-            offset = last.offset;
-            for e in batch {
-                if e.name != "." && e.name != ".." {
-                    names.insert(Box::<str>::from(e.name), e.qid);
-                }
-            }
-            if names.len() > crate::cache::MAX_COMPLETE {
-                self.cache.insert_too_large(dir.id, seen);
-                return;
-            }
-        }
-        self.cache.insert_complete(dir.id, names, seen);
     }
 }
 

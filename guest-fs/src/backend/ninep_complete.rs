@@ -1,0 +1,87 @@
+//! Complete directories for the 9p backend: when to read a directory's listing, and
+//! reading it (see the cache's `complete` module for what is kept and how it stays
+//! exact).
+
+use wasm9p_proto::consts::open;
+use wasm9p_proto::{Errno, Qid};
+
+use super::ninep::{parts, NinepFs, MAX_COUNTED_DIRS};
+use super::Node;
+use crate::cache::Lookup;
+
+impl NinepFs {
+    /// The answer of `dir`'s complete listing for `name`, reading the listing first
+    /// if `dir` has now sent `complete_dirs` lookups to the server; `None` when there
+    /// is no listing to ask (the name is walked).
+    pub(super) async fn answer_from_listing(
+        &self,
+        dir: &Node,
+        name: &str,
+    ) -> Option<Result<Qid, Errno>> {
+        let after = self.complete_after?;
+        self.cache.complete_drop_if_stale(dir.id);
+        if self.cache.complete_known(dir.id) {
+            return None; // too large, or it holds no answer (a "missing" that expired)
+        }
+        let sent = {
+            let mut counts = self.dir_misses.lock().unwrap_or_else(|e| e.into_inner());
+            if counts.len() >= MAX_COUNTED_DIRS {
+                counts.clear();
+            }
+            let n = counts.entry(dir.id).or_default();
+            *n = n.saturating_add(1);
+            *n - 1
+        };
+        if sent < after {
+            return None;
+        }
+        self.listings.run(dir.id, || self.read_complete(dir)).await;
+        let answer = match self.cache.peek_lookup(dir.id, name) {
+            Lookup::Found(q) => Ok(q),
+            Lookup::Missing => Err(Errno::ENOENT),
+            _ => return None,
+        };
+        self.cache.count_listing_hit();
+        Some(answer)
+    }
+
+    /// Reads `dir`'s whole listing into the cache as a complete directory (or marks
+    /// it too large); on any error nothing is recorded and lookups walk as before.
+    async fn read_complete(&self, dir: &Node) {
+        let Ok(n) = parts(dir) else { return };
+        let mut seen = self.seen_before(dir);
+        let Ok(fid) = self.walk(&n.path).await else {
+            return;
+        };
+        if !n.path.is_empty() {
+            if fid.qid.path != dir.id {
+                // The path leads to another directory now (renamed behind the mount):
+                // its names are not this directory's.
+                return;
+            }
+            seen.dir_version = fid.qid.version;
+        }
+        if fid.lopen(open::RDONLY | open::DIRECTORY).await.is_err() {
+            return;
+        }
+        let mut names = std::collections::HashMap::new();
+        let mut offset = 0;
+        loop {
+            let Ok(batch) = fid.readdir(offset, u32::MAX).await else {
+                return;
+            };
+            let Some(last) = batch.last() else { break };
+            offset = last.offset;
+            for e in batch {
+                if e.name != "." && e.name != ".." {
+                    names.insert(Box::<str>::from(e.name), e.qid);
+                }
+            }
+            if names.len() > crate::cache::MAX_COMPLETE {
+                self.cache.insert_too_large(dir.id, seen);
+                return;
+            }
+        }
+        self.cache.insert_complete(dir.id, names, seen);
+    }
+}
