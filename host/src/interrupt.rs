@@ -3,10 +3,11 @@
 //! On an engine with epoch interruption (`wasm9p daemon --prompt-cancel` makes its
 //! guests' engines so; it costs clang.wasm 12-15 % of its speed, BENCHMARKS.md
 //! §7), compiled code checks the engine's epoch at function entries and loop heads.
-//! A guest given a
-//! cancel flag ([`crate::p1::WasiP1CtxBuilder::cancel`]) gets a deadline one tick
-//! ahead and a callback that, at each tick, traps if the flag is set and otherwise
-//! moves the deadline on; one thread ticks every such engine every [`TICK`]. So a
+//! One thread advances the epoch of every engine given to [`tick`] (the guest
+//! engines, when made interruptible) every [`TICK`]. A guest given a cancel flag
+//! ([`crate::p1::WasiP1CtxBuilder::cancel`]) gets a deadline one tick ahead and a
+//! callback that, at each tick, traps if the flag is set and otherwise moves the
+//! deadline on. So a
 //! guest computing for seconds without a WASI call (clang generating code) stops
 //! within a tick of being cancelled. A guest without a flag gets a deadline no tick
 //! reaches, and costs nothing but the checks in its code. On an engine without epoch
@@ -24,9 +25,9 @@ pub const TICK: Duration = Duration::from_millis(10);
 /// A deadline no ticking reaches (and far from overflowing the epoch counter).
 const NEVER: u64 = 1 << 62;
 
-/// Lets `flag` stop the guest of `store` within a [`TICK`] (a trap saying so).
+/// Lets `flag` stop the guest of `store` within a [`TICK`] (a trap saying so), when
+/// its engine has epoch interruption and is ticked ([`tick`]).
 pub(crate) fn cancel_on<T>(store: &mut Store<T>, flag: Arc<AtomicBool>) {
-    tick(store.engine());
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| {
         if flag.load(Ordering::Relaxed) {
@@ -44,8 +45,9 @@ pub(crate) fn never<T>(store: &mut Store<T>) {
     store.set_epoch_deadline(NEVER);
 }
 
-/// Makes sure `engine`'s epoch advances every [`TICK`] from now on.
-fn tick(engine: &Engine) {
+/// Makes `engine`'s epoch advance every [`TICK`] from now on: for an engine with
+/// epoch interruption (for any other it would only be wasted wake-ups).
+pub fn tick(engine: &Engine) {
     static TICKED: Mutex<Vec<Engine>> = Mutex::new(Vec::new());
     let mut ticked = TICKED.lock().unwrap_or_else(|e| e.into_inner());
     if ticked.iter().any(|e| Engine::same(e, engine)) {
@@ -77,6 +79,7 @@ mod tests {
         let mut config = wasmtime::Config::new();
         config.epoch_interruption(true);
         let engine = Engine::new(&config).unwrap();
+        tick(&engine);
         let module = wasmtime::Module::new(
             &engine,
             r#"(module (func (export "spin") (param i32) (result i32)

@@ -48,17 +48,17 @@ impl MountCache {
             }
         };
         let key = DentryRef { dir, name };
-        let (found, seen) = match self.store.get(&key) {
-            Some(Entry::Positive { qid, seen }) => (Some(qid), seen),
+        // What a dentry of its own says, else the directory's complete listing.
+        let (found, seen, listed) = match self.store.get(&key) {
+            Some(Entry::Positive { qid, seen }) => (Some(qid), seen, false),
             Some(Entry::Negative { expires, seen }) if expires.is_none_or(|t| now < t) => {
-                (None, seen)
+                (None, seen, false)
             }
             other => {
                 if other.is_some() {
                     // An expired negative dentry: forget it so it no longer takes room.
                     self.store.remove(&key);
                 }
-                // No dentry: the directory's complete listing knows, if it is kept.
                 let answer = self.complete_answer(dir, name).filter(|(found, seen)| {
                     // "Missing" lives no longer than a negative dentry would.
                     found.is_some() || self.missing_still(seen.at, now)
@@ -67,17 +67,7 @@ impl MountCache {
                     bump(&self.counters.dentry_misses);
                     return Lookup::Unknown;
                 };
-                if !self.believed(dir, seen, now) {
-                    bump(&self.counters.dentry_misses);
-                    return Lookup::Unconfirmed {
-                        found,
-                        dir_version: seen.dir_version,
-                    };
-                }
-                if count {
-                    self.count_listing_hit();
-                }
-                return found.map_or(Lookup::Missing, Lookup::Found);
+                (found, seen, true)
             }
         };
         if !self.believed(dir, seen, now) {
@@ -87,16 +77,12 @@ impl MountCache {
                 dir_version: seen.dir_version,
             };
         }
-        match found {
-            Some(qid) => {
-                bump(&self.counters.dentry_hits);
-                Lookup::Found(qid)
-            }
-            None => {
-                bump(&self.counters.negative_hits);
-                Lookup::Missing
-            }
-        }
+        bump(match (listed, found) {
+            (true, _) => &self.counters.listing_hits,
+            (false, Some(_)) => &self.counters.dentry_hits,
+            (false, None) => &self.counters.negative_hits,
+        });
+        found.map_or(Lookup::Missing, Lookup::Found)
     }
 
     /// Records that `name` in `dir` exists with `qid` (replacing a negative entry),

@@ -192,8 +192,6 @@ pub(super) struct Host {
     /// The mounts guests made at run time, as they went (for `--stats`).
     runtime_mounts: RuntimeMountRecord,
     started: Instant,
-    /// The guest path preview1 guests start in (`wasm9p cc`); `None`: wasi-libc's `/`.
-    pub(super) working_dir: Option<String>,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -225,7 +223,6 @@ impl Host {
             module_cache: cache,
             runtime_mounts: Default::default(),
             started,
-            working_dir: None,
         })
     }
 
@@ -237,11 +234,11 @@ impl Host {
         env: &[(String, String)],
         stdio: Stdio,
     ) -> (wasmtime::Result<i32>, Vec<u8>, Vec<u8>) {
-        self.run_guest_in(argv, env, stdio, self.working_dir.as_deref())
+        self.run_guest_in(argv, env, stdio, None)
     }
 
     /// As [`Host::run_guest`], in the working directory `working_dir` (a guest path;
-    /// preview1 guests only).
+    /// preview1 guests only; `None`: wasi-libc's `/`).
     pub(super) fn run_guest_in(
         &self,
         argv: Vec<String>,
@@ -298,8 +295,8 @@ impl Host {
                     MemoryOutputPipe::new(MAX_CAPTURE),
                     MemoryOutputPipe::new(MAX_CAPTURE),
                 );
-                // Components are not run for a daemon's clients (clang.wasm is a
-                // core module): given stdio is captured like any other.
+                // Given stdio is captured, and handed over when the component ends
+                // (a daemon's clients run clang.wasm, a core module, which streams).
                 match stdio {
                     Stdio::Inherit => wasi.inherit_stdio(),
                     Stdio::Capture | Stdio::Given { .. } => {
@@ -320,7 +317,17 @@ impl Host {
                     };
                     program.run(ctx).await
                 });
-                (result, out.contents().to_vec(), err.contents().to_vec())
+                let (out, err) = (out.contents().to_vec(), err.contents().to_vec());
+                if let Stdio::Given {
+                    stdout: Output::Stream(to_out),
+                    stderr: Output::Stream(to_err),
+                    ..
+                } = &stdio
+                {
+                    let _ = (to_out.0)(&out);
+                    let _ = (to_err.0)(&err);
+                }
+                (result, out, err)
             }
         }
     }

@@ -85,6 +85,12 @@ impl TieredProgram {
         path: &Path,
     ) -> Result<TieredProgram, ExitCode> {
         let engines = guest_engines(args.interruptible)?;
+        if args.interruptible {
+            // Their guests may be cancelled mid-computation: keep their epochs moving.
+            for tier in [Tier::Baseline, Tier::Optimized] {
+                crate::interrupt::tick(engines.get(tier));
+            }
+        }
         let cache = match std::env::var("WASM9P_TIER_FROM") {
             Ok(bytes) => cache.clone().tier_from(bytes.parse().map_err(|_| {
                 fail(

@@ -83,13 +83,10 @@ pub fn daemon(args: DaemonArgs) -> ExitCode {
     };
     opts.fill_from_env();
     let setup = match Setup::new(opts, false) {
-        Ok(setup) => Setup {
-            interruptible: args.prompt_cancel,
-            ..setup
-        },
+        Ok(setup) => setup,
         Err(e) => return fail(EXIT_SETUP, &format!("daemon: {e}")),
     };
-    let host = match setup.host() {
+    let host = match setup.host(args.prompt_cancel) {
         Ok(host) => host,
         Err(code) => return code,
     };

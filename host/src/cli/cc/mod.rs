@@ -254,7 +254,7 @@ pub fn main(name: &str, tool: Tool, mut args: Vec<String>, called_as_tool: bool)
             ),
         );
     }
-    let host = match setup.host() {
+    let host = match setup.host(false) {
         Ok(host) => host,
         Err(code) => return code,
     };
@@ -279,8 +279,6 @@ struct Setup {
     root_source: Option<String>,
     /// The root mount's cache options.
     root_cache: &'static str,
-    /// Guests run on engines that stop a cancelled one at once.
-    pub(super) interruptible: bool,
     cwd: PathBuf,
     toolchain: Toolchain,
     tmp: tempfile::TempDir,
@@ -343,7 +341,6 @@ impl Setup {
             cwd,
             toolchain,
             tmp,
-            interruptible: false,
         })
     }
 
@@ -366,8 +363,9 @@ impl Setup {
         ]
     }
 
-    /// The mounts made and the module loaded, in the working directory.
-    fn host(&self) -> Result<Host, ExitCode> {
+    /// The mounts made and the module loaded; `interruptible`: on engines that stop a
+    /// cancelled guest at once (`wasm9p daemon --prompt-cancel`).
+    fn host(&self, interruptible: bool) -> Result<Host, ExitCode> {
         let args = GuestArgs {
             namespace: NamespaceArgs {
                 mounts: self.mounts(),
@@ -380,11 +378,9 @@ impl Setup {
             no_module_cache: false,
             allow_mount: Vec::new(),
             tier: TierChoice::Auto,
-            interruptible: self.interruptible,
+            interruptible,
         };
-        let mut host = Host::prepare(&args, &self.toolchain.module)?;
-        host.working_dir = Some(self.cwd.display().to_string());
-        Ok(host)
+        Host::prepare(&args, &self.toolchain.module)
     }
 }
 

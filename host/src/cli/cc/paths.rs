@@ -101,8 +101,9 @@ fn joined_path(arg: &str) -> Option<&str> {
             // `-I` and the other one-letter options glue their value on.
             Some(value.strip_prefix('=').unwrap_or(value)).filter(|v| !v.is_empty())
         } else {
-            // `-isystemdir` is rare but valid; `-include` would swallow `-includeX` only
-            // when X is a path, which it is.
+            // `-isystemdir`: rare but valid. An option that merely starts like one of
+            // these (`-include-pch`) gives a relative "path", which never leaves the
+            // root.
             Some(value).filter(|v| !v.is_empty())
         }
     })
