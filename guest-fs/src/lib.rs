@@ -37,6 +37,7 @@
 pub mod backend;
 pub mod cache;
 pub mod client;
+pub mod fscache;
 pub mod mount_options;
 pub mod namespace;
 pub mod path;

@@ -168,9 +168,9 @@ pub enum OptionError {
     /// An option this mount type does not have.
     #[error("unknown option {0:?}")]
     Unknown(String),
-    /// A mode whose machinery does not exist yet.
-    #[error("cache=fscache: the persistent on-disk store is not built yet; use cache=loose")]
-    FscacheNotBuilt,
+    /// `cache=fscache` with no directory to keep its store in.
+    #[error("cache=fscache: no store directory: give fscache_dir=DIR (or set $WASM9P_FSCACHE_DIR, $XDG_CACHE_HOME or $HOME)")]
+    NoFscacheDir,
 }
 
 /// Options of one 9p mount.
@@ -200,6 +200,20 @@ pub struct NinepOptions {
     /// listing is read and answers every later lookup in it (`None`: `off`). Only in
     /// modes that cache metadata; see [`crate::cache::MAX_COMPLETE`].
     pub complete_dirs: Option<u32>,
+    /// `cache=fscache`: where the store lives, and its bound (`None` in other modes).
+    pub fscache: Option<FscacheOptions>,
+}
+
+/// Where a `cache=fscache` mount keeps its store (see [`crate::fscache`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FscacheOptions {
+    /// `cachetag=NAME`: which store (`None`: the mount names it after its server
+    /// address and aname).
+    pub tag: Option<String>,
+    /// `fscache_dir=DIR`: where stores are kept.
+    pub dir: std::path::PathBuf,
+    /// `fscache_size=BYTES`: the bound on the store, across processes.
+    pub size: u64,
 }
 
 /// Default `complete_dirs`: a directory is listed at its second lookup sent to the
@@ -223,6 +237,7 @@ impl Default for NinepOptions {
             revalidate: None,
             nocto: false,
             complete_dirs: Some(DEFAULT_COMPLETE_DIRS),
+            fscache: None,
         }
     }
 }
@@ -241,14 +256,15 @@ impl NinepOptions {
     }
 
     /// Parses `key=value` pairs (and the flag `ro`) in any order. `negtimeout` defaults
-    /// from the cache mode unless given; `cache=fscache` is refused until its store
-    /// exists.
+    /// from the cache mode unless given; `cachetag`, `fscache_dir` and `fscache_size`
+    /// only go with `cache=fscache`.
     pub fn parse<'a>(
         pairs: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
     ) -> Result<Self, OptionError> {
         let mut opts = NinepOptions::default();
         let mut negtimeout = None;
         let mut complete_given = false;
+        let (mut tag, mut store_dir, mut store_size) = (None, None, None);
         for (key, value) in pairs {
             let value_of = |key: &'static str, expected| {
                 value.ok_or(OptionError::BadValue {
@@ -314,6 +330,31 @@ impl NinepOptions {
                     };
                     complete_given = opts.complete_dirs.is_some();
                 }
+                "cachetag" => {
+                    let v = value_of("cachetag", "a name")?;
+                    if v.is_empty() || v.contains('\0') {
+                        return Err(OptionError::BadValue {
+                            key: "cachetag",
+                            value: v.into(),
+                            expected: "a name",
+                        });
+                    }
+                    tag = Some(v.to_owned());
+                }
+                "fscache_dir" => {
+                    let v = value_of("fscache_dir", "a directory")?;
+                    store_dir = Some(std::path::PathBuf::from(v));
+                }
+                "fscache_size" => {
+                    let v = value_of("fscache_size", "bytes")?;
+                    store_size = Some(parse_bytes(v).filter(|n| *n >= 1 << 20).ok_or(
+                        OptionError::BadValue {
+                            key: "fscache_size",
+                            value: v.into(),
+                            expected: "a size of at least 1M (a number, or with K, M or G)",
+                        },
+                    )?);
+                }
                 "ro" if value.is_none() => opts.read_only = true,
                 "nocto" if value.is_none() => opts.nocto = true,
                 other => return Err(OptionError::Unknown(other.into())),
@@ -336,7 +377,33 @@ impl NinepOptions {
             });
         }
         if opts.cache.has(CacheMode::FSCACHE) {
-            return Err(OptionError::FscacheNotBuilt);
+            if !opts.cache.has(CacheMode::META | CacheMode::FILE) {
+                return Err(OptionError::BadValue {
+                    key: "cache",
+                    value: opts.cache.to_string(),
+                    expected: "the FSCACHE bit (0x80) with FILE and META: it keeps what they cache",
+                });
+            }
+            opts.fscache = Some(FscacheOptions {
+                tag,
+                dir: store_dir
+                    .or_else(crate::fscache::default_dir)
+                    .ok_or(OptionError::NoFscacheDir)?,
+                size: store_size.unwrap_or(crate::fscache::DEFAULT_FSCACHE_SIZE),
+            });
+        } else if let Some(key) = [
+            ("cachetag", tag.is_some()),
+            ("fscache_dir", store_dir.is_some()),
+            ("fscache_size", store_size.is_some()),
+        ]
+        .iter()
+        .find_map(|(k, given)| given.then_some(*k))
+        {
+            return Err(OptionError::BadValue {
+                key,
+                value: String::new(),
+                expected: "cache=fscache (it names the store on disk)",
+            });
         }
         opts.negtimeout = negtimeout.unwrap_or_else(|| NegTimeout::default_for(opts.cache));
         Ok(opts)
@@ -556,8 +623,43 @@ mod tests {
         ));
         assert!(matches!(parse("color=blue"), Err(OptionError::Unknown(_))));
         assert!(matches!(parse("msize"), Err(OptionError::BadValue { .. })));
-        let err = parse("cache=fscache").unwrap_err();
-        assert_eq!(err, OptionError::FscacheNotBuilt);
-        assert!(err.to_string().contains("not built yet"));
+    }
+
+    #[test]
+    fn fscache_names_its_store_and_its_options_need_it() {
+        let o =
+            parse("cache=fscache,cachetag=sysroot,fscache_dir=/var/c,fscache_size=64M").unwrap();
+        assert_eq!(o.cache, CacheMode::FSCACHE_MODE);
+        assert_eq!(
+            o.fscache,
+            Some(FscacheOptions {
+                tag: Some("sysroot".into()),
+                dir: "/var/c".into(),
+                size: 64 << 20,
+            })
+        );
+        // It is loose, kept on disk too: trusted like loose, negative dentries as long.
+        assert_eq!(o.trust(), Trust::Forever);
+        assert_eq!(o.negtimeout, parse("cache=loose").unwrap().negtimeout);
+        let o = parse("cache=fscache,fscache_dir=/c").unwrap();
+        let store = o.fscache.unwrap();
+        assert_eq!(
+            (store.tag, store.size),
+            (None, crate::fscache::DEFAULT_FSCACHE_SIZE)
+        );
+        for refused in [
+            "cache=loose,cachetag=x",
+            "cache=loose,fscache_dir=/c",
+            "cache=none,fscache_size=1G",
+            "cache=fscache,fscache_dir=/c,fscache_size=10",
+            "cache=fscache,fscache_dir=/c,cachetag=",
+            "cache=0x80,fscache_dir=/c",
+        ] {
+            assert!(parse(refused).is_err(), "{refused}");
+        }
+        assert!(parse("cache=0x83,fscache_dir=/c")
+            .unwrap()
+            .fscache
+            .is_some());
     }
 }

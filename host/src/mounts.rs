@@ -3,7 +3,10 @@
 //! Docker-style `key=value,...` lists, as in the CLI contract:
 //! - `type=9p,source=ADDR,aname=NAME,target=/g[,cache=..][,negtimeout=..][,msize=..][,cache_size=..][,symlink_cache=on|off][,revalidate=MS][,nocto][,complete_dirs=K|off][,reconnect=on|off][,ro]`
 //!   (a remote server at any transport address; `reconnect=on` re-establishes a
-//!   dropped connection, see `wasm9p_guest_fs::client::ClientConfig::reconnect`);
+//!   dropped connection, see `wasm9p_guest_fs::client::ClientConfig::reconnect`;
+//!   `cache=fscache[,cachetag=NAME][,fscache_dir=DIR][,fscache_size=BYTES]` keeps the
+//!   cache on disk for later processes, see `wasm9p_guest_fs::fscache`: the store is
+//!   named `ADDR ANAME` unless `cachetag=` says, `export:DIR` for an embedded export);
 //! - `type=9p,export=HOSTDIR,target=/g[,...]` (the embedded default: our server in
 //!   process, over an in-memory duplex; no socket, no setup);
 //! - `type=bind,source=HOSTDIR,target=/g[,ro]`, which is what `--dir HOSTDIR::/g` means;
@@ -140,7 +143,9 @@ impl MountSpec {
                 "ro" | "readonly" if value.is_none() => read_only = true,
                 "nocto" if value.is_none() => options.push((key, value)),
                 "cache" | "negtimeout" | "msize" | "cache_size" | "symlink_cache" | "reconnect"
-                | "revalidate" | "complete_dirs" => options.push((key, value)),
+                | "revalidate" | "complete_dirs" | "cachetag" | "fscache_dir" | "fscache_size" => {
+                    options.push((key, value))
+                }
                 other => return Err(spec_error(spec, format!("unknown key {other:?}"))),
             }
         }
@@ -148,11 +153,19 @@ impl MountSpec {
         if !target.starts_with('/') {
             return Err(spec_error(spec, "target must be an absolute guest path"));
         }
-        let ninep_options = |opts: &[(&str, Option<&str>)]| {
+        // `tag`: the fscache store's name unless `cachetag=` gives one.
+        let ninep_options = |opts: &[(&str, Option<&str>)], tag: String| {
             let mut opts = NinepOptions::parse(opts.iter().copied())
                 .map_err(|e: OptionError| spec_error(spec, e.to_string()))?;
             opts.read_only |= read_only;
+            if let Some(store) = &mut opts.fscache {
+                store.tag.get_or_insert(tag);
+            }
             Ok::<_, MountError>(opts)
+        };
+        let path_tag = |kind: &str, path: &str| {
+            let full = std::path::absolute(path).unwrap_or_else(|_| path.into());
+            format!("{kind}:{}", full.display())
         };
         let no_cache_options = |what: &str| match options.first() {
             Some((key, _)) => Err(spec_error(
@@ -170,11 +183,11 @@ impl MountSpec {
                         source: addr.parse().map_err(|e: wasm9p_proto::AddrError| {
                             spec_error(spec, e.to_string())
                         })?,
+                        options: ninep_options(&options, format!("{addr} {aname}"))?,
                         aname,
-                        options: ninep_options(&options)?,
                     },
                     (None, Some(dir)) => {
-                        let options = ninep_options(&options)?;
+                        let options = ninep_options(&options, path_tag("export", dir))?;
                         if options.reconnect {
                             return Err(spec_error(
                                 spec,
@@ -207,7 +220,8 @@ impl MountSpec {
                 }
             }
             "plugin" => {
-                let options = ninep_options(&options)?;
+                let tag = path_tag("plugin", component.unwrap_or_default());
+                let options = ninep_options(&options, tag)?;
                 if options.reconnect {
                     return Err(spec_error(
                         spec,
@@ -289,7 +303,8 @@ impl Mounted {
         let mut cache = json!({
             "dentry_hits": 0, "dentry_misses": 0, "negative_hits": 0, "symlink_hits": 0,
             "attr_hits": 0, "page_hits": 0, "page_misses": 0, "revalidated": 0,
-            "listings_read": 0, "listing_hits": 0,
+            "listings_read": 0, "listing_hits": 0, "persistent_hits": 0,
+            "persistent_misses": 0, "persistent_bytes": 0, "validations": 0,
         });
         if let Some(s) = &stats {
             for (name, n) in &s.rpc {
@@ -302,6 +317,8 @@ impl Mounted {
                 "attr_hits": c.attr_hits, "page_hits": c.page_hits, "page_misses": c.page_misses,
                 "revalidated": c.revalidated,
                 "listings_read": c.listings_read, "listing_hits": c.listing_hits,
+                "persistent_hits": c.persistent_hits, "persistent_misses": c.persistent_misses,
+                "persistent_bytes": c.persistent_bytes, "validations": c.validations,
             });
         }
         rpc.insert(

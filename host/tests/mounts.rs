@@ -80,7 +80,10 @@ fn bad_specs_say_what_is_wrong() {
             "type=9p,export=/x,target=/g,cache=strict",
             "unknown cache mode",
         ),
-        ("type=9p,export=/x,target=/g,cache=fscache", "not built yet"),
+        (
+            "type=9p,export=/x,target=/g,cache=loose,cachetag=sysroot",
+            "expected cache=fscache",
+        ),
         ("type=9p,export=/x,target=relative", "absolute"),
         ("type=9p,export=/x", "target= is missing"),
         ("source=/x,target=/g", "type= is missing"),

@@ -22,7 +22,8 @@
 //! file's version (close-to-open), keying its pages by it; a server that keeps no
 //! versions (diod: 0) gets each answer fetched again after the window, and a file's
 //! pages keyed by its attributes (size, mtime, ctime).
-//! Not built yet: the persistent fscache store.
+//! With `cache=fscache` the caches are also kept on disk for later processes, and
+//! what comes from there is confirmed with the server before use (`ninep_store`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -73,7 +74,7 @@ pub struct NinepFs {
     mode: CacheMode,
     meta: bool,
     /// `meta` and `symlink_cache=on`.
-    symlinks: bool,
+    pub(super) symlinks: bool,
     /// The cache's trust is a window: what is older gets checked.
     checks: bool,
     /// `nocto`: opens believe a file's version for the window, like the rest.
@@ -91,6 +92,8 @@ pub struct NinepFs {
     pub(super) dir_misses: std::sync::Mutex<std::collections::HashMap<u64, u32>>,
     /// Listings being read, by directory.
     pub(super) listings: Flights<u64, ()>,
+    /// Directories' records being taken from the store on disk.
+    pub(super) store_loads: Flights<u64, ()>,
     writers: Arc<Writers>,
 }
 
@@ -169,6 +172,8 @@ impl NinepFs {
         let root = session.attach(aname).await?;
         let trust = options.trust();
         let cache = MountCache::new(options.cache_size, options.negtimeout).trusting(trust);
+        let cache =
+            super::ninep_store::with_store(cache, super::ninep_store::open_store(options, aname));
         cache.dir_seen(root.qid.path, root.qid.version, at);
         Ok(NinepFs {
             root: Arc::new(root),
@@ -186,6 +191,7 @@ impl NinepFs {
                 .filter(|_| options.cache.has(CacheMode::META)),
             dir_misses: Default::default(),
             listings: Flights::default(),
+            store_loads: Flights::default(),
             writers: Arc::default(),
         })
     }
@@ -285,8 +291,15 @@ impl NinepFs {
     }
 }
 
+impl Drop for NinepFs {
+    /// What the mount learnt goes to its store (`cache=fscache`).
+    fn drop(&mut self) {
+        let _ = self.persist(); // a failure was said once, by the store
+    }
+}
+
 impl NinepFs {
-    async fn open_file(
+    pub(super) async fn open_file(
         &self,
         source: Source,
         qid: Qid,
@@ -326,9 +339,12 @@ impl Backend for NinepFs {
             };
             let q = match confirmed {
                 Some(answer) => answer?,
-                None => match self.answer_from_listing(dir, name).await {
+                None => match self.answer_from_store(dir, name).await {
                     Some(answer) => answer?,
-                    None => self.lookup_remote(dir, name).await?,
+                    None => match self.answer_from_listing(dir, name).await {
+                        Some(answer) => answer?,
+                        None => self.lookup_remote(dir, name).await?,
+                    },
                 },
             };
             Ok(node(child_path(dir, name)?, q))
@@ -339,15 +355,30 @@ impl Backend for NinepFs {
         if !self.symlinks {
             return None;
         }
-        self.cache.symlink(parts(link).ok()?.qid)
+        let qid = parts(link).ok()?.qid;
+        self.cache
+            .symlink(qid)
+            .or_else(|| self.cache.stored_symlink(qid))
     }
 
     fn readlink<'a>(&'a self, link: &'a Node) -> BoxFuture<'a, Result<Arc<str>, Errno>> {
         Box::pin(async move {
             let n = parts(link)?;
-            let target: Arc<str> = Arc::from(self.walk(&n.path).await?.readlink().await?);
             if self.symlinks {
-                self.cache.insert_symlink(n.qid, target.clone());
+                if let Some(target) = self.link_from_store(link).await {
+                    return Ok(target);
+                }
+            }
+            let fid = self.walk(&n.path).await?;
+            let target: Arc<str> = Arc::from(fid.readlink().await?);
+            if self.symlinks {
+                let read_at = if fid.qid.path == n.qid.path {
+                    fid.qid.version
+                } else {
+                    0
+                };
+                self.cache
+                    .insert_symlink_read(n.qid, target.clone(), read_at);
             }
             Ok(target)
         })
@@ -362,6 +393,9 @@ impl Backend for NinepFs {
             }
             // Writes still buffered by open files count: send them first.
             self.writers.push_out(n.id).await;
+            if let Some(a) = self.attr_from_store(n).await {
+                return Ok(attr_of(&a));
+            }
             let path = &parts(n)?.path;
             let at = Instant::now();
             let fid = self.walk(path).await?;
@@ -710,6 +744,11 @@ impl Backend for NinepFs {
                 };
                 let qid = Qid { version, ..n.qid };
                 return self.open_file(source, qid, flags).await;
+            }
+            if deferrable {
+                if let Some(open) = self.open_from_store(file, flags, cached_generation).await {
+                    return open;
+                }
             }
             // Everywhere else an open asks the server (close-to-open): the walk's qid is
             // fresh, and pages are keyed by the version it has now.

@@ -26,6 +26,7 @@ mod complete;
 mod dentry;
 mod negative;
 mod page;
+mod persist;
 mod readdir;
 mod symlink;
 mod validity;
@@ -131,6 +132,9 @@ enum Entry {
         version: u32,
         target: Arc<str>,
         at: Instant,
+        /// The link's qid version the server gave when it was read (0: unknown), for
+        /// the store on disk: `version` is the node's, which a listing leaves 0.
+        read_at: u32,
     },
     /// A file's attributes, fetched (or last confirmed) `at`.
     Attr { attr: Arc<Rgetattr>, at: Instant },
@@ -240,6 +244,14 @@ pub struct CacheStats {
     pub listings_read: u64,
     /// Lookups answered by a complete directory's listing (present or missing).
     pub listing_hits: u64,
+    /// `cache=fscache`: records and pages read from disk and used.
+    pub persistent_hits: u64,
+    /// `cache=fscache`: records found out of date, pages not on disk.
+    pub persistent_misses: u64,
+    /// `cache=fscache`: bytes the store takes on disk.
+    pub persistent_bytes: u64,
+    /// `cache=fscache`: requests sent to confirm what was read from disk.
+    pub validations: u64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -260,6 +272,8 @@ pub struct MountCache {
     written: std::sync::Mutex<std::collections::HashMap<u64, u64>>,
     /// Buffers of pages let go, reused by the next pages.
     pages: Arc<page::PagePool>,
+    /// `cache=fscache`: where what is learnt is also kept, for later processes.
+    persist: Option<Arc<crate::fscache::Store>>,
 }
 
 impl std::fmt::Debug for MountCache {
@@ -288,6 +302,7 @@ impl MountCache {
             counters: CacheCounters::default(),
             written: Default::default(),
             pages: Default::default(),
+            persist: None,
         }
     }
 
@@ -356,6 +371,7 @@ impl MountCache {
     pub fn stats(&self) -> CacheStats {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let store = self.persist.as_ref().map(|s| s.stats()).unwrap_or_default();
         CacheStats {
             dentry_hits: get(&c.dentry_hits),
             dentry_misses: get(&c.dentry_misses),
@@ -370,6 +386,10 @@ impl MountCache {
             revalidated: get(&c.revalidated),
             listings_read: get(&c.listings_read),
             listing_hits: get(&c.listing_hits),
+            persistent_hits: store.hits,
+            persistent_misses: store.misses,
+            persistent_bytes: store.bytes,
+            validations: store.validations,
         }
     }
 }

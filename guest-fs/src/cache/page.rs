@@ -11,6 +11,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::{bump, Entry, Key, MountCache};
+use crate::fscache::PageKey;
 
 /// Bytes per page.
 pub const PAGE_SIZE: usize = 64 * 1024;
@@ -31,8 +32,32 @@ impl MountCache {
                 Some(data)
             }
             _ => {
-                bump(&self.counters.page_misses);
-                None
+                // Not changed through this mount: the store on disk may have it.
+                let key = PageKey {
+                    path,
+                    version,
+                    index,
+                };
+                let stored = (generation == 0).then(|| self.stored_page(key)).flatten();
+                match stored {
+                    Some(data) => {
+                        bump(&self.counters.page_hits);
+                        self.store.insert(
+                            Key::Page {
+                                path,
+                                version,
+                                generation,
+                                index,
+                            },
+                            Entry::Page(data.clone()),
+                        );
+                        Some(data)
+                    }
+                    None => {
+                        bump(&self.counters.page_misses);
+                        None
+                    }
+                }
             }
         }
     }
@@ -56,6 +81,14 @@ impl MountCache {
     /// (the copy, and the page faults of new memory, stay off the reader's path: done
     /// in line, they halved cold-read throughput); until then it pins its reply.
     pub fn insert_page(&self, path: u64, version: u32, generation: u64, index: u64, data: Bytes) {
+        if generation == 0 {
+            let key = PageKey {
+                path,
+                version,
+                index,
+            };
+            self.persist_page(key, data.clone());
+        }
         let key = Key::Page {
             path,
             version,

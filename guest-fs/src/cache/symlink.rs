@@ -18,6 +18,7 @@ impl MountCache {
                 version,
                 target,
                 at,
+                ..
             }) if version == qid.version && (version != 0 || self.young(at, Instant::now())) => {
                 bump(&self.counters.symlink_hits);
                 Some(target)
@@ -36,12 +37,19 @@ impl MountCache {
 
     /// Caches the target of symlink `qid`, read now.
     pub fn insert_symlink(&self, qid: Qid, target: Arc<str>) {
+        self.insert_symlink_read(qid, target, qid.version);
+    }
+
+    /// Caches the target of symlink `qid` (as the node has it), read now from the
+    /// link at qid version `read_at` (the walk's).
+    pub fn insert_symlink_read(&self, qid: Qid, target: Arc<str>, read_at: u32) {
         self.store.insert(
             Key::Symlink(qid.path),
             Entry::Symlink {
                 version: qid.version,
                 target,
                 at: Instant::now(),
+                read_at,
             },
         );
     }

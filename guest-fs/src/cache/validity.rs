@@ -52,9 +52,10 @@ pub(super) fn within(at: Instant, now: Instant, window: Duration) -> bool {
 
 impl MountCache {
     /// Records that directory `dir` had qid `version` at `at` (when the request that
-    /// told was sent). Version 0 says nothing and is not recorded.
+    /// told was sent), where versions matter (a window, or a store on disk). Version 0
+    /// says nothing and is not recorded.
     pub fn dir_seen(&self, dir: u64, version: u32, at: Instant) {
-        if version == 0 || self.trust == Trust::Forever {
+        if version == 0 || !self.records_versions() {
             return;
         }
         self.store

@@ -11,12 +11,14 @@ use wasm9p_proto::transport::Listener;
 use wasm9p_proto::Addr;
 use wasm9p_server::{ExportConfig, Server, ServerConfig};
 
+mod cache;
 pub mod cc;
 mod compile;
 mod guests;
 mod mount;
 mod tiered;
 
+pub use cache::{cache, CacheAction, CacheArgs, StoreChoice};
 pub use compile::{compile, CompileArgs};
 pub use guests::{batch, parse_commands, run, BatchArgs, GuestArgs, Job, NamespaceArgs, RunArgs};
 pub use mount::{mount, MountArgs};
@@ -56,6 +58,8 @@ pub enum Command {
     /// Keep clang.wasm and the mounts warm for `wasm9p cc --daemon` (a whole build
     /// shares one set of caches).
     Daemon(cc::DaemonArgs),
+    /// See or remove the `cache=fscache` stores kept on this machine.
+    Cache(CacheArgs),
 }
 
 pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {

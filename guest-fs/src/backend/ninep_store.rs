@@ -1,0 +1,240 @@
+//! `cache=fscache` for the 9p backend: opening the store at attach, confirming what it
+//! kept before it is used, and writing it back (see [`crate::fscache`]).
+//!
+//! Confirmations cost one request and make no fid: a *probe* walks the path and then
+//! one name more ([`PROBE`]), which stops the walk one short (under a file nothing can
+//! be walked; under a directory the name does not exist), so the server answers with the
+//! qids of the whole path and binds nothing (9P: a partial walk leaves newfid unbound).
+//! The qids it gives also record every directory's version on the way, which confirms
+//! their records for free.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use wasm9p_proto::{Errno, Qid, Rgetattr};
+
+use super::ninep::{parts, NinepFs};
+use super::ninep_file::Source;
+use super::{Node, OpenFile, OpenFlags};
+use crate::cache::{Lookup, MountCache};
+use crate::fscache::Store;
+use crate::mount_options::NinepOptions;
+
+/// The name a probe walks below its path; if it does exist, the walk gets a fid,
+/// which goes at once, and the answer is the same.
+const PROBE: &str = ".wasm9p-probe";
+
+/// The store for a mount with these options (`aname` names it when no `cachetag` is
+/// given), or `None` without `cache=fscache`, or when it cannot be used: said once.
+pub(super) fn open_store(options: &NinepOptions, aname: &str) -> Option<Arc<Store>> {
+    let o = options.fscache.as_ref()?;
+    let tag = o.tag.clone().unwrap_or_else(|| format!("aname:{aname}"));
+    match Store::open(&o.dir, &tag, o.size) {
+        Ok(store) => Some(Arc::new(store)),
+        Err(e) => {
+            tracing::warn!(
+                "cache=fscache: cannot use the store in {}: {e}; this mount keeps its cache in memory only",
+                o.dir.display()
+            );
+            None
+        }
+    }
+}
+
+impl NinepFs {
+    fn store(&self) -> Option<&Arc<Store>> {
+        self.cache.persistent_store()
+    }
+
+    /// The qid `names` lead to now, by one probing walk (the root's by Tgetattr).
+    pub(super) async fn probe(&self, names: &[String]) -> Result<Qid, Errno> {
+        if names.is_empty() {
+            let at = Instant::now();
+            let q = self.root.getattr().await?.qid;
+            self.cache.dir_seen(q.path, q.version, at);
+            return Ok(q);
+        }
+        let qids = self.probe_qids(names).await?;
+        match qids.len() == names.len() {
+            true => qids.last().copied().ok_or(Errno::EIO),
+            false => Err(Errno::ENOENT),
+        }
+    }
+
+    /// The qids of as much of `names` as exists now, by one probing walk (fails only
+    /// when the first name cannot be walked).
+    async fn probe_qids(&self, names: &[String]) -> Result<Vec<Qid>, Errno> {
+        let mut path = names.to_vec();
+        path.push(PROBE.into());
+        match self.walk_path(&path).await {
+            Ok(mut walk) => {
+                walk.qids.truncate(names.len());
+                Ok(walk.qids)
+            }
+            Err(e) if !e.qids.is_empty() => Ok(e.qids),
+            Err(e) => Err(e.errno),
+        }
+    }
+
+    /// What `dir`'s record on disk says of `name`, once the server has confirmed the
+    /// directory is at the record's version (`None`: no record, or out of date).
+    pub(super) async fn answer_from_store(
+        &self,
+        dir: &Node,
+        name: &str,
+    ) -> Option<Result<Qid, Errno>> {
+        let store = self.store()?;
+        if !store.has_dir(dir.id) {
+            return None;
+        }
+        self.store_loads
+            .run(dir.id, || self.load_dir(dir, name, store))
+            .await;
+        match self.cache.lookup(dir.id, name) {
+            Lookup::Found(q) => Some(Ok(q)),
+            Lookup::Missing => Some(Err(Errno::ENOENT)),
+            _ => None,
+        }
+    }
+
+    /// Takes in `dir`'s record if the directory is still at its version: known from a
+    /// walk through it, else asked by probing `name` in it, which also confirms (or
+    /// not) what the store keeps of `name` itself, so that opening it costs nothing
+    /// more.
+    async fn load_dir(&self, dir: &Node, name: &str, store: &Store) {
+        let Some(record) = store.take_dir(dir.id) else {
+            return;
+        };
+        let Ok(n) = parts(dir) else { return };
+        let mut probed = None;
+        let version = match self.cache.dir_version_believed(dir.id) {
+            Some(seen) => seen,
+            None if n.path.is_empty() => {
+                store.count_validation();
+                self.probe(&[]).await.map_or(0, |q| q.version)
+            }
+            None => {
+                store.count_validation();
+                let mut names = n.path.to_vec();
+                names.push(name.to_owned());
+                let at = Instant::now();
+                let qids = self.probe_qids(&names).await.unwrap_or_default();
+                probed = qids.get(names.len() - 1).map(|q| (*q, at));
+                match qids.get(names.len() - 2) {
+                    Some(q) if q.path == dir.id => q.version,
+                    _ => 0,
+                }
+            }
+        };
+        if version != record.version {
+            store.dir_out_of_date(dir.id, record.version);
+            return;
+        }
+        store.count_hit();
+        let node_qid = record.names.get(name).copied().flatten();
+        self.cache.load_dir(dir.id, record);
+        if let (Some((fresh, at)), Some(node_qid)) = (probed, node_qid) {
+            self.confirmed(node_qid, fresh, at);
+        }
+    }
+
+    /// A probe showed the file a node (with `node_qid`) names is at `fresh`: what the
+    /// store keeps of it at that qid is cached (its attributes, its target).
+    fn confirmed(&self, node_qid: Qid, fresh: Qid, at: Instant) {
+        let Some(store) = self.store() else { return };
+        if node_qid.path != fresh.path {
+            return;
+        }
+        if store.file(fresh.path).is_some() {
+            let _ = self.cache.stored_attr(fresh, at);
+        }
+        if self.symlinks {
+            if let Some(target) = store.link(fresh.path, fresh.version) {
+                store.count_hit();
+                self.cache
+                    .insert_symlink_read(node_qid, target.into(), fresh.version);
+            }
+        }
+    }
+
+    /// The attributes of `file` from the store, once one probe shows its qid has not
+    /// moved since they were fetched.
+    pub(super) async fn attr_from_store(&self, file: &Node) -> Option<Arc<Rgetattr>> {
+        let store = self.store()?;
+        store.file(file.id)?;
+        let n = parts(file).ok()?;
+        let at = Instant::now();
+        store.count_validation();
+        let fresh = self.probe(&n.path.to_vec()).await.ok()?;
+        self.cache.stored_attr(fresh, at)
+    }
+
+    /// A read-only open of `file` as loose mode defers it, when the store has the
+    /// file's attributes, an earlier process opened it for reading at that qid, and
+    /// one probe confirms it (none if a stat in this process did): its pages then come
+    /// from the store (or the server, on a miss), and the next opens in this process
+    /// are deferred without asking.
+    pub(super) async fn open_from_store(
+        &self,
+        file: &Node,
+        flags: OpenFlags,
+        generation: u64,
+    ) -> Option<Result<Box<dyn OpenFile>, Errno>> {
+        let n = parts(file).ok()?;
+        let record = self.store()?.file(file.id)?;
+        if !record.readable {
+            return None; // its first open goes to the server, to answer as it would
+        }
+        let at = Instant::now();
+        let qid = match self.cache.peek_attr(file.id) {
+            // Confirmed in this process already (by a stat).
+            Some(a) if a.qid == record.attr.qid => a.qid,
+            _ => self.attr_from_store(file).await?.qid,
+        };
+        self.cache
+            .insert_readable(n.qid.path, n.qid.version, generation, qid.version, at);
+        let source = Source::Lazy {
+            root: self.root.clone(),
+            path: n.path.to_vec(),
+        };
+        Some(self.open_file(source, qid, flags).await)
+    }
+
+    /// The target of symlink `link` from the store, once one probe shows the link is
+    /// the one it was read from (a node from a listing has no version to compare).
+    pub(super) async fn link_from_store(&self, link: &Node) -> Option<Arc<str>> {
+        let store = self.store()?;
+        store.has_link(link.id).then_some(())?;
+        let n = parts(link).ok()?;
+        store.count_validation();
+        let fresh = self.probe(&n.path.to_vec()).await.ok()?;
+        let target: Arc<str> = match store.link(fresh.path, fresh.version) {
+            Some(target) if fresh.path == link.id => target.into(),
+            _ => {
+                store.link_out_of_date(link.id);
+                return None;
+            }
+        };
+        store.count_hit();
+        self.cache
+            .insert_symlink_read(n.qid, target.clone(), fresh.version);
+        Some(target)
+    }
+
+    /// Writes what this mount knows into its store (merged with what other processes
+    /// wrote): done when the mount goes, and whenever a long-lived host wants it.
+    pub fn persist(&self) -> std::io::Result<()> {
+        match self.store() {
+            Some(store) => store.flush(self.cache.snapshot()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A mount cache persisting to `store`, if there is one.
+pub(super) fn with_store(cache: MountCache, store: Option<Arc<Store>>) -> MountCache {
+    match store {
+        Some(store) => cache.persisting(store),
+        None => cache,
+    }
+}
