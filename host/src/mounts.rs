@@ -270,6 +270,16 @@ impl MountSpec {
         })
     }
 
+    /// Whether the mount keeps a store on the host's disk (`cache=fscache`).
+    pub fn persists(&self) -> bool {
+        match &self.kind {
+            MountKind::NinepRemote { options, .. }
+            | MountKind::NinepEmbedded { options, .. }
+            | MountKind::Plugin { options, .. } => options.fscache.is_some(),
+            MountKind::Bind { .. } => false,
+        }
+    }
+
     /// The `type` name printed in stats.
     pub fn type_name(&self) -> &'static str {
         match self.kind {

@@ -660,8 +660,8 @@ fn the_demo_project_compiles_links_and_runs_through_9p() {
 /// processes sharing one store: the second starts warm (no failed walk, no page read
 /// on the wire for the sysroot) and writes the same objects as bind mounts do.
 #[test]
-fn a_second_fresh_process_on_an_fscache_store_builds_what_bind_builds_without_reading_the_sysroot(
-) {
+fn a_second_fresh_process_on_an_fscache_store_builds_what_bind_builds_without_reading_the_sysroot()
+{
     warm_module_cache();
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");
@@ -691,7 +691,15 @@ fn a_second_fresh_process_on_an_fscache_store_builds_what_bind_builds_without_re
     args.extend(bind(&src, "/src"));
     args.push(clang_wasm().module.display().to_string());
     args.extend(
-        ["clang", "-###", "-O1", "-c", "-DZSTD_DISABLE_ASM", "-I/src/common"].map(String::from),
+        [
+            "clang",
+            "-###",
+            "-O1",
+            "-c",
+            "-DZSTD_DISABLE_ASM",
+            "-I/src/common",
+        ]
+        .map(String::from),
     );
     args.push(format!("/src/common/{}", units[0]));
     args.extend(["-o".into(), "/out/first.o".into()]);
@@ -752,9 +760,8 @@ fn a_second_fresh_process_on_an_fscache_store_builds_what_bind_builds_without_re
             [
                 "--mount".to_string(),
                 format!(
-                    "type=9p,{listen_src},aname={aname},target={target},cache=fscache,fscache_dir={}",
+                    "type=9p,source={listen},aname={aname},target={target},cache=fscache,fscache_dir={}",
                     store.display(),
-                    listen_src = format!("source={listen}")
                 ),
             ]
         })

@@ -53,7 +53,7 @@ fn export() -> tempfile::TempDir {
 /// A 9p server process exporting a directory.
 enum Server {
     Ours(Child, String),
-    Diod(Diod, String),
+    Diod { _running: Diod, source: String },
 }
 
 impl Server {
@@ -70,12 +70,15 @@ impl Server {
     fn diod(dir: &Path) -> Server {
         let diod = Diod::start(dir);
         let source = format!("source=tcp:{},aname={}", diod.host_port(), dir.display());
-        Server::Diod(diod, source)
+        Server::Diod {
+            _running: diod,
+            source,
+        }
     }
 
     fn source(&self) -> &str {
         match self {
-            Server::Ours(_, s) | Server::Diod(_, s) => s,
+            Server::Ours(_, source) | Server::Diod { source, .. } => source,
         }
     }
 }

@@ -294,6 +294,44 @@ fn bad_plugins_and_options_are_one_line_and_exit_2() {
 }
 
 #[test]
+fn a_component_may_not_mount_with_a_store_on_the_hosts_disk() {
+    let memfs = c_plugin(&repo("examples/plugins/memfs.c"));
+    let guest = wasm9p_tests::c_sandbox_guest(&repo("host/tests/guests/sandbox_mounts.c"));
+    let export = tempfile::tempdir().unwrap();
+    std::fs::write(export.path().join("hello.txt"), "hello from 9p\n").unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let hostile = store.path().join("made-by-the-guest");
+    let spec = |target: &str, extra: &str| {
+        format!(
+            "type=9p,export={},target={target},cache=loose{extra}",
+            export.path().display()
+        )
+    };
+    let out = wasm9p(&[
+        "run".into(),
+        "--allow-mount".into(),
+        format!("/mnt:export:{}", export.path().display()),
+        guest.display().to_string(),
+        spec("/mnt/data", ""),
+        format!(
+            "type=plugin,component={},target=/mnt/scratch",
+            memfs.display()
+        ),
+        spec(
+            "/mnt/other",
+            &format!(",cache=fscache,fscache_dir={}", hostile.display()),
+        ),
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(
+        stdout.contains("mount denied: denied: cache=fscache keeps a store on the host's disk"),
+        "{stdout} {stderr}"
+    );
+    assert!(stdout.contains("mount data: ok"), "{stdout}");
+    assert!(!hostile.exists());
+}
+
+#[test]
 fn a_component_mounts_an_export_and_a_plugin_at_run_time_within_its_grants() {
     let memfs = c_plugin(&repo("examples/plugins/memfs.c"));
     let guest = wasm9p_tests::c_sandbox_guest(&repo("host/tests/guests/sandbox_mounts.c"));

@@ -72,7 +72,7 @@ pub struct NinepFs {
     pub(super) root: Arc<Fid>,
     pub(super) cache: Arc<MountCache>,
     mode: CacheMode,
-    meta: bool,
+    pub(super) meta: bool,
     /// `meta` and `symlink_cache=on`.
     pub(super) symlinks: bool,
     /// The cache's trust is a window: what is older gets checked.
@@ -109,7 +109,7 @@ impl std::fmt::Debug for NinepFs {
     }
 }
 
-fn kind_of(q: &Qid) -> Kind {
+pub(super) fn kind_of(q: &Qid) -> Kind {
     if q.ty & qid::DIR != 0 {
         Kind::Dir
     } else if q.ty & qid::SYMLINK != 0 {
@@ -136,14 +136,6 @@ pub(super) fn parts(n: &Node) -> Result<&NinepNode, Errno> {
 
 fn child_path(dir: &Node, name: &str) -> Result<SharedPath, Errno> {
     Ok(parts(dir)?.path.join(name))
-}
-
-fn rest_of(listing: &[Entry], cookie: u64) -> Vec<Entry> {
-    listing
-        .iter()
-        .skip(usize::try_from(cookie).unwrap_or(usize::MAX))
-        .cloned()
-        .collect()
 }
 
 pub(super) fn attr_of(a: &Rgetattr) -> Attr {
@@ -424,71 +416,7 @@ impl Backend for NinepFs {
         dir: &'a Node,
         cookie: u64,
     ) -> BoxFuture<'a, Result<Vec<Entry>, Errno>> {
-        Box::pin(async move {
-            let path = parts(dir)?.path.to_vec();
-            if self.meta {
-                if let Some(listing) = self.cache.readdir(dir.id) {
-                    return Ok(rest_of(&listing, cookie));
-                }
-                if let Some((listing, version)) = self.cache.unconfirmed_readdir(dir.id) {
-                    if version != 0 && self.check_dir(dir, &path).await == Ok(version) {
-                        self.cache.count_revalidated();
-                        return Ok(rest_of(&listing, cookie));
-                    }
-                }
-            }
-            let mut seen = self.seen_before(dir);
-            let fid = self.walk(&parts(dir)?.path).await?;
-            if !path.is_empty() {
-                seen.dir_version = if fid.qid.path == dir.id {
-                    fid.qid.version
-                } else {
-                    0
-                };
-            }
-            fid.lopen(open::RDONLY | open::DIRECTORY).await?;
-            if self.meta {
-                // Cache the whole listing; cookies index it.
-                let entries: Vec<Entry> = fid
-                    .readdir_all()
-                    .await?
-                    .into_iter()
-                    .filter(|e| e.name != "." && e.name != "..")
-                    .enumerate()
-                    .map(|(i, e)| Entry {
-                        kind: kind_of(&e.qid),
-                        id: e.qid.path,
-                        name: e.name,
-                        cookie: i as u64 + 1,
-                    })
-                    .collect();
-                let listing = Arc::new(entries);
-                self.cache.insert_readdir(dir.id, listing.clone(), seen);
-                return Ok(rest_of(&listing, cookie));
-            }
-            // Uncached: one Treaddir from the server's own cookie, skipping "." and "..".
-            let mut offset = cookie;
-            loop {
-                let batch = fid.readdir(offset, u32::MAX).await?;
-                let Some(last) = batch.last() else {
-                    return Ok(Vec::new());
-                };
-                offset = last.offset;
-                let entries: Vec<Entry> = batch
-                    .into_iter()
-                    .filter(|e| e.name != "." && e.name != "..")
-                    .map(|e| Entry {
-                        kind: kind_of(&e.qid),
-                        id: e.qid.path,
-                        name: e.name,
-                        cookie: e.offset,
-                    })
-                    .collect();
-                if !entries.is_empty() {
-                    return Ok(entries);
-                }
-            }
-        })
+        Box::pin(self.read_dir(dir, cookie))
     }
 
     fn mkdir<'a>(

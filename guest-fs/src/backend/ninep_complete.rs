@@ -1,13 +1,23 @@
-//! Complete directories for the 9p backend: when to read a directory's listing, and
-//! reading it (see the cache's `complete` module for what is kept and how it stays
-//! exact).
+//! Directory listings for the 9p backend: readdir, and complete directories (when to
+//! read a directory's listing to answer lookups, and reading it; see the cache's
+//! `complete` module for what is kept and how it stays exact).
+
+use std::sync::Arc;
 
 use wasm9p_proto::consts::open;
 use wasm9p_proto::{Errno, Qid};
 
-use super::ninep::{parts, NinepFs, MAX_COUNTED_DIRS};
-use super::Node;
+use super::ninep::{kind_of, parts, NinepFs, MAX_COUNTED_DIRS};
+use super::{Entry, Node};
 use crate::cache::Lookup;
+
+fn rest_of(listing: &[Entry], cookie: u64) -> Vec<Entry> {
+    listing
+        .iter()
+        .skip(usize::try_from(cookie).unwrap_or(usize::MAX))
+        .cloned()
+        .collect()
+}
 
 impl NinepFs {
     /// The answer of `dir`'s complete listing for `name`, reading the listing first
@@ -83,5 +93,76 @@ impl NinepFs {
             }
         }
         self.cache.insert_complete(dir.id, names, seen);
+    }
+}
+
+impl NinepFs {
+    /// A directory's entries from `cookie` on: from the cached listing (confirmed by
+    /// the directory's version past the window) in the metadata modes, which read and
+    /// keep the whole listing; else one Treaddir from the server's own cookie.
+    pub(super) async fn read_dir(&self, dir: &Node, cookie: u64) -> Result<Vec<Entry>, Errno> {
+        let path = parts(dir)?.path.to_vec();
+        if self.meta {
+            if let Some(listing) = self.cache.readdir(dir.id) {
+                return Ok(rest_of(&listing, cookie));
+            }
+            if let Some((listing, version)) = self.cache.unconfirmed_readdir(dir.id) {
+                if version != 0 && self.check_dir(dir, &path).await == Ok(version) {
+                    self.cache.count_revalidated();
+                    return Ok(rest_of(&listing, cookie));
+                }
+            }
+        }
+        let mut seen = self.seen_before(dir);
+        let fid = self.walk(&parts(dir)?.path).await?;
+        if !path.is_empty() {
+            seen.dir_version = if fid.qid.path == dir.id {
+                fid.qid.version
+            } else {
+                0
+            };
+        }
+        fid.lopen(open::RDONLY | open::DIRECTORY).await?;
+        if self.meta {
+            // Cache the whole listing; cookies index it.
+            let entries: Vec<Entry> = fid
+                .readdir_all()
+                .await?
+                .into_iter()
+                .filter(|e| e.name != "." && e.name != "..")
+                .enumerate()
+                .map(|(i, e)| Entry {
+                    kind: kind_of(&e.qid),
+                    id: e.qid.path,
+                    name: e.name,
+                    cookie: i as u64 + 1,
+                })
+                .collect();
+            let listing = Arc::new(entries);
+            self.cache.insert_readdir(dir.id, listing.clone(), seen);
+            return Ok(rest_of(&listing, cookie));
+        }
+        // Uncached: one Treaddir from the server's own cookie, skipping "." and "..".
+        let mut offset = cookie;
+        loop {
+            let batch = fid.readdir(offset, u32::MAX).await?;
+            let Some(last) = batch.last() else {
+                return Ok(Vec::new());
+            };
+            offset = last.offset;
+            let entries: Vec<Entry> = batch
+                .into_iter()
+                .filter(|e| e.name != "." && e.name != "..")
+                .map(|e| Entry {
+                    kind: kind_of(&e.qid),
+                    id: e.qid.path,
+                    name: e.name,
+                    cookie: e.offset,
+                })
+                .collect();
+            if !entries.is_empty() {
+                return Ok(entries);
+            }
+        }
     }
 }

@@ -455,3 +455,35 @@ fn a_directory_too_large_is_only_marked() {
         cache.bytes()
     );
 }
+
+#[test]
+fn a_snapshot_keeps_only_what_holds_at_the_version_a_directory_was_last_seen_at() {
+    let root = tempfile::tempdir().unwrap();
+    let store = crate::fscache::Store::open(root.path(), "t", 1 << 20).unwrap();
+    // Loose (trusted forever), yet versions are recorded: the store needs them.
+    let cache = MountCache::new(1 << 20, NegTimeout::UntilEvicted).persisting(Arc::new(store));
+    cache.insert_dentry_seen(DIR, "old.h", file(10), Seen::now(4));
+    cache.dir_seen(DIR, 5, Instant::now());
+    cache.insert_negative_seen(DIR, "missing.h", Seen::now(5));
+    cache.insert_dentry_seen(DIR, "new.h", file(11), Seen::now(5));
+    // Made through the mount: under no version the server gave.
+    cache.insert_dentry(DIR, "made.h", file(12));
+    // A directory whose version was never seen.
+    cache.insert_dentry_seen(8, "x.h", file(13), Seen::now(7));
+    // A link read at version 3 through a node a listing gave (version 0).
+    cache.insert_symlink_read(link(20, 0), "x.h".into(), 3);
+    cache.insert_symlink(link(21, 0), "y.h".into());
+
+    let snap = cache.snapshot();
+    let dir = &snap.dirs[&DIR];
+    assert_eq!(dir.version, 5);
+    let mut names: Vec<_> = dir.names.iter().map(|(n, q)| (n.to_string(), *q)).collect();
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        names,
+        [("missing.h".into(), None), ("new.h".into(), Some(file(11)))]
+    );
+    assert!(!snap.dirs.contains_key(&8));
+    assert_eq!(snap.links.len(), 1);
+    assert_eq!(snap.links[&20].version, 3);
+}

@@ -138,9 +138,10 @@ pub struct Store {
     /// A write failed (the disk is full or went read-only): said once, and nothing is
     /// written any more.
     broken: AtomicBool,
-    /// What the last flush wrote (without times of use): the same again is not
-    /// written again (a mount persisted, then dropped).
-    flushed: Mutex<Option<Records>>,
+    /// What `meta` held at open, or after this process's last flush: a flush that
+    /// would add nothing to it (but times of use less than an hour newer) writes
+    /// nothing, so a warm process leaves the store as it found it.
+    on_disk: Mutex<Records>,
     /// Pages handed to [`Store::page_queued`] and not written yet: a flush waits for
     /// them, so that the bound holds once a process is done.
     queued: Mutex<usize>,
@@ -166,6 +167,7 @@ impl Store {
             dir,
             pages,
             bound,
+            on_disk: Mutex::new(index.clone()),
             index: Mutex::new(index),
             stale: Mutex::default(),
             hits: AtomicU64::new(0),
@@ -173,7 +175,6 @@ impl Store {
             validations: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             broken: AtomicBool::new(false),
-            flushed: Mutex::default(),
             queued: Mutex::new(0),
             written: std::sync::Condvar::new(),
         };
@@ -359,27 +360,29 @@ impl Store {
             return Ok(());
         }
         self.wait_for_pages();
-        let unused = ours.without_use();
-        let mut flushed = self.flushed.lock().unwrap_or_else(|e| e.into_inner());
-        let stale_none = self
+        let mut on_disk = self.on_disk.lock().unwrap_or_else(|e| e.into_inner());
+        let nothing_stale = self
             .stale
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_empty();
-        if stale_none && flushed.as_ref() == Some(&unused) {
+        if nothing_stale && ours.known_to(&on_disk, now_secs().saturating_sub(3600)) {
             return Ok(());
         }
-        let written = self.flush_locked(ours);
-        if written.is_ok() {
-            *flushed = Some(unused);
+        match self.flush_locked(ours) {
+            Ok(records) => {
+                *on_disk = records;
+                Ok(())
+            }
+            Err(e) => {
+                self.broke(&e);
+                Err(e)
+            }
         }
-        if let Err(e) = &written {
-            self.broke(e);
-        }
-        written
     }
 
-    fn flush_locked(&self, ours: Records) -> io::Result<()> {
+    /// The flush itself, under the lock: returns what `meta` holds now.
+    fn flush_locked(&self, ours: Records) -> io::Result<Records> {
         let _lock = self.lock()?;
         let meta = self.dir.join("meta");
         let (mut disk, _) = Records::decode(&fs::read(&meta).unwrap_or_default());
@@ -406,7 +409,7 @@ impl Store {
         write_atomically(&meta, &disk.encode())?;
         let meta_bytes = fs::metadata(&meta).map_or(0, |m| m.len());
         self.bytes.store(meta_bytes + pages, Ordering::Relaxed);
-        Ok(())
+        Ok(disk)
     }
 
     /// Drops the least recently used pages and records of `records` until the store

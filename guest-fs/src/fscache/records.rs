@@ -97,13 +97,34 @@ impl Records {
         self.dirs.len() + self.links.len() + self.files.len()
     }
 
-    /// The same records with every time of use 0 (to compare contents).
-    pub fn without_use(&self) -> Records {
-        let mut r = self.clone();
-        r.dirs.values_mut().for_each(|d| d.used = 0);
-        r.links.values_mut().for_each(|l| l.used = 0);
-        r.files.values_mut().for_each(|f| f.used = 0);
-        r
+    /// Whether `other` holds every record here (all of a directory's names, at the
+    /// same version), each used there at `since` or later: then writing these records
+    /// would add nothing but times of use.
+    pub fn known_to(&self, other: &Records, since: u64) -> bool {
+        let dirs = self.dirs.iter().all(|(path, mine)| {
+            other.dirs.get(path).is_some_and(|theirs| {
+                theirs.version == mine.version
+                    && theirs.used >= since
+                    && (theirs.complete || !mine.complete)
+                    && mine
+                        .names
+                        .iter()
+                        .all(|(name, qid)| theirs.names.get(name) == Some(qid))
+            })
+        });
+        let links = self.links.iter().all(|(path, mine)| {
+            other.links.get(path).is_some_and(|theirs| {
+                (theirs.version, &theirs.target) == (mine.version, &mine.target)
+                    && theirs.used >= since
+            })
+        });
+        let files = self.files.iter().all(|(path, mine)| {
+            other.files.get(path).is_some_and(|theirs| {
+                (&theirs.attr, theirs.readable) == (&mine.attr, mine.readable)
+                    && theirs.used >= since
+            })
+        });
+        dirs && links && files
     }
 
     /// Every record's key, last use and encoded size (for the size bound).

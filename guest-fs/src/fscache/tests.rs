@@ -152,3 +152,33 @@ fn store_names_are_safe_and_distinct() {
     assert!(!store_name("../../etc").contains('/'));
     assert!(store_name(&"x".repeat(500)).len() < 64);
 }
+
+#[test]
+fn a_process_that_learnt_nothing_new_leaves_meta_as_it_was() {
+    let root = tempfile::tempdir().unwrap();
+    let first = Store::open(root.path(), "t", 1 << 20).unwrap();
+    first
+        .flush(records_with_dir(
+            5,
+            dir_knowing(3, &[("a.h", None), ("b.h", Some(9))]),
+        ))
+        .unwrap();
+    let meta = first.dir().join("meta");
+    let written = fs::metadata(&meta).unwrap().modified().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    // A later process knows part of it (what it used): nothing to write.
+    let warm = Store::open(root.path(), "t", 1 << 20).unwrap();
+    warm.flush(records_with_dir(5, dir_knowing(3, &[("a.h", None)])))
+        .unwrap();
+    assert_eq!(fs::metadata(&meta).unwrap().modified().unwrap(), written);
+    // One new name is worth writing.
+    warm.flush(records_with_dir(5, dir_knowing(3, &[("c.h", None)])))
+        .unwrap();
+    assert_ne!(fs::metadata(&meta).unwrap().modified().unwrap(), written);
+    let names = Store::open(root.path(), "t", 1 << 20)
+        .unwrap()
+        .take_dir(5)
+        .unwrap()
+        .names;
+    assert_eq!(names.len(), 3);
+}

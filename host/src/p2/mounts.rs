@@ -208,6 +208,12 @@ impl Host for FsView<'_> {
                 "the host allows this guest no mounts (--allow-mount)".into(),
             ));
         }
+        if spec.persists() {
+            // Its store is a directory of the host's, named by the SPEC.
+            return Err(MountError::Denied(
+                "cache=fscache keeps a store on the host's disk: only the host's own mounts may use it".into(),
+            ));
+        }
         if !runtime.grants.iter().any(|g| g.allows(&spec)) {
             return Err(MountError::Denied(format!(
                 "no --allow-mount grant covers target {} from this source",
