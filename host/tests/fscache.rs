@@ -12,7 +12,7 @@ use wasm9p_tests::{compile_c_guest, diod_available, spawn_serve, Diod, Tree};
 const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
 
 const DIRS: [&str; 3] = ["/src/inc1", "/src/inc2", "/src/sys"];
-const NAMES: [&str; 9] = [
+const NAMES: [&str; 10] = [
     "a.h",
     "b.h",
     "c.h",
@@ -22,6 +22,7 @@ const NAMES: [&str; 9] = [
     "missing2.h",
     "sub/deep.h",
     "missing3.h",
+    "sub/",
 ];
 
 fn guest() -> PathBuf {
@@ -182,6 +183,7 @@ fn a_second_process_starts_warm_when_nothing_changed() {
         assert!(reference
             .stdout
             .contains("link.h: /src/sys/link.h -> big.h"));
+        assert!(reference.stdout.contains("sub/: /src/inc2: deep.h\n"));
         let first = search(server.source(), &fscache(store.path()));
         assert_eq!(first.stdout, reference.stdout, "{name}");
         assert!(
@@ -209,6 +211,7 @@ fn a_second_process_starts_warm_when_nothing_changed() {
                 second.mount
             );
             assert_eq!(second.rpc("readlink"), 0, "{name}");
+            assert_eq!(second.rpc("readdir"), 0, "{name}: listings come from disk");
             let opened = 5; // a.h b.h c.h big.h (twice: link.h) deep.h, by qid
             let budget = 1 + DIRS.len() as u64 + opened; // and the Tattach
             assert!(
@@ -242,9 +245,15 @@ fn the_next_process_sees_what_changed_on_the_server() {
         std::fs::remove_file(root.join("sys/link.h")).unwrap();
         std::os::unix::fs::symlink("../inc2/c.h", root.join("sys/link.h")).unwrap();
         std::fs::write(root.join("inc2/sub/deep.h"), "int deep; int deeper;\n").unwrap();
+        std::fs::write(root.join("inc2/sub/new.h"), "int new;\n").unwrap();
 
         let reference = search(server.source(), "cache=none");
         assert_ne!(reference.stdout, first.stdout);
+        assert!(
+            reference.stdout.contains("sub/: /src/inc2: deep.h new.h\n"),
+            "{}",
+            reference.stdout
+        );
         let second = search(server.source(), &fscache(store.path()));
         assert_eq!(second.stdout, reference.stdout, "{name}");
         // And the store now holds the new state: a third process agrees, warm.

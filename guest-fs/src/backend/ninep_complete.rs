@@ -103,6 +103,7 @@ impl NinepFs {
     pub(super) async fn read_dir(&self, dir: &Node, cookie: u64) -> Result<Vec<Entry>, Errno> {
         let path = parts(dir)?.path.to_vec();
         if self.meta {
+            self.dir_from_store(dir, None).await;
             if let Some(listing) = self.cache.readdir(dir.id) {
                 return Ok(rest_of(&listing, cookie));
             }

@@ -83,13 +83,9 @@ impl NinepFs {
         dir: &Node,
         name: &str,
     ) -> Option<Result<Qid, Errno>> {
-        let store = self.store()?;
-        if !store.has_dir(dir.id) {
+        if !self.dir_from_store(dir, Some(name)).await {
             return None;
         }
-        self.store_loads
-            .run(dir.id, || self.load_dir(dir, name, store))
-            .await;
         match self.cache.lookup(dir.id, name) {
             Lookup::Found(q) => Some(Ok(q)),
             Lookup::Missing => Some(Err(Errno::ENOENT)),
@@ -97,11 +93,26 @@ impl NinepFs {
         }
     }
 
+    /// Takes in `dir`'s record from the store, if it has one (once per process, see
+    /// `load_dir`); whether it had one.
+    pub(super) async fn dir_from_store(&self, dir: &Node, name: Option<&str>) -> bool {
+        let Some(store) = self.store() else {
+            return false;
+        };
+        if !store.has_dir(dir.id) {
+            return false;
+        }
+        self.store_loads
+            .run(dir.id, || self.load_dir(dir, name, store))
+            .await;
+        true
+    }
+
     /// Takes in `dir`'s record if the directory is still at its version: known from a
-    /// walk through it, else asked by probing `name` in it, which also confirms (or
-    /// not) what the store keeps of `name` itself, so that opening it costs nothing
-    /// more.
-    async fn load_dir(&self, dir: &Node, name: &str, store: &Store) {
+    /// walk through it, else asked by probing `name` in it (the directory itself
+    /// without one), which also confirms (or not) what the store keeps of `name`
+    /// itself, so that opening it costs nothing more.
+    async fn load_dir(&self, dir: &Node, name: Option<&str>, store: &Store) {
         let Some(record) = store.take_dir(dir.id) else {
             return;
         };
@@ -116,11 +127,14 @@ impl NinepFs {
             None => {
                 store.count_validation();
                 let mut names = n.path.to_vec();
-                names.push(name.to_owned());
+                names.extend(name.map(str::to_owned));
                 let at = Instant::now();
                 let qids = self.probe_qids(&names).await.unwrap_or_default();
-                probed = qids.get(names.len() - 1).map(|q| (*q, at));
-                match qids.get(names.len() - 2) {
+                let dir_at = n.path.len() - 1;
+                if name.is_some() {
+                    probed = qids.get(dir_at + 1).map(|q| (*q, at));
+                }
+                match qids.get(dir_at) {
                     Some(q) if q.path == dir.id => q.version,
                     _ => 0,
                 }
@@ -131,7 +145,7 @@ impl NinepFs {
             return;
         }
         store.count_hit();
-        let node_qid = record.names.get(name).copied().flatten();
+        let node_qid = name.and_then(|name| record.names.get(name).copied().flatten());
         self.cache.load_dir(dir.id, record);
         if let (Some((fresh, at)), Some(node_qid)) = (probed, node_qid) {
             self.confirmed(node_qid, fresh, at);

@@ -15,6 +15,7 @@ use std::time::Instant;
 use wasm9p_proto::{Qid, Rgetattr};
 
 use super::{complete, Entry, Key, MountCache, Seen};
+use crate::backend::{self, Kind};
 use crate::fscache::{DirRecord, FileRecord, LinkRecord, PageKey, Records, Store};
 use crate::mount_options::Trust;
 
@@ -41,7 +42,7 @@ impl MountCache {
     }
 
     /// Takes in a directory's record from disk, confirmed by the server: learnt now at
-    /// its version.
+    /// its version. A complete record answers lookups and readdir.
     pub fn load_dir(&self, dir: u64, record: DirRecord) {
         let seen = Seen::now(record.version);
         if record.complete {
@@ -50,6 +51,20 @@ impl MountCache {
                 .into_iter()
                 .filter_map(|(name, qid)| Some((name, qid?)))
                 .collect();
+            let mut entries: Vec<backend::Entry> = names
+                .iter()
+                .map(|(name, qid)| backend::Entry {
+                    kind: kind_of(qid),
+                    id: qid.path,
+                    name: name.to_string(),
+                    cookie: 0,
+                })
+                .collect();
+            entries.sort_by(|a, b| a.name.cmp(&b.name));
+            for (i, e) in entries.iter_mut().enumerate() {
+                e.cookie = i as u64 + 1;
+            }
+            self.insert_readdir(dir, Arc::new(entries), seen);
             self.insert_complete_loaded(dir, names, seen);
             return;
         }
@@ -176,6 +191,19 @@ impl MountCache {
                         .names
                         .extend(names.iter().map(|(n, q)| (n.clone(), Some(*q))));
                 }
+                (Key::Readdir(dir), Entry::Listing { entries, seen }) if current(dir, &seen) => {
+                    // A listing is every name (a readdir entry's qid has no version).
+                    let record = dir_record(&mut records, dir, seen.dir_version, used);
+                    record.complete = true;
+                    record.names.extend(entries.iter().map(|e| {
+                        let qid = Qid {
+                            ty: qid_type(e.kind),
+                            version: 0,
+                            path: e.id,
+                        };
+                        (Box::from(e.name.as_str()), Some(qid))
+                    }));
+                }
                 (
                     Key::Symlink(path),
                     Entry::Symlink {
@@ -228,4 +256,25 @@ fn dir_record(records: &mut Records, dir: u64, version: u32, used: u64) -> &mut 
         ..DirRecord::default()
     });
     record
+}
+
+/// The kind of file a listing's qid names.
+fn kind_of(qid: &Qid) -> Kind {
+    if qid.is_dir() {
+        Kind::Dir
+    } else if qid.is_symlink() {
+        Kind::Symlink
+    } else {
+        Kind::File
+    }
+}
+
+/// The qid type of a listing entry's kind.
+fn qid_type(kind: Kind) -> u8 {
+    use wasm9p_proto::consts::qid;
+    match kind {
+        Kind::Dir => qid::DIR,
+        Kind::Symlink => qid::SYMLINK,
+        Kind::File | Kind::Other => qid::FILE,
+    }
 }

@@ -1,7 +1,7 @@
 // A compiler's header search: for each name given, try each include directory in
 // turn (stat, as clang does), and print where it was found, following and printing
-// symlinks, with a checksum of its contents (read in 4 KiB pieces). Arguments:
-// DIR... -- NAME...
+// symlinks, with a checksum of its contents (read in 4 KiB pieces); a NAME ending in
+// `/` is a directory to list (its names, sorted). Arguments: DIR... -- NAME...
 #include "scenario.h"
 
 static unsigned long checksum(const char *path, long *size) {
@@ -19,10 +19,39 @@ static unsigned long checksum(const char *path, long *size) {
     return n < 0 ? 0 : h;
 }
 
+static int by_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+// Lists the first DIR/NAME that opens; 1 if one did.
+static int list(char **dirs, int ndirs, const char *name) {
+    for (int d = 0; d < ndirs; d++) {
+        DIR *dir = opendir(at(dirs[d], name));
+        if (!dir) continue;
+        char *names[256];
+        int n = 0;
+        struct dirent *e;
+        while ((e = readdir(dir)) && n < 256)
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) names[n++] = strdup(e->d_name);
+        closedir(dir);
+        qsort(names, n, sizeof names[0], by_name);
+        printf("%s: %s%s", name, dirs[d], n ? ":" : " (empty)");
+        for (int i = 0; i < n; i++) printf(" %s", names[i]);
+        printf("\n");
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int sep = 1;
     while (sep < argc && strcmp(argv[sep], "--") != 0) sep++;
     for (int i = sep + 1; i < argc; i++) {
+        size_t len = strlen(argv[i]);
+        if (len && argv[i][len - 1] == '/') {
+            if (!list(argv + 1, sep - 1, argv[i])) printf("%s: not found\n", argv[i]);
+            continue;
+        }
         const char *found = NULL;
         for (int d = 1; d < sep && !found; d++) {
             const char *p = at(argv[d], argv[i]);
