@@ -94,6 +94,7 @@ pub mod server {
             let server = Server::new(ServerConfig {
                 exports: vec![ExportConfig::new(&export)],
                 msize: 16384,
+                ..Default::default()
             })
             .unwrap();
             Env { rt, server, root }

@@ -313,6 +313,7 @@ pub fn run(cache: &str, ops: &[Op]) {
         let server = Server::new(ServerConfig {
             exports: vec![ExportConfig::new(&nine)],
             msize: 8192,
+            ..Default::default()
         })
         .unwrap();
         let (client_end, server_end) = wasm9p_proto::transport::duplex();

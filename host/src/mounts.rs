@@ -411,6 +411,7 @@ pub async fn build(
                         ..ExportConfig::new(export)
                     }],
                     msize: options.msize,
+                    ..Default::default()
                 })
                 .map_err(|e| fail(e.to_string()))?;
                 let (client_end, server_end) = wasm9p_proto::transport::duplex();

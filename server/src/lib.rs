@@ -37,6 +37,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod access;
 mod export;
 mod fid;
 mod ops;
@@ -48,8 +49,9 @@ use std::io;
 use std::sync::Arc;
 
 use wasm9p_proto::consts::{DEFAULT_MSIZE, MAX_MSIZE, MIN_MSIZE};
-use wasm9p_proto::transport::{BoxStream, Listener};
+use wasm9p_proto::transport::{BoxStream, Listener, Peer};
 
+pub use access::{AccessRule, PeerMatch};
 pub use export::{Export, ExportConfig};
 
 /// Most fids one connection may hold at once; the next attach or walk gets EMFILE.
@@ -65,6 +67,8 @@ pub struct ServerConfig {
     pub exports: Vec<ExportConfig>,
     /// Largest msize granted (clamped to [`MIN_MSIZE`]..=[`MAX_MSIZE`]).
     pub msize: u32,
+    /// Who may attach what (see [`access`]); none: every peer, every export.
+    pub access: Vec<AccessRule>,
 }
 
 impl Default for ServerConfig {
@@ -72,6 +76,7 @@ impl Default for ServerConfig {
         ServerConfig {
             exports: Vec::new(),
             msize: DEFAULT_MSIZE,
+            access: Vec::new(),
         }
     }
 }
@@ -86,6 +91,46 @@ pub struct Server {
 struct Shared {
     exports: Vec<Arc<Export>>,
     msize: u32,
+    /// Per export (in the order of `exports`), the peers that may attach it; `None`:
+    /// no rules, everyone may.
+    access: Option<Vec<Vec<PeerMatch>>>,
+    /// Refusals already logged, by peer and export (bounded: once full, refusals are
+    /// logged only at debug level).
+    refused: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+}
+
+/// Most refusals remembered for logging once.
+const MAX_REFUSALS_LOGGED: usize = 4096;
+
+impl Shared {
+    /// Whether `peer` may attach `export` (one of `exports`, or a directory inside it
+    /// given by its parent); a refusal is logged once per peer and export.
+    fn may_attach(&self, export: &Arc<Export>, peer: &Peer) -> bool {
+        let Some(access) = &self.access else {
+            return true;
+        };
+        let allowed = self
+            .exports
+            .iter()
+            .zip(access)
+            .find(|(e, _)| Arc::ptr_eq(e, export))
+            .is_some_and(|(_, peers)| peers.iter().any(|p| p.matches(peer)));
+        if !allowed {
+            let key = (peer.name.clone(), export.name.clone());
+            let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+            if refused.len() < MAX_REFUSALS_LOGGED && refused.insert(key) {
+                tracing::warn!(
+                    "{}: may not attach {} ({}): refused",
+                    peer.name,
+                    export.name,
+                    export.path.display()
+                );
+            } else {
+                tracing::debug!("{}: may not attach {}: refused", peer.name, export.name);
+            }
+        }
+        allowed
+    }
 }
 
 impl Server {
@@ -101,11 +146,17 @@ impl Server {
             .exports
             .iter()
             .map(|c| Export::open(c).map(Arc::new))
-            .collect::<io::Result<_>>()?;
+            .collect::<io::Result<Vec<_>>>()?;
+        let access = resolve_rules(&exports, &config.access)?;
         raise_fd_limit();
         let msize = config.msize.clamp(MIN_MSIZE, MAX_MSIZE);
         Ok(Server {
-            shared: Arc::new(Shared { exports, msize }),
+            shared: Arc::new(Shared {
+                exports,
+                msize,
+                access,
+                refused: Default::default(),
+            }),
         })
     }
 
@@ -130,9 +181,21 @@ impl Server {
             .sum()
     }
 
-    /// Serves one connection until the peer closes it or it breaks.
+    /// Serves one connection until the peer closes it or it breaks; `peer` names it in
+    /// logs, and it is known by nothing else (an in-process pipe: with access rules it
+    /// may attach nothing).
     pub async fn serve_connection(&self, stream: BoxStream, peer: String) {
+        self.serve_peer(stream, Peer::local(peer)).await
+    }
+
+    /// Serves one connection from `peer` until it closes or breaks.
+    pub async fn serve_peer(&self, stream: BoxStream, peer: Peer) {
         session::run(self.shared.clone(), stream, peer).await
+    }
+
+    /// Whether access rules were given (else every peer may attach every export).
+    pub fn has_access_rules(&self) -> bool {
+        self.shared.access.is_some()
     }
 
     /// Accepts connections on `listener` until `shutdown` completes; each connection is
@@ -142,10 +205,10 @@ impl Server {
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
-                accepted = listener.accept() => match accepted {
+                accepted = listener.accept_peer() => match accepted {
                     Ok((stream, peer)) => {
                         let server = self.clone();
-                        tokio::spawn(async move { server.serve_connection(stream, peer).await });
+                        tokio::spawn(async move { server.serve_peer(stream, peer).await });
                     }
                     Err(e) => {
                         tracing::warn!("accept on {}: {e}", listener.local_addr());
@@ -156,6 +219,31 @@ impl Server {
             }
         }
     }
+}
+
+/// The rules by export, in the order of `exports` (`None` without rules). A rule naming
+/// no export is an error, so that a typo cannot leave an export unreachable unnoticed.
+fn resolve_rules(
+    exports: &[Arc<Export>],
+    rules: &[AccessRule],
+) -> io::Result<Option<Vec<Vec<PeerMatch>>>> {
+    if rules.is_empty() {
+        return Ok(None);
+    }
+    let mut access = vec![Vec::new(); exports.len()];
+    for rule in rules {
+        let i = exports
+            .iter()
+            .position(|e| e.matches(&rule.export))
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("--allow {}=...: no such export", rule.export),
+                )
+            })?;
+        access[i].extend(rule.peers.iter().cloned());
+    }
+    Ok(Some(access))
 }
 
 /// Fids pin directory handles; let the process use as many descriptors as it may.

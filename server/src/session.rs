@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, WriteHalf};
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use wasm9p_proto::consts::{MIN_MSIZE, VERSION_9P2000_L, VERSION_UNKNOWN};
-use wasm9p_proto::transport::{write_segments, BoxStream};
+use wasm9p_proto::transport::{write_segments, BoxStream, Peer};
 use wasm9p_proto::{
     encode_frame, encode_frame_head, DecodeError, Errno, Frame, FrameDecoder, Message, Rflush,
     Rlerror, Rversion,
@@ -29,6 +29,8 @@ use crate::{Shared, MAX_INFLIGHT_PER_CONNECTION};
 #[derive(Debug)]
 pub(crate) struct Session {
     pub shared: Arc<Shared>,
+    /// Who is at the other end (what attach rules decide by).
+    pub peer: Peer,
     pub fids: FidTable,
     pub msize: AtomicU32,
     /// Bytes of xattr values announced and not yet set (see `XattrReservation`).
@@ -69,7 +71,8 @@ fn error_reply(errno: Errno) -> Message {
     Rlerror { ecode: errno.0 }.into()
 }
 
-pub(crate) async fn run(shared: Arc<Shared>, stream: BoxStream, peer: String) {
+pub(crate) async fn run(shared: Arc<Shared>, stream: BoxStream, who: Peer) {
+    let peer = who.name.clone();
     let (mut reader, writer) = tokio::io::split(stream);
     let writer: SharedWriter = Arc::new(AsyncMutex::new(writer));
     let (tx, rx) = mpsc::unbounded_channel();
@@ -78,6 +81,7 @@ pub(crate) async fn run(shared: Arc<Shared>, stream: BoxStream, peer: String) {
     let session = Arc::new(Session {
         msize: AtomicU32::new(shared.msize),
         shared: shared.clone(),
+        peer: who,
         fids: FidTable::default(),
         xattr_pending: Arc::default(),
         versioned: AtomicBool::new(false),

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use wasm9p_proto::consts::{DEFAULT_MSIZE, MAX_MSIZE, MIN_MSIZE};
 use wasm9p_proto::transport::Listener;
 use wasm9p_proto::Addr;
-use wasm9p_server::{ExportConfig, Server, ServerConfig};
+use wasm9p_server::{AccessRule, ExportConfig, Server, ServerConfig};
 
 mod cache;
 pub mod cc;
@@ -73,9 +73,17 @@ pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Host directory to export (repeatable; a client picks one by aname: its path or
-    /// its last component; an empty aname means the only export).
-    #[arg(long = "export", value_name = "DIR", required = true)]
-    pub exports: Vec<PathBuf>,
+    /// its last component; an empty aname means the only export). `DIR,ro`: this one
+    /// read-only.
+    #[arg(long = "export", value_name = "DIR[,ro]", required = true, value_parser = parse_export)]
+    pub exports: Vec<(PathBuf, bool)>,
+    /// Who may attach an export (repeatable): EXPORT (its name or path) =
+    /// PEER[,PEER]..., where PEER is cid:N (vsock), uid:N or gid:N (Unix socket
+    /// credentials), listen:ADDR (arrived on that listener) or ip:ADDR[/BITS] (tcp).
+    /// Without any, every peer may attach every export; with some, an export no rule
+    /// names is attachable by nobody.
+    #[arg(long = "allow", value_name = "EXPORT=PEER[,PEER]...", value_parser = parse_allow)]
+    pub allow: Vec<AccessRule>,
     /// Where to listen: tcp:HOST:PORT, unix:PATH, vsock:CID:PORT (vsock:any:PORT),
     /// fc-vsock:UDS_PATH:PORT. Repeatable.
     #[arg(long = "listen", value_name = "ADDR", required = true, value_parser = parse_addr)]
@@ -86,6 +94,19 @@ pub struct ServeArgs {
     /// Largest message size granted, in bytes.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MSIZE, value_parser = parse_msize)]
     pub msize: u32,
+}
+
+fn parse_export(s: &str) -> Result<(PathBuf, bool), String> {
+    match s.strip_suffix(",ro") {
+        Some(dir) if !dir.is_empty() => Ok((dir.into(), true)),
+        _ if s.is_empty() => Err("an empty directory".into()),
+        _ => Ok((s.into(), false)),
+    }
+}
+
+fn parse_allow(s: &str) -> Result<AccessRule, String> {
+    s.parse()
+        .map_err(|e: wasm9p_server::access::RuleError| e.to_string())
 }
 
 fn parse_addr(s: &str) -> Result<Addr, String> {
@@ -112,14 +133,15 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     let exports = args
         .exports
         .iter()
-        .map(|p| ExportConfig {
-            read_only: args.read_only,
+        .map(|(p, ro)| ExportConfig {
+            read_only: args.read_only || *ro,
             ..ExportConfig::new(p)
         })
         .collect();
     let server = match Server::new(ServerConfig {
         exports,
         msize: args.msize,
+        access: args.allow.clone(),
     }) {
         Ok(server) => server,
         Err(e) => return fail(EXIT_USAGE, &format!("cannot export: {e}")),
@@ -159,6 +181,22 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
                 })
                 .await
         }));
+    }
+    // After the "serving" lines, which scripts wait for first.
+    let open_tcp = args.listen.iter().find(|a| match a {
+        Addr::Tcp { host, .. } => {
+            host != "localhost"
+                && !host
+                    .trim_matches(|c| c == '[' || c == ']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }
+        _ => false,
+    });
+    if let (false, Some(addr)) = (server.has_access_rules(), open_tcp) {
+        say(&format!(
+            "warning: {addr} is reachable from other machines and no --allow rule limits who may attach what"
+        ));
     }
     shutdown.wait().await;
     let _ = stop_tx.send(true);

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use tokio::net::{TcpListener, UnixListener};
 
-use super::BoxStream;
+use super::{BoxStream, Peer, PeerId};
 use crate::addr::Addr;
 
 /// A bound listener on one [`Addr`].
@@ -97,22 +97,40 @@ impl Listener {
 
     /// Waits for the next connection; returns it and a printable peer name.
     pub async fn accept(&self) -> io::Result<(BoxStream, String)> {
+        let (stream, peer) = self.accept_peer().await?;
+        Ok((stream, peer.name))
+    }
+
+    /// Waits for the next connection; returns it and who is at the other end.
+    pub async fn accept_peer(&self) -> io::Result<(BoxStream, Peer)> {
+        let listener = Some(self.addr.clone());
         match &self.inner {
             Inner::Tcp(l) => {
                 let (stream, peer) = l.accept().await?;
                 stream.set_nodelay(true)?;
-                Ok((Box::new(stream), peer.to_string()))
+                let id = PeerId::Ip(peer.ip().to_canonical());
+                let name = peer.to_string();
+                Ok((Box::new(stream), Peer { name, listener, id }))
             }
             Inner::Unix(l, file) => {
                 let (stream, _) = l.accept().await?;
-                Ok((Box::new(stream), format!("unix:{}", file.0.display())))
+                let (id, name) = match stream.peer_cred() {
+                    Ok(cred) => (
+                        PeerId::Unix {
+                            uid: cred.uid(),
+                            gid: cred.gid(),
+                        },
+                        format!("unix:{} uid {}", file.0.display(), cred.uid()),
+                    ),
+                    Err(_) => (PeerId::Unknown, format!("unix:{}", file.0.display())),
+                };
+                Ok((Box::new(stream), Peer { name, listener, id }))
             }
             Inner::Vsock(l) => {
                 let (stream, peer) = l.accept().await?;
-                Ok((
-                    Box::new(stream),
-                    format!("vsock:{}:{}", peer.cid(), peer.port()),
-                ))
+                let name = format!("vsock:{}:{}", peer.cid(), peer.port());
+                let id = PeerId::Vsock { cid: peer.cid() };
+                Ok((Box::new(stream), Peer { name, listener, id }))
             }
         }
     }

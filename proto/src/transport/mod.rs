@@ -4,6 +4,7 @@
 
 mod fc_vsock;
 mod listener;
+mod peer;
 
 use std::io;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use crate::addr::Addr;
 
 pub use fc_vsock::{fc_vsock_accept_handshake, fc_vsock_client_handshake, HANDSHAKE_TIMEOUT};
 pub use listener::Listener;
+pub use peer::{Peer, PeerId};
 
 /// A connected byte stream of any transport.
 pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}

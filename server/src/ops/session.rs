@@ -15,21 +15,28 @@ pub(super) fn attach(s: &Session, t: Tattach) -> Result<Message, Errno> {
         return Err(Errno::EBADF);
     }
     let exports = &s.shared.exports;
-    let export = if t.aname.is_empty() {
+    // The export named, and the directory inside it when the aname goes further.
+    let (export, inside) = if t.aname.is_empty() {
         match exports.as_slice() {
-            [only] => only.clone(),
+            [only] => (only, None),
             _ => return Err(Errno::ENOENT),
         }
     } else if let Some(whole) = exports.iter().find(|e| e.matches(&t.aname)) {
-        whole.clone()
+        (whole, None)
     } else {
         // A directory inside an export: the longest export prefix that names one.
-        let (export, rest) = exports
+        exports
             .iter()
-            .filter_map(|e| e.below(&t.aname).map(|rest| (e, rest)))
-            .min_by_key(|(_, rest)| rest.len())
-            .ok_or(Errno::ENOENT)?;
-        Arc::new(export.subdir(rest)?)
+            .filter_map(|e| e.below(&t.aname).map(|rest| (e, Some(rest))))
+            .min_by_key(|(_, rest)| rest.map_or(0, str::len))
+            .ok_or(Errno::ENOENT)?
+    };
+    if !s.shared.may_attach(export, &s.peer) {
+        return Err(Errno::EACCES);
+    }
+    let export = match inside {
+        None => export.clone(),
+        Some(rest) => Arc::new(export.subdir(rest)?),
     };
     let export = &export;
     let node = Node::root(export);

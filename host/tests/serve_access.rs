@@ -1,0 +1,311 @@
+//! `wasm9p serve --allow`: exports bound to their peers, over real sockets to the real
+//! binary. Two tenants' exports: each peer attaches its own, and nothing of the other
+//! by any aname (its name, its path, a directory inside it, `..`), while a refused
+//! attach leaves the connection free to attach what it may.
+
+use std::path::Path;
+use std::process::{Child, Command};
+
+use wasm9p_proto::{Addr, Errno};
+use wasm9p_tests::{compile_c_guest, spawn_serve, Conn, Tree};
+
+const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
+
+struct Tenants {
+    a: tempfile::TempDir,
+    b: tempfile::TempDir,
+}
+
+fn tenants() -> Tenants {
+    Tenants {
+        a: Tree::build(&[Tree::file("a.txt", "tenant a\n")]),
+        b: Tree::build(&[
+            Tree::file("b.txt", "tenant b\n"),
+            Tree::Dir("sub", vec![Tree::file("deep.txt", "b's deep\n")]),
+        ]),
+    }
+}
+
+fn name(dir: &Path) -> String {
+    dir.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+struct Served(Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(args: &[String]) -> Served {
+    Served(spawn_serve(BIN, args).0)
+}
+
+/// Every way an aname might name tenant b's files from tenant a's side.
+fn anames_of_b(t: &Tenants) -> Vec<String> {
+    let (a, b) = (name(t.a.path()), name(t.b.path()));
+    vec![
+        b.clone(),
+        t.b.path().display().to_string(),
+        format!("{b}/sub"),
+        format!("{}/sub", t.b.path().display()),
+        format!("{a}/../{b}"),
+        format!("{}/../{b}", t.a.path().display()),
+    ]
+}
+
+/// On `conn`, attaching tenant b by any aname fails; tenant a's own export is
+/// attachable on the same connection afterwards, and `..` from its root stays in it.
+async fn only_a_reachable(conn: &mut Conn, t: &Tenants) {
+    for (i, aname) in anames_of_b(t).iter().enumerate() {
+        let got = conn.attach(10 + i as u32, aname).await;
+        assert!(got.is_err(), "{aname} was attached");
+    }
+    assert_eq!(
+        conn.attach(1, &name(t.b.path())).await,
+        Err(Errno::EACCES),
+        "a refusal says EACCES"
+    );
+    let root = conn.attach(0, &name(t.a.path())).await.unwrap();
+    assert_eq!(conn.cat(5, "a.txt").await.unwrap(), b"tenant a\n");
+    let up = conn.walk(0, 3, "..").await.unwrap();
+    assert_eq!(up.last(), Some(&root), "`..` at the root stays there");
+    // `../b.txt` from a's root is a's own (missing) b.txt: the walk stops short.
+    let walked = conn.walk(0, 6, "../b.txt").await;
+    assert!(walked.as_ref().is_ok_and(|q| q.len() < 2), "{walked:?}");
+}
+
+#[tokio::test]
+async fn exports_bound_to_listeners_are_reached_only_through_them() {
+    // The hybrid-vsock shape: a VMM gives each VM its own socket; a `listen:` rule binds
+    // the socket to the VM's export.
+    let t = tenants();
+    let sockets = tempfile::tempdir().unwrap();
+    let (sa, sb) = (
+        format!("unix:{}", sockets.path().join("a.sock").display()),
+        format!("unix:{}", sockets.path().join("b.sock").display()),
+    );
+    let args: Vec<String> = [
+        "--export",
+        t.a.path().to_str().unwrap(),
+        "--export",
+        t.b.path().to_str().unwrap(),
+        "--listen",
+        &sa,
+        "--listen",
+        &sb,
+        "--allow",
+        &format!("{}=listen:{sa}", name(t.a.path())),
+        "--allow",
+        &format!("{}=listen:{sb}", t.b.path().display()),
+    ]
+    .map(String::from)
+    .to_vec();
+    let _server = serve(&args);
+    let mut conn = Conn::connect(&sa.parse::<Addr>().unwrap()).await;
+    conn.version(65536).await;
+    only_a_reachable(&mut conn, &t).await;
+
+    // Through b's socket, b's export (and a directory inside it) and nothing of a's.
+    let mut conn = Conn::connect(&sb.parse::<Addr>().unwrap()).await;
+    conn.version(65536).await;
+    conn.attach(0, &format!("{}/sub", name(t.b.path())))
+        .await
+        .unwrap();
+    assert_eq!(conn.cat(5, "deep.txt").await.unwrap(), b"b's deep\n");
+    assert_eq!(conn.attach(2, &name(t.a.path())).await, Err(Errno::EACCES));
+    assert_eq!(
+        conn.attach(3, t.a.path().to_str().unwrap()).await,
+        Err(Errno::EACCES)
+    );
+}
+
+#[tokio::test]
+async fn ip_rules_tell_loopback_v4_from_v6() {
+    let t = tenants();
+    let free = |host: &str| {
+        let l = std::net::TcpListener::bind((host, 0)).ok()?;
+        Some(l.local_addr().ok()?.port())
+    };
+    let v4 = format!("tcp:127.0.0.1:{}", free("127.0.0.1").unwrap());
+    let v6 = free("::1").map(|port| format!("tcp:[::1]:{port}"));
+    let mut args: Vec<String> = [
+        "--export",
+        t.a.path().to_str().unwrap(),
+        "--export",
+        t.b.path().to_str().unwrap(),
+        "--listen",
+        &v4,
+        "--allow",
+        &format!("{}=ip:127.0.0.0/8", name(t.a.path())),
+        "--allow",
+        &format!("{}=ip:::1", name(t.b.path())),
+    ]
+    .map(String::from)
+    .to_vec();
+    match &v6 {
+        Some(addr) => args.extend(["--listen".into(), addr.clone()]),
+        None => eprintln!("no ::1 on this machine: only the IPv4 side is checked"),
+    }
+    let _server = serve(&args);
+    let mut conn = Conn::connect(&v4.parse::<Addr>().unwrap()).await;
+    conn.version(65536).await;
+    only_a_reachable(&mut conn, &t).await;
+    if let Some(v6) = v6 {
+        let mut conn = Conn::connect(&v6.parse::<Addr>().unwrap()).await;
+        conn.version(65536).await;
+        conn.attach(0, &name(t.b.path())).await.unwrap();
+        assert_eq!(conn.cat(5, "b.txt").await.unwrap(), b"tenant b\n");
+        assert_eq!(conn.attach(2, &name(t.a.path())).await, Err(Errno::EACCES));
+    }
+}
+
+#[test]
+fn uid_rules_decide_by_the_unix_peers_credentials() {
+    let t = tenants();
+    let sockets = tempfile::tempdir().unwrap();
+    let sock = sockets.path().join("9p.sock");
+    let listen = format!("unix:{}", sock.display());
+    let args: Vec<String> = [
+        "--export",
+        t.a.path().to_str().unwrap(),
+        "--export",
+        t.b.path().to_str().unwrap(),
+        "--listen",
+        &listen,
+        "--allow",
+        &format!("{}=uid:0", name(t.a.path())),
+        "--allow",
+        &format!("{}=uid:65534", name(t.b.path())),
+    ]
+    .map(String::from)
+    .to_vec();
+    let _server = serve(&args);
+    let me = rustix::process::geteuid().as_raw();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut conn = Conn::connect(&listen.parse::<Addr>().unwrap()).await;
+        conn.version(65536).await;
+        let (mine, other) = match me {
+            0 => (name(t.a.path()), name(t.b.path())),
+            _ => (String::new(), name(t.b.path())),
+        };
+        assert_eq!(conn.attach(1, &other).await, Err(Errno::EACCES));
+        if !mine.is_empty() {
+            conn.attach(2, &mine).await.unwrap();
+        } else {
+            // Neither rule names this user: nothing at all.
+            assert_eq!(conn.attach(2, &name(t.a.path())).await, Err(Errno::EACCES));
+        }
+    });
+    if me != 0 {
+        eprintln!("as another user: not checked (acting as nobody needs root)");
+        return;
+    }
+    // A real client as nobody: `wasm9p run` with a 9p mount of each export.
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let open = |p: &Path, mode| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
+    let work = tempfile::tempdir().unwrap();
+    open(work.path(), 0o755).unwrap();
+    open(sockets.path(), 0o755).unwrap();
+    open(&sock, 0o777).unwrap();
+    let client = work.path().join("wasm9p");
+    std::fs::copy(BIN, &client).unwrap();
+    let guest = work.path().join("guest.wasm");
+    std::fs::copy(
+        compile_c_guest(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests/header_search.c"),
+        ),
+        &guest,
+    )
+    .unwrap();
+    for p in [&client, &guest] {
+        open(p, 0o755).unwrap();
+    }
+    for dir in [t.a.path(), t.b.path()] {
+        open(dir, 0o755).unwrap();
+    }
+    let as_nobody = |aname: &str, file: &str| {
+        Command::new(&client)
+            .current_dir(work.path())
+            .env_clear()
+            .args([
+                "run",
+                "--no-module-cache",
+                "--mount",
+                &format!(
+                    "type=9p,{},aname={aname},target=/t",
+                    format_args!("source={listen}")
+                ),
+            ])
+            .arg(&guest)
+            .args(["/t", "--", file])
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap()
+    };
+    let out = as_nobody(&name(t.b.path()), "b.txt");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("b.txt: /t/b.txt 9 bytes"),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = as_nobody(&name(t.a.path()), "a.txt");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("Permission denied"), "{stderr}");
+}
+
+#[test]
+fn a_rule_for_no_export_and_a_malformed_rule_are_refused_at_start() {
+    let t = tenants();
+    for (rule, needle) in [
+        ("nosuch=uid:0".to_string(), "no such export"),
+        (format!("{}=uid:me", name(t.a.path())), "expected a number"),
+        (name(t.a.path()), "EXPORT=PEER"),
+    ] {
+        let out = Command::new(BIN)
+            .args(["serve", "--export", t.a.path().to_str().unwrap()])
+            .args(["--listen", "tcp:127.0.0.1:0", "--allow", &rule])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{rule}: {stderr}");
+        assert!(stderr.contains(needle), "{rule}: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn an_export_marked_ro_refuses_changes_and_its_neighbour_does_not() {
+    let t = tenants();
+    let sockets = tempfile::tempdir().unwrap();
+    let listen = format!("unix:{}", sockets.path().join("s").display());
+    let args: Vec<String> = [
+        "--export".to_string(),
+        format!("{},ro", t.a.path().display()),
+        "--export".to_string(),
+        t.b.path().display().to_string(),
+        "--listen".to_string(),
+        listen.clone(),
+    ]
+    .to_vec();
+    let _server = serve(&args);
+    let mut conn = Conn::connect(&listen.parse::<Addr>().unwrap()).await;
+    conn.version(65536).await;
+    conn.attach(1, &name(t.a.path())).await.unwrap();
+    conn.attach(2, &name(t.b.path())).await.unwrap();
+    let mkdir = |fid| wasm9p_proto::Tmkdir {
+        dfid: fid,
+        name: "new".into(),
+        mode: 0o755,
+        gid: 0,
+    };
+    assert_eq!(conn.rpc(mkdir(1)).await.err(), Some(Errno::EROFS));
+    conn.rpc(mkdir(2)).await.unwrap();
+    assert!(t.b.path().join("new").is_dir() && !t.a.path().join("new").exists());
+}
