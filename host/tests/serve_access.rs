@@ -309,3 +309,74 @@ async fn an_export_marked_ro_refuses_changes_and_its_neighbour_does_not() {
     conn.rpc(mkdir(2)).await.unwrap();
     assert!(t.b.path().join("new").is_dir() && !t.a.path().join("new").exists());
 }
+
+fn hangup(server: &Served) {
+    let status = Command::new("kill")
+        .args(["-HUP", &server.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn rules_read_again_on_sighup_keep_connections_and_take_away_only_what_they_revoke() {
+    let t = tenants();
+    let work = tempfile::tempdir().unwrap();
+    let listen = format!("unix:{}", work.path().join("s").display());
+    let rules = work.path().join("rules");
+    let (a, b) = (name(t.a.path()), name(t.b.path()));
+    std::fs::write(&rules, format!("# tenant a only\n{a}=listen:{listen}\n")).unwrap();
+    let args: Vec<String> = [
+        "--export",
+        t.a.path().to_str().unwrap(),
+        "--export",
+        t.b.path().to_str().unwrap(),
+        "--listen",
+        &listen,
+        "--allow-file",
+        rules.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let server = serve(&args);
+    let addr: Addr = listen.parse().unwrap();
+    let mut conn = Conn::connect(&addr).await;
+    conn.version(65536).await;
+    conn.attach(0, &a).await.unwrap();
+    assert_eq!(conn.cat(5, "a.txt").await.unwrap(), b"tenant a\n");
+    assert_eq!(conn.attach(1, &b).await, Err(Errno::EACCES));
+
+    // Now b, not a.
+    std::fs::write(&rules, format!("{b}=listen:{listen}\n")).unwrap();
+    hangup(&server);
+    let deadline = std::time::Instant::now() + wasm9p_tests::TEST_TIMEOUT;
+    loop {
+        let mut probe = Conn::connect(&addr).await;
+        probe.version(65536).await;
+        if probe.attach(0, &b).await.is_ok() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rules were not reloaded"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // The same connection: its fid on a is gone (EACCES once, then a free number)...
+    assert_eq!(conn.walk(0, 6, "a.txt").await, Err(Errno::EACCES));
+    assert_eq!(conn.walk(0, 6, "a.txt").await, Err(Errno::EBADF));
+    assert_eq!(conn.attach(2, &a).await, Err(Errno::EACCES));
+    // ...and it may use what it now may.
+    conn.attach(0, &b).await.unwrap();
+    assert_eq!(conn.cat(5, "b.txt").await.unwrap(), b"tenant b\n");
+
+    // Rules that do not read change nothing.
+    std::fs::write(&rules, "this is not a rule\n").unwrap();
+    hangup(&server);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(conn.cat(7, "b.txt").await.unwrap(), b"tenant b\n");
+    let mut later = Conn::connect(&addr).await;
+    later.version(65536).await;
+    later.attach(0, &b).await.unwrap();
+    assert_eq!(later.attach(1, &a).await, Err(Errno::EACCES));
+}

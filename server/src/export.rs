@@ -85,6 +85,12 @@ impl Export {
         })
     }
 
+    /// Whether `self` is `configured`, or a directory attached inside it (which shares
+    /// its export's fid counter, and so is known by it).
+    pub(crate) fn within(&self, configured: &Export) -> bool {
+        Arc::ptr_eq(&self.live_fids, &configured.live_fids)
+    }
+
     /// Whether `aname` names this export: its name, its path as configured, or its
     /// canonical path.
     pub fn matches(&self, aname: &str) -> bool {

@@ -195,6 +195,9 @@ impl Fid {
 #[derive(Debug, Default)]
 pub(crate) struct FidTable {
     fids: Mutex<HashMap<u32, Arc<Fid>>>,
+    /// Fid numbers released because the rules no longer let the peer use their export:
+    /// each answers EACCES once, then is free.
+    revoked: Mutex<std::collections::HashSet<u32>>,
 }
 
 impl FidTable {
@@ -203,7 +206,34 @@ impl FidTable {
     }
 
     pub fn get(&self, fid: u32) -> Result<Arc<Fid>, Errno> {
-        self.map().get(&fid).cloned().ok_or(Errno::EBADF)
+        match self.map().get(&fid).cloned() {
+            Some(f) => Ok(f),
+            None => Err(self.missing(fid)),
+        }
+    }
+
+    /// Why `fid` is not bound: EACCES (once) for a revoked one, else EBADF.
+    fn missing(&self, fid: u32) -> Errno {
+        let mut revoked = self.revoked.lock().unwrap_or_else(|e| e.into_inner());
+        match revoked.remove(&fid) {
+            true => Errno::EACCES,
+            false => Errno::EBADF,
+        }
+    }
+
+    /// Releases every fid `keep` refuses, remembering their numbers (see `revoked`).
+    pub fn revoke(&self, keep: impl Fn(&Fid) -> bool) {
+        let mut map = self.map();
+        let gone: Vec<u32> = map
+            .iter()
+            .filter(|(_, f)| !keep(f))
+            .map(|(n, _)| *n)
+            .collect();
+        let mut revoked = self.revoked.lock().unwrap_or_else(|e| e.into_inner());
+        for n in gone {
+            map.remove(&n);
+            revoked.insert(n);
+        }
     }
 
     /// Binds a new fid number; EEXIST if it is in use, EMFILE past the bound.
@@ -215,6 +245,10 @@ impl FidTable {
         if map.len() >= MAX_FIDS_PER_CONNECTION {
             return Err(Errno::EMFILE);
         }
+        self.revoked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fid);
         map.insert(fid, Arc::new(value));
         Ok(())
     }
@@ -225,7 +259,8 @@ impl FidTable {
     }
 
     pub fn remove(&self, fid: u32) -> Result<Arc<Fid>, Errno> {
-        self.map().remove(&fid).ok_or(Errno::EBADF)
+        let removed = self.map().remove(&fid);
+        removed.ok_or_else(|| self.missing(fid))
     }
 
     pub fn clear(&self) -> Vec<Arc<Fid>> {

@@ -92,8 +92,10 @@ struct Shared {
     exports: Vec<Arc<Export>>,
     msize: u32,
     /// Per export (in the order of `exports`), the peers that may attach it; `None`:
-    /// no rules, everyone may.
-    access: Option<Vec<Vec<PeerMatch>>>,
+    /// no rules, everyone may. Replaced whole by [`Server::set_rules`].
+    access: std::sync::RwLock<Arc<Option<Vec<Vec<PeerMatch>>>>>,
+    /// Bumped at every [`Server::set_rules`]: sessions then check the fids they hold.
+    rules_generation: std::sync::atomic::AtomicU64,
     /// Refusals already logged, by peer and export (bounded: once full, refusals are
     /// logged only at debug level).
     refused: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
@@ -105,16 +107,8 @@ const MAX_REFUSALS_LOGGED: usize = 4096;
 impl Shared {
     /// Whether `peer` may attach `export` (one of `exports`, or a directory inside it
     /// given by its parent); a refusal is logged once per peer and export.
-    fn may_attach(&self, export: &Arc<Export>, peer: &Peer) -> bool {
-        let Some(access) = &self.access else {
-            return true;
-        };
-        let allowed = self
-            .exports
-            .iter()
-            .zip(access)
-            .find(|(e, _)| Arc::ptr_eq(e, export))
-            .is_some_and(|(_, peers)| peers.iter().any(|p| p.matches(peer)));
+    fn may_attach(&self, export: &Export, peer: &Peer) -> bool {
+        let allowed = self.allowed(export, peer);
         if !allowed {
             let key = (peer.name.clone(), export.name.clone());
             let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
@@ -130,6 +124,28 @@ impl Shared {
             }
         }
         allowed
+    }
+
+    /// Whether the rules now let `peer` use `export` (or a directory inside it).
+    fn allowed(&self, export: &Export, peer: &Peer) -> bool {
+        let access = self
+            .access
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let Some(access) = access.as_ref() else {
+            return true;
+        };
+        self.exports
+            .iter()
+            .zip(access)
+            .find(|(e, _)| export.within(e))
+            .is_some_and(|(_, peers)| peers.iter().any(|p| p.matches(peer)))
+    }
+
+    fn rules_generation(&self) -> u64 {
+        self.rules_generation
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 }
 
@@ -154,7 +170,8 @@ impl Server {
             shared: Arc::new(Shared {
                 exports,
                 msize,
-                access,
+                access: std::sync::RwLock::new(Arc::new(access)),
+                rules_generation: Default::default(),
                 refused: Default::default(),
             }),
         })
@@ -195,7 +212,32 @@ impl Server {
 
     /// Whether access rules were given (else every peer may attach every export).
     pub fn has_access_rules(&self) -> bool {
-        self.shared.access.is_some()
+        let access = self.shared.access.read().unwrap_or_else(|e| e.into_inner());
+        access.is_some()
+    }
+
+    /// Replaces the access rules (none: every peer may attach every export), keeping
+    /// every connection. A connection's fids on an export it may no longer use are
+    /// released before its next request, and each such fid then answers EACCES (once:
+    /// the number is free again after that). Rules that name no export change nothing
+    /// and are an error.
+    pub fn set_rules(&self, rules: &[AccessRule]) -> io::Result<()> {
+        let access = resolve_rules(&self.shared.exports, rules)?;
+        *self
+            .shared
+            .access
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Arc::new(access);
+        // Logged refusals may now be allowed, or refused anew: say them again.
+        self.shared
+            .refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.shared
+            .rules_generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Ok(())
     }
 
     /// Accepts connections on `listener` until `shutdown` completes; each connection is

@@ -37,6 +37,20 @@ pub(crate) struct Session {
     pub xattr_pending: Arc<std::sync::atomic::AtomicUsize>,
     versioned: AtomicBool,
     inflight: Mutex<HashMap<u16, watch::Receiver<bool>>>,
+    /// The access rules' generation this session's fids were last checked against.
+    rules_seen: std::sync::atomic::AtomicU64,
+}
+
+impl Session {
+    /// If the access rules changed since this session last looked, releases the fids
+    /// of exports the peer may no longer use.
+    fn follow_rules(&self) {
+        let now = self.shared.rules_generation();
+        if self.rules_seen.swap(now, Ordering::AcqRel) != now {
+            self.fids
+                .revoke(|fid| self.shared.allowed(&fid.export, &self.peer));
+        }
+    }
 }
 
 enum Reply {
@@ -86,6 +100,7 @@ pub(crate) async fn run(shared: Arc<Shared>, stream: BoxStream, who: Peer) {
         xattr_pending: Arc::default(),
         versioned: AtomicBool::new(false),
         inflight: Mutex::new(HashMap::new()),
+        rules_seen: std::sync::atomic::AtomicU64::new(shared.rules_generation()),
     });
     let permits = Arc::new(Semaphore::new(MAX_INFLIGHT_PER_CONNECTION));
     let mut decoder = FrameDecoder::new(shared.msize);
@@ -151,6 +166,7 @@ fn handle_frame(
     permit: OwnedSemaphorePermit,
 ) {
     let Frame { tag, ty, body } = frame;
+    session.follow_rules();
     let msg = match body {
         Ok(msg) if msg.is_request() => msg,
         Ok(_) => return out.now(tag, error_reply(Errno::EINVAL)),

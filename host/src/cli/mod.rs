@@ -84,6 +84,10 @@ pub struct ServeArgs {
     /// names is attachable by nobody.
     #[arg(long = "allow", value_name = "EXPORT=PEER[,PEER]...", value_parser = parse_allow)]
     pub allow: Vec<AccessRule>,
+    /// More rules, one EXPORT=PEER[,PEER]... per line (`#` starts a comment), read
+    /// again on SIGHUP: connections stay, and lose only what the new rules take away.
+    #[arg(long, value_name = "FILE")]
+    pub allow_file: Option<PathBuf>,
     /// Where to listen: tcp:HOST:PORT, unix:PATH, vsock:CID:PORT (vsock:any:PORT),
     /// fc-vsock:UDS_PATH:PORT. Repeatable.
     #[arg(long = "listen", value_name = "ADDR", required = true, value_parser = parse_addr)]
@@ -107,6 +111,31 @@ fn parse_export(s: &str) -> Result<(PathBuf, bool), String> {
 fn parse_allow(s: &str) -> Result<AccessRule, String> {
     s.parse()
         .map_err(|e: wasm9p_server::access::RuleError| e.to_string())
+}
+
+/// The rules in an `--allow-file`.
+fn read_rules(file: &std::path::Path) -> Result<Vec<AccessRule>, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    text.lines()
+        .enumerate()
+        .map(|(i, line)| (i, line.split('#').next().unwrap_or("").trim()))
+        .filter(|(_, line)| !line.is_empty())
+        .map(|(i, line)| {
+            parse_allow(line).map_err(|e| format!("{} line {}: {e}", file.display(), i + 1))
+        })
+        .collect()
+}
+
+/// Every rule: `--allow`'s (`given`) and the `--allow-file`'s, read now.
+fn all_rules(
+    given: &[AccessRule],
+    file: Option<&std::path::Path>,
+) -> Result<Vec<AccessRule>, String> {
+    let mut rules = given.to_vec();
+    if let Some(file) = file {
+        rules.extend(read_rules(file)?);
+    }
+    Ok(rules)
 }
 
 fn parse_addr(s: &str) -> Result<Addr, String> {
@@ -138,10 +167,14 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             ..ExportConfig::new(p)
         })
         .collect();
+    let rules = match all_rules(&args.allow, args.allow_file.as_deref()) {
+        Ok(rules) => rules,
+        Err(e) => return fail(EXIT_USAGE, &format!("cannot read the rules: {e}")),
+    };
     let server = match Server::new(ServerConfig {
         exports,
         msize: args.msize,
-        access: args.allow.clone(),
+        access: rules,
     }) {
         Ok(server) => server,
         Err(e) => return fail(EXIT_USAGE, &format!("cannot export: {e}")),
@@ -182,6 +215,15 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
                 .await
         }));
     }
+    let reload = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(hup) => tokio::spawn(reload_on_hup(
+            hup,
+            server.clone(),
+            args.allow.clone(),
+            args.allow_file.clone(),
+        )),
+        Err(e) => return fail(1, &format!("cannot handle SIGHUP: {e}")),
+    };
     // After the "serving" lines, which scripts wait for first.
     let open_tcp = args.listen.iter().find(|a| match a {
         Addr::Tcp { host, .. } => {
@@ -200,11 +242,33 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     }
     shutdown.wait().await;
     let _ = stop_tx.send(true);
+    reload.abort();
     for task in tasks {
         let _ = task.await;
     }
     say("stopped");
     ExitCode::SUCCESS
+}
+
+/// Reads the rules again at each SIGHUP; rules that do not read or name no export are
+/// said and the old ones kept.
+async fn reload_on_hup(
+    mut hup: tokio::signal::unix::Signal,
+    server: Server,
+    given: Vec<AccessRule>,
+    file: Option<PathBuf>,
+) {
+    while hup.recv().await.is_some() {
+        let result = all_rules(&given, file.as_deref()).and_then(|rules| {
+            let n = rules.len();
+            server.set_rules(&rules).map_err(|e| e.to_string())?;
+            Ok(n)
+        });
+        match result {
+            Ok(n) => say(&format!("SIGHUP: {n} access rules in force")),
+            Err(e) => say(&format!("SIGHUP: rules kept as they were: {e}")),
+        }
+    }
 }
 
 /// SIGINT and SIGTERM, registered at once (so a signal that comes right after the
