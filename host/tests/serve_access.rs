@@ -380,3 +380,101 @@ async fn rules_read_again_on_sighup_keep_connections_and_take_away_only_what_the
     later.attach(0, &b).await.unwrap();
     assert_eq!(later.attach(1, &a).await, Err(Errno::EACCES));
 }
+
+#[tokio::test]
+async fn a_peers_connections_and_fids_are_bounded_together_and_others_are_not_held_back() {
+    let t = tenants();
+    let work = tempfile::tempdir().unwrap();
+    let (la, lb) = (
+        format!("unix:{}", work.path().join("a").display()),
+        format!("unix:{}", work.path().join("b").display()),
+    );
+    let (a, b) = (name(t.a.path()), name(t.b.path()));
+    let args: Vec<String> = [
+        "--export",
+        t.a.path().to_str().unwrap(),
+        "--export",
+        t.b.path().to_str().unwrap(),
+        "--listen",
+        &la,
+        "--listen",
+        &lb,
+        "--allow",
+        &format!("{a}=listen:{la}"),
+        "--allow",
+        &format!("{b}=listen:{lb}"),
+        "--max-connections-per-peer",
+        "2",
+        "--max-fids-per-peer",
+        "5",
+    ]
+    .map(String::from)
+    .to_vec();
+    let _server = serve(&args);
+    let (addr_a, addr_b): (Addr, Addr) = (la.parse().unwrap(), lb.parse().unwrap());
+    let mut first = Conn::connect(&addr_a).await;
+    first.version(65536).await;
+    let mut second = Conn::connect(&addr_a).await;
+    second.version(65536).await;
+    // A third connection of the same peer is closed at once.
+    let mut third = Conn::connect(&addr_a).await;
+    third
+        .send(
+            0,
+            wasm9p_proto::Tversion {
+                msize: 65536,
+                version: "9P2000.L".into(),
+            },
+        )
+        .await;
+    assert!(
+        third
+            .recv_for(std::time::Duration::from_secs(5))
+            .await
+            .is_none(),
+        "a third connection was served"
+    );
+    // Five fids over both connections, then EMFILE on either.
+    first.attach(0, &a).await.unwrap();
+    second.attach(0, &a).await.unwrap();
+    first.walk(0, 1, "").await.unwrap();
+    second.walk(0, 1, "").await.unwrap();
+    first.walk(0, 2, "").await.unwrap();
+    assert_eq!(second.walk(0, 2, "").await, Err(Errno::EMFILE));
+    assert_eq!(first.attach(3, &a).await, Err(Errno::EMFILE));
+    // The other tenant has its own.
+    let mut other = Conn::connect(&addr_b).await;
+    other.version(65536).await;
+    other.attach(0, &b).await.unwrap();
+    for fid in 1..5 {
+        other.walk(0, fid, "").await.unwrap();
+    }
+    // Fids given back are the tenant's again; a connection gone frees its place.
+    first.clunk(2).await.unwrap();
+    second.walk(0, 2, "").await.unwrap();
+    drop(first);
+    let deadline = std::time::Instant::now() + wasm9p_tests::TEST_TIMEOUT;
+    loop {
+        let mut again = Conn::connect(&addr_a).await;
+        again
+            .send(
+                0,
+                wasm9p_proto::Tversion {
+                    msize: 65536,
+                    version: "9P2000.L".into(),
+                },
+            )
+            .await;
+        if again
+            .recv_for(std::time::Duration::from_millis(500))
+            .await
+            .is_some()
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the closed connection's place stayed taken"
+        );
+    }
+}

@@ -198,9 +198,26 @@ pub(crate) struct FidTable {
     /// Fid numbers released because the rules no longer let the peer use their export:
     /// each answers EACCES once, then is free.
     revoked: Mutex<std::collections::HashSet<u32>>,
+    /// The tenant whose share of fids these count against, if any.
+    tenant: Option<Arc<crate::tenants::Tenant>>,
 }
 
 impl FidTable {
+    /// A table counting its fids against `tenant`'s share too.
+    pub fn counted(tenant: Option<Arc<crate::tenants::Tenant>>) -> FidTable {
+        FidTable {
+            tenant,
+            ..FidTable::default()
+        }
+    }
+
+    /// Gives `n` released fids back to the tenant.
+    fn released(&self, n: usize) {
+        if let Some(t) = &self.tenant {
+            t.give_fids(n);
+        }
+    }
+
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Arc<Fid>>> {
         self.fids.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -230,6 +247,7 @@ impl FidTable {
             .map(|(n, _)| *n)
             .collect();
         let mut revoked = self.revoked.lock().unwrap_or_else(|e| e.into_inner());
+        self.released(gone.len());
         for n in gone {
             map.remove(&n);
             revoked.insert(n);
@@ -243,6 +261,9 @@ impl FidTable {
             return Err(Errno::EEXIST);
         }
         if map.len() >= MAX_FIDS_PER_CONNECTION {
+            return Err(Errno::EMFILE);
+        }
+        if self.tenant.as_ref().is_some_and(|t| !t.take_fid()) {
             return Err(Errno::EMFILE);
         }
         self.revoked
@@ -260,10 +281,15 @@ impl FidTable {
 
     pub fn remove(&self, fid: u32) -> Result<Arc<Fid>, Errno> {
         let removed = self.map().remove(&fid);
+        if removed.is_some() {
+            self.released(1);
+        }
         removed.ok_or_else(|| self.missing(fid))
     }
 
     pub fn clear(&self) -> Vec<Arc<Fid>> {
-        self.map().drain().map(|(_, f)| f).collect()
+        let all: Vec<Arc<Fid>> = self.map().drain().map(|(_, f)| f).collect();
+        self.released(all.len());
+        all
     }
 }

@@ -43,6 +43,7 @@ mod fid;
 mod ops;
 mod session;
 mod stat;
+mod tenants;
 
 use std::future::Future;
 use std::io;
@@ -53,6 +54,7 @@ use wasm9p_proto::transport::{BoxStream, Listener, Peer};
 
 pub use access::{AccessRule, PeerMatch};
 pub use export::{Export, ExportConfig};
+pub use tenants::PeerLimits;
 
 /// Most fids one connection may hold at once; the next attach or walk gets EMFILE.
 /// Each fid may pin a directory handle, so this also bounds file descriptors.
@@ -69,6 +71,8 @@ pub struct ServerConfig {
     pub msize: u32,
     /// Who may attach what (see [`access`]); none: every peer, every export.
     pub access: Vec<AccessRule>,
+    /// Bounds per peer identity, in force with access rules (see `tenants`).
+    pub peer_limits: PeerLimits,
 }
 
 impl Default for ServerConfig {
@@ -77,6 +81,7 @@ impl Default for ServerConfig {
             exports: Vec::new(),
             msize: DEFAULT_MSIZE,
             access: Vec::new(),
+            peer_limits: PeerLimits::default(),
         }
     }
 }
@@ -96,6 +101,9 @@ struct Shared {
     access: std::sync::RwLock<Arc<Option<Vec<Vec<PeerMatch>>>>>,
     /// Bumped at every [`Server::set_rules`]: sessions then check the fids they hold.
     rules_generation: std::sync::atomic::AtomicU64,
+    /// Each peer identity's shared bounds, for connections made while access rules
+    /// are in force.
+    tenants: tenants::Tenants,
     /// Refusals already logged, by peer and export (bounded: once full, refusals are
     /// logged only at debug level).
     refused: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
@@ -143,6 +151,20 @@ impl Shared {
             .is_some_and(|(_, peers)| peers.iter().any(|p| p.matches(peer)))
     }
 
+    /// The tenant a new connection of `peer` joins (none without rules, or for a peer
+    /// known by nothing); `Err` when that tenant has all the connections it may.
+    fn join(&self, peer: &Peer) -> Result<Option<tenants::Membership>, ()> {
+        let rules = self
+            .access
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        match rules {
+            true => self.tenants.join(peer),
+            false => Ok(None),
+        }
+    }
+
     fn rules_generation(&self) -> u64 {
         self.rules_generation
             .load(std::sync::atomic::Ordering::Acquire)
@@ -172,6 +194,7 @@ impl Server {
                 msize,
                 access: std::sync::RwLock::new(Arc::new(access)),
                 rules_generation: Default::default(),
+                tenants: tenants::Tenants::new(config.peer_limits),
                 refused: Default::default(),
             }),
         })

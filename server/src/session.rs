@@ -53,12 +53,18 @@ impl Session {
     }
 }
 
+/// A request's places in flight: its connection's, and its tenant's when it has one.
+pub(crate) struct Permit {
+    _own: OwnedSemaphorePermit,
+    _tenant: Option<OwnedSemaphorePermit>,
+}
+
 enum Reply {
     /// A reply to encode.
     Message {
         tag: u16,
         msg: Message,
-        _permit: Option<OwnedSemaphorePermit>,
+        _permit: Option<Permit>,
     },
     /// Frames the reader had already encoded, handed over to keep their order.
     Encoded(Bytes),
@@ -87,6 +93,11 @@ fn error_reply(errno: Errno) -> Message {
 
 pub(crate) async fn run(shared: Arc<Shared>, stream: BoxStream, who: Peer) {
     let peer = who.name.clone();
+    let Ok(member) = shared.join(&who) else {
+        tracing::warn!("{peer}: has all the connections a peer may; closing this one");
+        return;
+    };
+    let tenant = member.as_ref().map(|m| m.0.clone());
     let (mut reader, writer) = tokio::io::split(stream);
     let writer: SharedWriter = Arc::new(AsyncMutex::new(writer));
     let (tx, rx) = mpsc::unbounded_channel();
@@ -96,7 +107,7 @@ pub(crate) async fn run(shared: Arc<Shared>, stream: BoxStream, who: Peer) {
         msize: AtomicU32::new(shared.msize),
         shared: shared.clone(),
         peer: who,
-        fids: FidTable::default(),
+        fids: FidTable::counted(tenant.clone()),
         xattr_pending: Arc::default(),
         versioned: AtomicBool::new(false),
         inflight: Mutex::new(HashMap::new()),
@@ -110,9 +121,20 @@ pub(crate) async fn run(shared: Arc<Shared>, stream: BoxStream, who: Peer) {
         loop {
             match decoder.decode(&mut buf) {
                 Ok(Some(frame)) => {
-                    let permit = match permits.clone().acquire_owned().await {
-                        Ok(permit) => permit,
-                        Err(_) => break 'conn,
+                    let Ok(own) = permits.clone().acquire_owned().await else {
+                        break 'conn;
+                    };
+                    // The tenant's share, which all its connections draw on.
+                    let shared_permit = match &tenant {
+                        Some(t) => match t.requests.clone().acquire_owned().await {
+                            Ok(p) => Some(p),
+                            Err(_) => break 'conn,
+                        },
+                        None => None,
+                    };
+                    let permit = Permit {
+                        _own: own,
+                        _tenant: shared_permit,
                     };
                     let mut out = Outbox {
                         tx: &tx,
@@ -163,7 +185,7 @@ fn handle_frame(
     decoder: &mut FrameDecoder,
     out: &mut Outbox<'_>,
     frame: Frame,
-    permit: OwnedSemaphorePermit,
+    permit: Permit,
 ) {
     let Frame { tag, ty, body } = frame;
     session.follow_rules();
@@ -275,7 +297,7 @@ impl Session {
     }
 }
 
-fn send(tx: &ReplySender, tag: u16, msg: Message, permit: OwnedSemaphorePermit) {
+fn send(tx: &ReplySender, tag: u16, msg: Message, permit: Permit) {
     // A send error means the writer is gone with the connection; nothing to tell.
     let _ = tx.send(Reply::Message {
         tag,

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use wasm9p_proto::consts::{DEFAULT_MSIZE, MAX_MSIZE, MIN_MSIZE};
 use wasm9p_proto::transport::Listener;
 use wasm9p_proto::Addr;
-use wasm9p_server::{AccessRule, ExportConfig, Server, ServerConfig};
+use wasm9p_server::{AccessRule, ExportConfig, PeerLimits, Server, ServerConfig};
 
 mod cache;
 pub mod cc;
@@ -88,6 +88,17 @@ pub struct ServeArgs {
     /// again on SIGHUP: connections stay, and lose only what the new rules take away.
     #[arg(long, value_name = "FILE")]
     pub allow_file: Option<PathBuf>,
+    /// With rules: connections one peer (an address, a uid and gid, a CID, on one
+    /// listener) may have open at once.
+    #[arg(long, value_name = "N", default_value_t = PeerLimits::default().connections as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_peer: u32,
+    /// With rules: fids one peer may hold at once over all its connections.
+    #[arg(long, value_name = "N", default_value_t = PeerLimits::default().fids as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_fids_per_peer: u32,
+    /// With rules: requests one peer may have in flight at once over all its
+    /// connections (the others wait to be read).
+    #[arg(long, value_name = "N", default_value_t = PeerLimits::default().requests as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_requests_per_peer: u32,
     /// Where to listen: tcp:HOST:PORT, unix:PATH, vsock:CID:PORT (vsock:any:PORT),
     /// fc-vsock:UDS_PATH:PORT. Repeatable.
     #[arg(long = "listen", value_name = "ADDR", required = true, value_parser = parse_addr)]
@@ -175,6 +186,11 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         exports,
         msize: args.msize,
         access: rules,
+        peer_limits: PeerLimits {
+            connections: args.max_connections_per_peer as usize,
+            fids: args.max_fids_per_peer as usize,
+            requests: args.max_requests_per_peer as usize,
+        },
     }) {
         Ok(server) => server,
         Err(e) => return fail(EXIT_USAGE, &format!("cannot export: {e}")),

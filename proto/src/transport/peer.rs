@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use crate::addr::Addr;
 
 /// The identity a transport gives a peer.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum PeerId {
     /// A tcp peer's address.
     Ip(IpAddr),
