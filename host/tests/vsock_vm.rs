@@ -158,10 +158,25 @@ fn wasm9p_in_a_vm_mounts_an_export_over_virtio_vsock() {
     }
     let uds = work.path().join("vm.vsock");
     let vhost = work.path().join("vhost.sock");
+    let listen = format!("fc-vsock:{}:{PORT}", uds.display());
+    serve_args.extend(["--listen".into(), listen.clone().into()]);
+    // Another tenant's export on the same server: bound to a listener this VM does not
+    // come through, it is not this VM's to attach.
+    let other = work.path().join("other-tenant");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("secret.txt"), "not for this VM\n").unwrap();
+    let elsewhere = format!("unix:{}", work.path().join("elsewhere.sock").display());
     serve_args.extend([
+        "--export".into(),
+        other.clone().into(),
         "--listen".into(),
-        format!("fc-vsock:{}:{PORT}", uds.display()).into(),
+        elsewhere.clone().into(),
+        "--allow".into(),
+        format!("other-tenant=listen:{elsewhere}").into(),
     ]);
+    for mode in MODES {
+        serve_args.extend(["--allow".into(), format!("{mode}=listen:{listen}").into()]);
+    }
     let mut children = Reap(Vec::new());
     let (serve, line) = spawn_serve(BIN, serve_args);
     children.0.push(serve);
@@ -193,6 +208,9 @@ for m in {modes}; do
   echo "BEGIN stderr-$m"; cat /tmp/err-$m; echo "END stderr-$m"
   echo "BEGIN stats-$m"; cat /tmp/stats-$m.json; echo; echo "END stats-$m"
 done
+wasm9p run --mount type=9p,source=vsock:2:{PORT},aname=other-tenant,target=/d /guest.wasm /d >/tmp/out 2>&1
+echo "OTHER-EXIT $?"
+echo "BEGIN other"; cat /tmp/out; echo "END other"
 start=$(date +%s)
 wasm9p run --mount type=9p,source=vsock:2:{DEAD_PORT},target=/d /guest.wasm /d >/tmp/out 2>&1
 echo "DEAD-EXIT $?"
@@ -290,6 +308,15 @@ echo "BEGIN dead"; cat /tmp/out; echo "END dead"
         );
         assert!(!out_dir.join("sub").exists() && !out_dir.join("doomed.txt").exists());
     }
+
+    // Another tenant's export: refused from inside the VM, and nothing of it touched.
+    assert_eq!(value(&console, "OTHER-EXIT"), "2", "{console}");
+    let refused = section(&console, "other");
+    assert!(
+        refused.contains("attach \"other-tenant\"") && refused.contains("Permission denied"),
+        "{refused}"
+    );
+    assert_eq!(std::fs::read_dir(&other).unwrap().count(), 1);
 
     // Nobody on the other port: a clear error, a failure status, no hang.
     assert_ne!(value(&console, "DEAD-EXIT"), "0", "{console}");

@@ -151,7 +151,11 @@ async fn main() {
     let mut alone_all = Vec::new();
     let mut busy_all = Vec::new();
     for round in 1..=rounds {
-        let order = if round % 2 == 1 { [false, true] } else { [true, false] };
+        let order = if round % 2 == 1 {
+            [false, true]
+        } else {
+            [true, false]
+        };
         for with_stream in order {
             let stop = Arc::new(AtomicBool::new(false));
             let bytes = Arc::new(AtomicU64::new(0));
