@@ -26,6 +26,18 @@ fn tenants() -> Tenants {
     }
 }
 
+/// `wasm9p serve` arguments exporting both tenants, then `rest`.
+fn with_both_exports(t: &Tenants, rest: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "--export".to_string(),
+        t.a.path().display().to_string(),
+        "--export".to_string(),
+        t.b.path().display().to_string(),
+    ];
+    args.extend(rest.iter().map(|s| s.to_string()));
+    args
+}
+
 fn name(dir: &Path) -> String {
     dir.file_name().unwrap().to_string_lossy().into_owned()
 }
@@ -87,22 +99,19 @@ async fn exports_bound_to_listeners_are_reached_only_through_them() {
         format!("unix:{}", sockets.path().join("a.sock").display()),
         format!("unix:{}", sockets.path().join("b.sock").display()),
     );
-    let args: Vec<String> = [
-        "--export",
-        t.a.path().to_str().unwrap(),
-        "--export",
-        t.b.path().to_str().unwrap(),
-        "--listen",
-        &sa,
-        "--listen",
-        &sb,
-        "--allow",
-        &format!("{}=listen:{sa}", name(t.a.path())),
-        "--allow",
-        &format!("{}=listen:{sb}", t.b.path().display()),
-    ]
-    .map(String::from)
-    .to_vec();
+    let args = with_both_exports(
+        &t,
+        &[
+            "--listen",
+            &sa,
+            "--listen",
+            &sb,
+            "--allow",
+            &format!("{}=listen:{sa}", name(t.a.path())),
+            "--allow",
+            &format!("{}=listen:{sb}", t.b.path().display()),
+        ],
+    );
     let _server = serve(&args);
     let mut conn = Conn::connect(&sa.parse::<Addr>().unwrap()).await;
     conn.version(65536).await;
@@ -131,20 +140,17 @@ async fn ip_rules_tell_loopback_v4_from_v6() {
     };
     let v4 = format!("tcp:127.0.0.1:{}", free("127.0.0.1").unwrap());
     let v6 = free("::1").map(|port| format!("tcp:[::1]:{port}"));
-    let mut args: Vec<String> = [
-        "--export",
-        t.a.path().to_str().unwrap(),
-        "--export",
-        t.b.path().to_str().unwrap(),
-        "--listen",
-        &v4,
-        "--allow",
-        &format!("{}=ip:127.0.0.0/8", name(t.a.path())),
-        "--allow",
-        &format!("{}=ip:::1", name(t.b.path())),
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut args = with_both_exports(
+        &t,
+        &[
+            "--listen",
+            &v4,
+            "--allow",
+            &format!("{}=ip:127.0.0.0/8", name(t.a.path())),
+            "--allow",
+            &format!("{}=ip:::1", name(t.b.path())),
+        ],
+    );
     match &v6 {
         Some(addr) => args.extend(["--listen".into(), addr.clone()]),
         None => eprintln!("no ::1 on this machine: only the IPv4 side is checked"),
@@ -168,20 +174,17 @@ fn uid_rules_decide_by_the_unix_peers_credentials() {
     let sockets = tempfile::tempdir().unwrap();
     let sock = sockets.path().join("9p.sock");
     let listen = format!("unix:{}", sock.display());
-    let args: Vec<String> = [
-        "--export",
-        t.a.path().to_str().unwrap(),
-        "--export",
-        t.b.path().to_str().unwrap(),
-        "--listen",
-        &listen,
-        "--allow",
-        &format!("{}=uid:0", name(t.a.path())),
-        "--allow",
-        &format!("{}=uid:65534", name(t.b.path())),
-    ]
-    .map(String::from)
-    .to_vec();
+    let args = with_both_exports(
+        &t,
+        &[
+            "--listen",
+            &listen,
+            "--allow",
+            &format!("{}=uid:0", name(t.a.path())),
+            "--allow",
+            &format!("{}=uid:65534", name(t.b.path())),
+        ],
+    );
     let _server = serve(&args);
     let me = rustix::process::geteuid().as_raw();
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -326,18 +329,10 @@ async fn rules_read_again_on_sighup_keep_connections_and_take_away_only_what_the
     let rules = work.path().join("rules");
     let (a, b) = (name(t.a.path()), name(t.b.path()));
     std::fs::write(&rules, format!("# tenant a only\n{a}=listen:{listen}\n")).unwrap();
-    let args: Vec<String> = [
-        "--export",
-        t.a.path().to_str().unwrap(),
-        "--export",
-        t.b.path().to_str().unwrap(),
-        "--listen",
-        &listen,
-        "--allow-file",
-        rules.to_str().unwrap(),
-    ]
-    .map(String::from)
-    .to_vec();
+    let args = with_both_exports(
+        &t,
+        &["--listen", &listen, "--allow-file", rules.to_str().unwrap()],
+    );
     let server = serve(&args);
     let addr: Addr = listen.parse().unwrap();
     let mut conn = Conn::connect(&addr).await;
@@ -390,26 +385,23 @@ async fn a_peers_connections_and_fids_are_bounded_together_and_others_are_not_he
         format!("unix:{}", work.path().join("b").display()),
     );
     let (a, b) = (name(t.a.path()), name(t.b.path()));
-    let args: Vec<String> = [
-        "--export",
-        t.a.path().to_str().unwrap(),
-        "--export",
-        t.b.path().to_str().unwrap(),
-        "--listen",
-        &la,
-        "--listen",
-        &lb,
-        "--allow",
-        &format!("{a}=listen:{la}"),
-        "--allow",
-        &format!("{b}=listen:{lb}"),
-        "--max-connections-per-peer",
-        "2",
-        "--max-fids-per-peer",
-        "5",
-    ]
-    .map(String::from)
-    .to_vec();
+    let args = with_both_exports(
+        &t,
+        &[
+            "--listen",
+            &la,
+            "--listen",
+            &lb,
+            "--allow",
+            &format!("{a}=listen:{la}"),
+            "--allow",
+            &format!("{b}=listen:{lb}"),
+            "--max-connections-per-peer",
+            "2",
+            "--max-fids-per-peer",
+            "5",
+        ],
+    );
     let _server = serve(&args);
     let (addr_a, addr_b): (Addr, Addr) = (la.parse().unwrap(), lb.parse().unwrap());
     let mut first = Conn::connect(&addr_a).await;
