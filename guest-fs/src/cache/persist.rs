@@ -122,10 +122,10 @@ impl MountCache {
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                store.page_queued();
-                drop(runtime.spawn_blocking(move || store.write_page(key, &data, true)));
+                let queued = store.queue_page();
+                drop(runtime.spawn_blocking(move || queued.write(key, &data)));
             }
-            Err(_) => store.write_page(key, &data, false),
+            Err(_) => store.write_page(key, &data),
         }
     }
 

@@ -50,7 +50,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 pub use pages::PageKey;
@@ -284,24 +284,16 @@ impl Store {
         page
     }
 
-    /// Says a page is on its way to [`Store::write_page`] (from another thread).
-    pub fn page_queued(&self) {
+    /// A page on its way to disk from another thread: a flush waits for it until it
+    /// is written, or dropped unwritten (a runtime shut down before its task ran).
+    pub fn queue_page(self: &Arc<Store>) -> QueuedPage {
         *self.queued.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        QueuedPage(self.clone())
     }
 
-    /// Keeps a page; sweeps when the store has outgrown its
-    /// bound. Called off the reader's path. `queued`: announced by
-    /// [`Store::page_queued`].
-    pub fn write_page(&self, key: PageKey, data: &[u8], queued: bool) {
-        self.write_page_now(key, data);
-        if queued {
-            let mut n = self.queued.lock().unwrap_or_else(|e| e.into_inner());
-            *n = n.saturating_sub(1);
-            self.written.notify_all();
-        }
-    }
-
-    fn write_page_now(&self, key: PageKey, data: &[u8]) {
+    /// Keeps a page; sweeps when the store has outgrown its bound. Called off the
+    /// reader's path.
+    pub fn write_page(&self, key: PageKey, data: &[u8]) {
         // Written even when a copy is there: a page is fetched only when the copy on
         // disk was not good (or a read ahead went past it), and a bad one must go.
         if self.broken.load(Ordering::Relaxed) {
@@ -506,6 +498,25 @@ fn write_atomically(file: &Path, data: &[u8]) -> io::Result<()> {
         fs::File::open(parent)?.sync_all()?;
     }
     Ok(())
+}
+
+/// A page announced by [`Store::queue_page`]; done when dropped.
+#[derive(Debug)]
+pub struct QueuedPage(Arc<Store>);
+
+impl QueuedPage {
+    /// Writes the page.
+    pub fn write(self, key: PageKey, data: &[u8]) {
+        self.0.write_page(key, data);
+    }
+}
+
+impl Drop for QueuedPage {
+    fn drop(&mut self) {
+        let mut n = self.0.queued.lock().unwrap_or_else(|e| e.into_inner());
+        *n = n.saturating_sub(1);
+        self.0.written.notify_all();
+    }
 }
 
 /// A store, as `wasm9p cache ls` shows it.
