@@ -12,7 +12,9 @@
 //! Built: the client ([`client`]); per-mount options ([`mount_options`]); the mount
 //! cache ([`cache`]: dentries, negative dentries with `negtimeout`, symlink targets,
 //! attributes, directory listings and file pages, all under one `cache_size` byte
-//! bound); the write-back coalescer ([`writeback`]); the [`backend::Backend`] trait with
+//! bound); the store on disk for `cache=fscache` ([`fscache`]: what later processes
+//! start warm with, confirmed with the server before use); the write-back coalescer
+//! ([`writeback`]); the [`backend::Backend`] trait with
 //! the `ninep`, `bind` and `memory` backends; and the [`namespace::Namespace`] with
 //! POSIX path resolution.
 //!
