@@ -467,3 +467,54 @@ async fn answers_version(listen: &str, wait: std::time::Duration) -> bool {
         Ok(Ok(n)) if n > 0
     )
 }
+
+#[tokio::test]
+async fn a_refusal_is_logged_once_per_peer_and_export_with_the_peer() {
+    let t = tenants();
+    let work = tempfile::tempdir().unwrap();
+    let listen = format!("unix:{}", work.path().join("s").display());
+    let log = work.path().join("stderr");
+    let args = with_both_exports(
+        &t,
+        &[
+            "--listen",
+            &listen,
+            "--allow",
+            &format!("{}=uid:65534", name(t.a.path())),
+        ],
+    );
+    let child = Command::new(BIN)
+        .arg("serve")
+        .args(&args)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let _server = Served(child);
+    let text = || std::fs::read_to_string(&log).unwrap();
+    let deadline = std::time::Instant::now() + wasm9p_tests::TEST_TIMEOUT;
+    while !text().contains("serving") {
+        assert!(std::time::Instant::now() < deadline, "{}", text());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let addr: Addr = listen.parse().unwrap();
+    for _ in 0..2 {
+        let mut conn = Conn::connect(&addr).await;
+        conn.version(65536).await;
+        for fid in 0..3 {
+            assert_eq!(
+                conn.attach(fid, &name(t.a.path())).await,
+                Err(Errno::EACCES)
+            );
+        }
+    }
+    // The same peer (this user, on this listener) refused six times: one line, naming it.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let logged = text();
+    let refusals: Vec<&str> = logged.lines().filter(|l| l.contains("refused")).collect();
+    assert_eq!(refusals.len(), 1, "{logged}");
+    let me = rustix::process::geteuid().as_raw();
+    assert!(
+        refusals[0].contains(&format!("uid {me}")) && refusals[0].contains(&name(t.a.path())),
+        "{logged}"
+    );
+}
