@@ -46,6 +46,29 @@ pub enum Kind {
     Other,
 }
 
+impl Kind {
+    /// The kind a 9P qid's type names (9P has no type for the others: they are files).
+    pub fn of_qid(q: &wasm9p_proto::Qid) -> Kind {
+        if q.is_dir() {
+            Kind::Dir
+        } else if q.is_symlink() {
+            Kind::Symlink
+        } else {
+            Kind::File
+        }
+    }
+
+    /// The 9P qid type of this kind.
+    pub fn qid_type(self) -> u8 {
+        use wasm9p_proto::consts::qid;
+        match self {
+            Kind::Dir => qid::DIR,
+            Kind::Symlink => qid::SYMLINK,
+            Kind::File | Kind::Other => qid::FILE,
+        }
+    }
+}
+
 /// A file that is neither a directory, a regular file nor a symlink.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Special {

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use wasm9p_proto::consts::{open, qid, AT_REMOVEDIR};
+use wasm9p_proto::consts::{open, AT_REMOVEDIR};
 use wasm9p_proto::{Errno, Qid, Rgetattr};
 
 use super::flights::Flights;
@@ -109,20 +109,10 @@ impl std::fmt::Debug for NinepFs {
     }
 }
 
-pub(super) fn kind_of(q: &Qid) -> Kind {
-    if q.ty & qid::DIR != 0 {
-        Kind::Dir
-    } else if q.ty & qid::SYMLINK != 0 {
-        Kind::Symlink
-    } else {
-        Kind::File
-    }
-}
-
 fn node(path: SharedPath, q: Qid) -> Node {
     Node {
         id: q.path,
-        kind: kind_of(&q),
+        kind: Kind::of_qid(&q),
         handle: Some(Arc::new(NinepNode { path, qid: q })),
     }
 }

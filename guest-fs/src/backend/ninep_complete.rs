@@ -7,8 +7,8 @@ use std::sync::Arc;
 use wasm9p_proto::consts::open;
 use wasm9p_proto::{Errno, Qid};
 
-use super::ninep::{kind_of, parts, NinepFs, MAX_COUNTED_DIRS};
-use super::{Entry, Node};
+use super::ninep::{parts, NinepFs, MAX_COUNTED_DIRS};
+use super::{Entry, Kind, Node};
 use crate::cache::Lookup;
 
 fn rest_of(listing: &[Entry], cookie: u64) -> Vec<Entry> {
@@ -133,7 +133,7 @@ impl NinepFs {
                 .filter(|e| e.name != "." && e.name != "..")
                 .enumerate()
                 .map(|(i, e)| Entry {
-                    kind: kind_of(&e.qid),
+                    kind: Kind::of_qid(&e.qid),
                     id: e.qid.path,
                     name: e.name,
                     cookie: i as u64 + 1,
@@ -155,7 +155,7 @@ impl NinepFs {
                 .into_iter()
                 .filter(|e| e.name != "." && e.name != "..")
                 .map(|e| Entry {
-                    kind: kind_of(&e.qid),
+                    kind: Kind::of_qid(&e.qid),
                     id: e.qid.path,
                     name: e.name,
                     cookie: e.offset,

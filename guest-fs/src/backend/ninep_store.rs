@@ -159,9 +159,7 @@ impl NinepFs {
         if node_qid.path != fresh.path {
             return;
         }
-        if store.file(fresh.path).is_some() {
-            let _ = self.cache.stored_attr(fresh, at);
-        }
+        let _ = self.cache.stored_attr(fresh, at); // nothing, without a record
         if self.symlinks {
             if let Some(target) = store.link(fresh.path, fresh.version) {
                 store.count_hit();

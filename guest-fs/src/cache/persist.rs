@@ -54,7 +54,7 @@ impl MountCache {
             let mut entries: Vec<backend::Entry> = names
                 .iter()
                 .map(|(name, qid)| backend::Entry {
-                    kind: kind_of(qid),
+                    kind: Kind::of_qid(qid),
                     id: qid.path,
                     name: name.to_string(),
                     cookie: 0,
@@ -197,7 +197,7 @@ impl MountCache {
                     record.complete = true;
                     record.names.extend(entries.iter().map(|e| {
                         let qid = Qid {
-                            ty: qid_type(e.kind),
+                            ty: e.kind.qid_type(),
                             version: 0,
                             path: e.id,
                         };
@@ -250,31 +250,9 @@ impl MountCache {
 }
 
 fn dir_record(records: &mut Records, dir: u64, version: u32, used: u64) -> &mut DirRecord {
-    let record = records.dirs.entry(dir).or_insert_with(|| DirRecord {
+    records.dirs.entry(dir).or_insert_with(|| DirRecord {
         version,
         used,
         ..DirRecord::default()
-    });
-    record
-}
-
-/// The kind of file a listing's qid names.
-fn kind_of(qid: &Qid) -> Kind {
-    if qid.is_dir() {
-        Kind::Dir
-    } else if qid.is_symlink() {
-        Kind::Symlink
-    } else {
-        Kind::File
-    }
-}
-
-/// The qid type of a listing entry's kind.
-fn qid_type(kind: Kind) -> u8 {
-    use wasm9p_proto::consts::qid;
-    match kind {
-        Kind::Dir => qid::DIR,
-        Kind::Symlink => qid::SYMLINK,
-        Kind::File | Kind::Other => qid::FILE,
-    }
+    })
 }
