@@ -288,6 +288,63 @@ impl Namespace {
         Ok(current)
     }
 
+    /// Checks that `rel`, resolved from the directory `base`, stays beneath it: `EPERM`
+    /// if a `..` (written, or in a symlink's target) climbs above `base`, or a
+    /// symlink's target is absolute; with `follow`, a final symlink counts too. This is
+    /// the confinement a capability-based WASI host (cap-std's) gives a directory
+    /// descriptor, for the WASI versions that check it. A path that fails otherwise
+    /// (a missing component, a file in the middle, a loop) passes: the operation on it
+    /// reports its own error.
+    pub async fn stays_beneath(
+        &self,
+        base: &Location,
+        rel: &str,
+        follow: bool,
+    ) -> Result<(), Errno> {
+        let mut remaining: VecDeque<String> = components(rel)?.into();
+        let mut depth = 0usize;
+        let mut current = base.clone();
+        let mut ancestors: Vec<Location> = Vec::new();
+        let mut hops = 0;
+        while let Some(name) = remaining.pop_front() {
+            if !current.is_dir() {
+                return Ok(());
+            }
+            match name.as_str() {
+                "." => continue,
+                ".." if depth == 0 => return Err(Errno::EPERM),
+                ".." => {
+                    depth -= 1;
+                    current = ancestors.pop().expect("one ancestor per level of depth");
+                    continue;
+                }
+                _ => {}
+            }
+            let Ok(next) = self.lookup(&current, &name).await else {
+                return Ok(());
+            };
+            if next.node.kind == Kind::Symlink && (follow || !remaining.is_empty()) {
+                hops += 1;
+                if hops > MAX_SYMLINK_HOPS {
+                    return Ok(());
+                }
+                let Ok(target) = self.readlink_at(&next).await else {
+                    return Ok(());
+                };
+                if target.starts_with('/') {
+                    return Err(Errno::EPERM);
+                }
+                for part in components(&target)?.into_iter().rev() {
+                    remaining.push_front(part);
+                }
+                continue;
+            }
+            depth += 1;
+            ancestors.push(std::mem::replace(&mut current, next));
+        }
+        Ok(())
+    }
+
     /// The directory that holds the last component of `path`, and that component:
     /// what create, mkdir, symlink, unlink and rename work on.
     pub async fn resolve_parent(&self, path: &str) -> Result<(Location, String), Errno> {

@@ -6,7 +6,8 @@
 //! and renders the `--stats` JSON; [`p1`], our own WASI preview1 over that namespace
 //! (a context builder, the [`p1::WasiP1View`] trait and [`p1::add_to_linker`] for
 //! embedders); [`p2`], WASI preview2 for components (our `wasi:filesystem` over the
-//! same namespace, wasmtime-wasi for the rest); [`fuse`], the same namespace served to
+//! same namespace, wasmtime-wasi for the rest); [`p3`], WASI 0.3 for async components
+//! (our `wasi:filesystem@0.3.0` over the same descriptors, as streams); [`fuse`], the same namespace served to
 //! the host kernel through FUSE (`wasm9p mount`); [`plugin`], file systems written as
 //! components (`type=plugin` mounts); and [`module_cache`], compiled modules and
 //! components kept on disk.
@@ -27,5 +28,6 @@ pub mod module_cache;
 pub mod mounts;
 pub mod p1;
 pub mod p2;
+pub mod p3;
 pub mod plugin;
 mod wasi_fs;

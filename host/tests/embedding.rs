@@ -152,3 +152,80 @@ fn an_embedder_runs_a_component_on_the_same_mount_table() {
     let walks = mounts.stats_json(1, 0)["mounts"][0]["rpc"]["walk"].as_u64();
     assert!(walks.unwrap() > 0, "the component's files came over 9p");
 }
+
+/// A WASI 0.3 component of the community's suite (`filesystem-io`: reads and writes
+/// through streams), and a copy of the root its spec runs it in.
+fn p3_suite_component() -> (std::path::PathBuf, tempfile::TempDir) {
+    let suite = std::env::var_os("WASI_TESTSUITE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/wasi-testsuite")
+        })
+        .join("tests/rust/testsuite/wasm32-wasip3");
+    let root = tempfile::tempdir().unwrap();
+    for name in ["a.txt", "b.txt"] {
+        std::fs::copy(
+            suite.join("fs-tests.dir").join(name),
+            root.path().join(name),
+        )
+        .unwrap();
+    }
+    (suite.join("filesystem-io.wasm"), root)
+}
+
+#[test]
+fn an_embedder_runs_a_wasi_0_3_component_on_the_same_mount_table() {
+    let (component, root) = p3_suite_component();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let spec = format!(
+        "type=9p,export={},target=/,cache=loose",
+        root.path().display()
+    );
+    let mounts = runtime
+        .block_on(MountTable::builder().mount(&spec).unwrap().build())
+        .unwrap();
+    // wasmtime's default config has the component model's async support.
+    let engine = Engine::default();
+    let component = wasmtime::component::Component::from_file(&engine, &component).unwrap();
+    assert!(wasm9p_host::p3::exports_p3_run(&engine, &component));
+    let mut linker = wasmtime::component::Linker::new(&engine);
+    wasm9p_host::p3::add_to_linker(&mut linker).unwrap();
+    let run = || {
+        runtime.block_on(async {
+            let data = ComponentEmbedder {
+                wasi: wasmtime_wasi::WasiCtx::builder().build(),
+                table: Default::default(),
+                fs: wasm9p_host::p2::WasiP2Fs::new(mounts.namespace().clone()).await,
+            };
+            let mut store = Store::new(&engine, data);
+            let command = wasmtime_wasi::p3::bindings::Command::instantiate_async(
+                &mut store, &component, &linker,
+            )
+            .await
+            .unwrap();
+            let result = store
+                .run_concurrent(async move |store| command.wasi_cli_run().call_run(store).await)
+                .await
+                .unwrap()
+                .unwrap();
+            store.data().fs.close_all().await;
+            result
+        })
+    };
+    assert_eq!(run(), Ok(()), "the component's own checks passed");
+    let stats = mounts.stats_json(1, 0);
+    let rpc = &stats["mounts"][0]["rpc"];
+    assert!(
+        rpc["walk"].as_u64().unwrap() > 0,
+        "its files came over 9p: {rpc}"
+    );
+    // It reads what it wrote, then cleans up: the host directory is as it was.
+    let mut names: Vec<_> = std::fs::read_dir(root.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a.txt", "b.txt"]);
+    // A second guest on the same table passes too, on what the first left cached.
+    assert_eq!(run(), Ok(()));
+}

@@ -10,7 +10,8 @@
 //! a separate `wasm9p serve` (exporting one base directory; each test attaches its
 //! root by `aname=BASE/TEST/root`) in `none` and `loose`. The same tests made
 //! components with the preview1 adapter run through our preview2 on the same mounts.
-//! Each mount type prints one line, `wasi-testsuite MOUNT: N passed, N failed` (and,
+//! The 14 WASI 0.3 filesystem components (`wasm32-wasip3`) run the same way, on the
+//! same mounts, through our `wasi:filesystem@0.3.0`. Each mount type prints one line, `wasi-testsuite MOUNT: N passed, N failed` (and,
 //! for components, how many failed as expected inside the adapter), and appends it to
 //! `target/wasi-testsuite.txt`, which `scripts/test` shows at the end.
 //!
@@ -19,8 +20,9 @@
 //! As components, four AssemblyScript tests fail inside the preview1 adapter itself,
 //! before or after any host call, exactly as they do on stock wasmtime-wasi 48's
 //! preview2 with the same adapter (checked by hand: same traps, same exit codes); they
-//! are [`ADAPTER_FAILURES`]. A listed test that passes fails the run, so the lists
-//! cannot go stale.
+//! are [`ADAPTER_FAILURES`]. Every 0.3 test passes on every mount
+//! ([`P3_EXPECTED_DIFFERENCES`] is empty). A listed test that passes fails the run, so
+//! the lists cannot go stale.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -35,6 +37,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
 
 /// Tests where wasm9p differs from stock wasmtime on purpose: (test, reason).
 const EXPECTED_DIFFERENCES: &[(&str, &str)] = &[];
+
+/// WASI 0.3 tests that wasmtime-wasi 48's `p3` cannot pass under wasm9p (a piece it
+/// does not provide): (test, the missing piece).
+const P3_EXPECTED_DIFFERENCES: &[(&str, &str)] = &[];
 
 /// Tests that fail as components because of the preview1 command adapter (48.0.8),
 /// on stock wasmtime-wasi's preview2 as on ours: (test, what the adapter does).
@@ -162,6 +168,35 @@ impl Case {
         }
         case
     }
+}
+
+/// What a pass runs: the preview1 modules, the same made components with the
+/// preview1 adapter, or the WASI 0.3 components.
+#[derive(Clone, Copy, PartialEq)]
+enum Guests {
+    Modules,
+    Components,
+    P3,
+}
+
+/// The suite's WASI 0.3 filesystem components, named `rust-p3/NAME`.
+fn p3_cases() -> &'static [Case] {
+    static CASES: OnceLock<Vec<Case>> = OnceLock::new();
+    CASES.get_or_init(|| {
+        let dir = suite().join("tests/rust/testsuite/wasm32-wasip3");
+        let mut cases: Vec<Case> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|e| e == "wasm"))
+            .map(|path| {
+                let mut case = Case::load(&path);
+                case.name = case.name.replacen("rust/", "rust-p3/", 1);
+                case
+            })
+            .collect();
+        cases.sort_by(|a, b| a.name.cmp(&b.name));
+        cases
+    })
 }
 
 /// Every preview1 test case of the suite, by name.
@@ -355,13 +390,17 @@ fn read_all(r: &mut impl std::io::Read) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// Runs the whole suite on `mount`, as modules or as components; prints and records
-/// the report line, and fails with every failure listed.
-fn run_suite(mount: Mount, components: bool) {
+/// Runs the whole suite on `mount`, as `guests` says; prints and records the report
+/// line, and fails with every failure listed.
+fn run_suite(mount: Mount, guests: Guests) {
     let label = format!(
         "{}{}",
         mount.label(),
-        if components { " (components)" } else { "" }
+        match guests {
+            Guests::Modules => "",
+            Guests::Components => " (components)",
+            Guests::P3 => " (wasip3)",
+        }
     );
     let base = tempfile::tempdir().unwrap();
     // One server for the whole pass, exporting the base directory every test's root is
@@ -379,7 +418,10 @@ fn run_suite(mount: Mount, components: bool) {
         }
         _ => None,
     };
-    let cases = cases();
+    let cases = match guests {
+        Guests::P3 => p3_cases(),
+        Guests::Modules | Guests::Components => cases(),
+    };
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -388,10 +430,9 @@ fn run_suite(mount: Mount, components: bool) {
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(case) = cases.get(i) else { break };
-                let guest = if components {
-                    component_of(case)
-                } else {
-                    case.module.clone()
+                let guest = match guests {
+                    Guests::Components => component_of(case),
+                    Guests::Modules | Guests::P3 => case.module.clone(),
                 };
                 let addr = server.as_ref().map(|(_, a)| a.as_str());
                 if let Some(why) = run_case(case, &guest, mount, base.path(), addr) {
@@ -406,8 +447,12 @@ fn run_suite(mount: Mount, components: bool) {
     }
     let mut failures = failures.into_inner().unwrap();
     failures.sort();
-    let mut expected: Vec<&str> = EXPECTED_DIFFERENCES.iter().map(|(name, _)| *name).collect();
-    if components {
+    let differences = match guests {
+        Guests::P3 => P3_EXPECTED_DIFFERENCES,
+        Guests::Modules | Guests::Components => EXPECTED_DIFFERENCES,
+    };
+    let mut expected: Vec<&str> = differences.iter().map(|(name, _)| *name).collect();
+    if guests == Guests::Components {
         expected.extend(ADAPTER_FAILURES.iter().map(|(name, _)| *name));
     }
     let mut unexpected: Vec<(String, String)> = failures
@@ -434,7 +479,7 @@ fn run_suite(mount: Mount, components: bool) {
         cases.len() - failures.len(),
         failures.len() - known,
         if known > 0 {
-            format!(", {known} failed as expected (inside the preview1 adapter)")
+            format!(", {known} failed as expected (listed with their reasons)")
         } else {
             String::new()
         }
@@ -485,50 +530,89 @@ fn the_suite_has_every_preview1_test_with_its_spec() {
 
 #[test]
 fn wasi_testsuite_on_bind() {
-    run_suite(Mount::Bind, false);
+    run_suite(Mount::Bind, Guests::Modules);
 }
 
 #[test]
 fn wasi_testsuite_on_embedded_9p_none() {
-    run_suite(Mount::Embedded("none"), false);
+    run_suite(Mount::Embedded("none"), Guests::Modules);
 }
 
 #[test]
 fn wasi_testsuite_on_embedded_9p_loose() {
-    run_suite(Mount::Embedded("loose"), false);
+    run_suite(Mount::Embedded("loose"), Guests::Modules);
 }
 
 #[test]
 fn wasi_testsuite_on_tcp_9p_none() {
-    run_suite(Mount::Tcp("none"), false);
+    run_suite(Mount::Tcp("none"), Guests::Modules);
 }
 
 #[test]
 fn wasi_testsuite_on_tcp_9p_loose() {
-    run_suite(Mount::Tcp("loose"), false);
+    run_suite(Mount::Tcp("loose"), Guests::Modules);
 }
 
 #[test]
 fn wasi_testsuite_components_on_bind() {
-    run_suite(Mount::Bind, true);
+    run_suite(Mount::Bind, Guests::Components);
 }
 
 #[test]
 fn wasi_testsuite_components_on_embedded_9p_none() {
-    run_suite(Mount::Embedded("none"), true);
+    run_suite(Mount::Embedded("none"), Guests::Components);
 }
 
 #[test]
 fn wasi_testsuite_components_on_embedded_9p_loose() {
-    run_suite(Mount::Embedded("loose"), true);
+    run_suite(Mount::Embedded("loose"), Guests::Components);
 }
 
 #[test]
 fn wasi_testsuite_components_on_tcp_9p_none() {
-    run_suite(Mount::Tcp("none"), true);
+    run_suite(Mount::Tcp("none"), Guests::Components);
 }
 
 #[test]
 fn wasi_testsuite_components_on_tcp_9p_loose() {
-    run_suite(Mount::Tcp("loose"), true);
+    run_suite(Mount::Tcp("loose"), Guests::Components);
+}
+
+#[test]
+fn the_suite_has_every_wasip3_filesystem_test() {
+    // 14 in the snapshot, each with the root it runs in.
+    let cases = p3_cases();
+    assert_eq!(
+        cases.len(),
+        14,
+        "{:?}",
+        cases.iter().map(|c| &c.name).collect::<Vec<_>>()
+    );
+    assert!(cases.iter().all(|c| c.root.is_some()));
+    assert!(cases.iter().any(|c| c.name == "rust-p3/filesystem-io"));
+}
+
+#[test]
+fn wasi_testsuite_wasip3_on_bind() {
+    run_suite(Mount::Bind, Guests::P3);
+}
+
+#[test]
+fn wasi_testsuite_wasip3_on_embedded_9p_none() {
+    run_suite(Mount::Embedded("none"), Guests::P3);
+}
+
+#[test]
+fn wasi_testsuite_wasip3_on_embedded_9p_loose() {
+    run_suite(Mount::Embedded("loose"), Guests::P3);
+}
+
+#[test]
+fn wasi_testsuite_wasip3_on_tcp_9p_none() {
+    run_suite(Mount::Tcp("none"), Guests::P3);
+}
+
+#[test]
+fn wasi_testsuite_wasip3_on_tcp_9p_loose() {
+    run_suite(Mount::Tcp("loose"), Guests::P3);
 }

@@ -103,6 +103,50 @@ fn symlinks_resolve_inside_the_namespace() {
 }
 
 #[test]
+fn a_path_that_leaves_its_directory_through_a_symlink_does_not_stay_beneath_it() {
+    let ns = namespace();
+    block_on(async {
+        let usr = ns.resolve("/usr", true).await.unwrap();
+        let root = ns.resolve("/", true).await.unwrap();
+        ns.symlink("..", "/usr/parent").await.unwrap();
+        ns.symlink("lib/../lib", "/usr/same").await.unwrap();
+        // Inside: plain names, a `..` that comes back, a link whose target stays.
+        for (rel, follow) in [
+            ("lib/libc.a", true),
+            ("lib/../lib", true),
+            ("same/libc.a", true),
+            ("same", true),
+            ("missing/../..", true), // the open reports ENOENT itself
+        ] {
+            assert_eq!(ns.stays_beneath(&usr, rel, follow).await, Ok(()), "{rel}");
+        }
+        // A final link not followed is the link itself, wherever it points.
+        assert_eq!(ns.stays_beneath(&usr, "parent", false).await, Ok(()));
+        assert_eq!(ns.stays_beneath(&usr, "up", false).await, Ok(()));
+        // Out: `..` written, `..` in a link's target, an absolute target.
+        for (rel, follow) in [
+            ("..", false),
+            ("lib/../..", false),
+            ("parent", true),
+            ("parent/file", false),
+            ("up", true), // ../file
+        ] {
+            assert_eq!(
+                ns.stays_beneath(&usr, rel, follow).await,
+                Err(Errno::EPERM),
+                "{rel}"
+            );
+        }
+        assert_eq!(
+            ns.stays_beneath(&root, "scratch/file", false).await,
+            Err(Errno::EPERM),
+            "an absolute target leaves even the root"
+        );
+        assert_eq!(ns.stays_beneath(&root, "usr/up", true).await, Ok(()));
+    });
+}
+
+#[test]
 fn dotdot_stops_at_the_root_and_goes_back_across_mounts() {
     let ns = namespace();
     block_on(async {

@@ -287,7 +287,7 @@ impl Host {
                 };
                 (result, take(&out), take(&err))
             }
-            Runner::P2(program) => {
+            Runner::Component(program) => {
                 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
                 let mut wasi = wasmtime_wasi::WasiCtx::builder();
                 wasi.args(&argv).envs(env);

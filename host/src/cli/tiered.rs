@@ -14,13 +14,32 @@ use super::{fail, first_line, say, EXIT_USAGE};
 use crate::module_cache::{Engines, ModuleCache, Program, Tier, Upgrade};
 use crate::p1::P1Program;
 use crate::p2::P2Program;
+use crate::p3::P3Program;
 
 /// What a guest runs as.
 pub(super) enum Runner {
     /// A core module on our preview1.
     P1(P1Program),
-    /// A component on preview2 (an async engine).
+    /// A component on WASI 0.2 or 0.3 (an async engine).
+    Component(ComponentProgram),
+}
+
+/// A component, by the `wasi:cli/run` it exports.
+pub(super) enum ComponentProgram {
+    /// `wasi:cli/run@0.2.x`.
     P2(P2Program),
+    /// `wasi:cli/run@0.3.x`.
+    P3(P3Program),
+}
+
+impl ComponentProgram {
+    /// Runs the component over `ctx`: its exit status.
+    pub(super) async fn run(&self, ctx: crate::p2::WasiP2Ctx) -> wasmtime::Result<i32> {
+        match self {
+            ComponentProgram::P2(program) => program.run(ctx).await,
+            ComponentProgram::P3(program) => program.run(ctx).await,
+        }
+    }
 }
 
 /// A runner and the tier its code came from.
@@ -70,9 +89,14 @@ fn runner(
         Program::Module(module) => Ok(Runner::P1(
             P1Program::new(engine, &module).map_err(link_error)?,
         )),
-        Program::Component(component) => Ok(Runner::P2(
+        Program::Component(component) if crate::p3::exports_p3_run(engine, &component) => {
+            Ok(Runner::Component(ComponentProgram::P3(
+                P3Program::new(engine, &component).map_err(link_error)?,
+            )))
+        }
+        Program::Component(component) => Ok(Runner::Component(ComponentProgram::P2(
             P2Program::new(engine, &component).map_err(link_error)?,
-        )),
+        ))),
     }
 }
 

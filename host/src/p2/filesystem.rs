@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use wasm9p_guest_fs::backend::{Attr, Entry, Kind, OpenFile, SetAttr};
-use wasm9p_guest_fs::namespace::Location;
+use wasm9p_guest_fs::backend::{Attr, Entry, Kind};
+use wasm9p_guest_fs::namespace::{Location, Namespace};
 use wasm9p_proto::Errno;
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream};
@@ -18,24 +18,17 @@ use super::bindings::wasi::filesystem::types::{
     Filesize, MetadataHashValue, NewTimestamp, OpenFlags, PathFlags,
 };
 use super::bindings::wasi::filesystem::{preopens, types::HostDescriptor};
+pub use super::descriptor::Descriptor;
+use super::descriptor::{metadata_hash, FsResult, NewTime, OpenAt};
 use super::errors::{error_code, OrFsError};
 use super::streams::{FileReader, FileWriter};
 use super::{FsError, FsView};
 use wasmtime_wasi::p2::bindings::clocks::wall_clock::Datetime;
 
-/// An open file or directory.
-pub struct Descriptor {
-    loc: Location,
-    flags: DescriptorFlags,
-    file: Option<Arc<dyn OpenFile>>,
-}
-
 /// A directory listing being read.
 pub struct DirectoryStream {
     entries: std::vec::IntoIter<Entry>,
 }
-
-type FsResult<T> = Result<T, FsError>;
 
 /// A resource-table failure is the host's bug or a forged handle: a trap.
 fn trap(e: wasmtime::component::ResourceTableError) -> FsError {
@@ -69,8 +62,7 @@ fn stat(kind: Kind, attr: &Attr) -> DescriptorStat {
     }
 }
 
-/// `Some(None)` for now, `Some(Some(t))` for a time, `None` for no change.
-fn new_time(t: NewTimestamp) -> Option<Option<(u64, u64)>> {
+fn new_time(t: NewTimestamp) -> NewTime {
     match t {
         NewTimestamp::NoChange => None,
         NewTimestamp::Now => Some(None),
@@ -79,68 +71,10 @@ fn new_time(t: NewTimestamp) -> Option<Option<(u64, u64)>> {
 }
 
 impl FsView<'_> {
-    fn get(&self, fd: &Resource<Descriptor>) -> FsResult<&Descriptor> {
-        self.table.get(fd).map_err(trap)
-    }
-
-    /// Where `fd` is and its attributes: a file's through its open (so after an
-    /// unlink too, and with buffered writes counted), a directory's by location.
-    async fn descriptor_attr(&mut self, fd: &Resource<Descriptor>) -> FsResult<(Location, Attr)> {
-        let d = self.get(fd)?;
-        let (loc, file) = (d.loc.clone(), d.file.clone());
-        let attr = match file {
-            Some(file) => file.getattr().await.fs()?,
-            None => self.fs.ns.getattr_at(&loc).await.fs()?,
-        };
-        Ok((loc, attr))
-    }
-
-    /// The guest path for `rel` under directory `fd`.
-    fn path_at(&self, fd: &Resource<Descriptor>, rel: &str) -> FsResult<String> {
-        let d = self.get(fd)?;
-        if !d.loc.is_dir() {
-            return Err(ErrorCode::NotDirectory.into());
-        }
-        crate::wasi_fs::beneath(&d.loc, rel).fs()
-    }
-
-    fn writable_dir(&self, fd: &Resource<Descriptor>) -> FsResult<()> {
-        if self
-            .get(fd)?
-            .flags
-            .contains(DescriptorFlags::MUTATE_DIRECTORY)
-        {
-            Ok(())
-        } else {
-            Err(ErrorCode::NotPermitted.into())
-        }
-    }
-
-    /// The open file of `fd`, which must have been opened with `needs` (`READ`,
-    /// `WRITE`, or nothing).
-    fn file(
-        &self,
-        fd: &Resource<Descriptor>,
-        needs: DescriptorFlags,
-    ) -> FsResult<Arc<dyn OpenFile>> {
-        let d = self.get(fd)?;
-        match &d.file {
-            Some(_) if !d.flags.contains(needs) => Err(ErrorCode::BadDescriptor.into()),
-            Some(f) => Ok(f.clone()),
-            None => Err(ErrorCode::IsDirectory.into()),
-        }
-    }
-
-    /// `sync` / `sync-data`: a file's writes made durable, or a directory's entries.
-    async fn sync_descriptor(&mut self, fd: &Resource<Descriptor>, datasync: bool) -> FsResult<()> {
-        let d = self.get(fd)?;
-        match &d.file {
-            Some(file) => file.clone().fsync(datasync).await.fs(),
-            None => {
-                let loc = d.loc.clone();
-                self.fs.ns.sync_dir_at(&loc).await.fs()
-            }
-        }
+    /// The descriptor `fd` and the namespace, to run a descriptor operation on.
+    fn get(&self, fd: &Resource<Descriptor>) -> FsResult<(Arc<Namespace>, Descriptor)> {
+        let d = self.table.get(fd).map_err(trap)?;
+        Ok((self.fs.ns.clone(), d.clone()))
     }
 
     fn push(&mut self, d: Descriptor) -> FsResult<Resource<Descriptor>> {
@@ -171,7 +105,7 @@ impl HostDescriptor for FsView<'_> {
         fd: Resource<Descriptor>,
         offset: Filesize,
     ) -> FsResult<Resource<DynInputStream>> {
-        let file = self.file(&fd, DescriptorFlags::READ)?;
+        let file = self.get(&fd)?.1.file(DescriptorFlags::READ)?;
         let stream: DynInputStream = Box::new(FileReader::new(file, offset));
         self.table.push_child(stream, &fd).map_err(trap)
     }
@@ -181,7 +115,7 @@ impl HostDescriptor for FsView<'_> {
         fd: Resource<Descriptor>,
         offset: Filesize,
     ) -> FsResult<Resource<DynOutputStream>> {
-        let file = self.file(&fd, DescriptorFlags::WRITE)?;
+        let file = self.get(&fd)?.1.file(DescriptorFlags::WRITE)?;
         let stream: DynOutputStream = Box::new(FileWriter::at(file, offset));
         self.table.push_child(stream, &fd).map_err(trap)
     }
@@ -190,7 +124,7 @@ impl HostDescriptor for FsView<'_> {
         &mut self,
         fd: Resource<Descriptor>,
     ) -> FsResult<Resource<DynOutputStream>> {
-        let file = self.file(&fd, DescriptorFlags::WRITE)?;
+        let file = self.get(&fd)?.1.file(DescriptorFlags::WRITE)?;
         let stream: DynOutputStream = Box::new(FileWriter::appending(file));
         self.table.push_child(stream, &fd).map_err(trap)
     }
@@ -203,26 +137,24 @@ impl HostDescriptor for FsView<'_> {
         _advice: Advice,
     ) -> FsResult<()> {
         // Advice only; the page cache already reads ahead of sequential readers.
-        self.file(&fd, DescriptorFlags::empty())?;
-        Ok(())
+        self.get(&fd)?.1.file(DescriptorFlags::empty()).map(drop)
     }
 
     async fn sync_data(&mut self, fd: Resource<Descriptor>) -> FsResult<()> {
-        self.sync_descriptor(&fd, true).await
+        let (ns, d) = self.get(&fd)?;
+        d.sync(&ns, true).await
     }
 
     async fn get_flags(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorFlags> {
-        Ok(self.get(&fd)?.flags)
+        Ok(self.get(&fd)?.1.flags)
     }
 
     async fn get_type(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorType> {
-        Ok(descriptor_type(self.get(&fd)?.loc.node.kind))
+        Ok(descriptor_type(self.get(&fd)?.1.loc.node.kind))
     }
 
     async fn set_size(&mut self, fd: Resource<Descriptor>, size: Filesize) -> FsResult<()> {
-        // Through the open file: it works after the file is unlinked or renamed.
-        let file = self.file(&fd, DescriptorFlags::WRITE)?;
-        file.set_len(size).await.fs()
+        self.get(&fd)?.1.set_size(size).await
     }
 
     async fn set_times(
@@ -231,13 +163,8 @@ impl HostDescriptor for FsView<'_> {
         atime: NewTimestamp,
         mtime: NewTimestamp,
     ) -> FsResult<()> {
-        let loc = self.get(&fd)?.loc.clone();
-        let attr = SetAttr {
-            atime: new_time(atime),
-            mtime: new_time(mtime),
-            ..SetAttr::default()
-        };
-        self.fs.ns.setattr_at(&loc, &attr).await.fs()
+        let (ns, d) = self.get(&fd)?;
+        d.set_times(&ns, new_time(atime), new_time(mtime)).await
     }
 
     async fn read(
@@ -246,7 +173,7 @@ impl HostDescriptor for FsView<'_> {
         len: Filesize,
         offset: Filesize,
     ) -> FsResult<(Vec<u8>, bool)> {
-        let file = self.file(&fd, DescriptorFlags::READ)?;
+        let file = self.get(&fd)?.1.file(DescriptorFlags::READ)?;
         let len = usize::try_from(len)
             .unwrap_or(usize::MAX)
             .min(crate::p1::MAX_IO);
@@ -261,7 +188,7 @@ impl HostDescriptor for FsView<'_> {
         buf: Vec<u8>,
         offset: Filesize,
     ) -> FsResult<Filesize> {
-        let file = self.file(&fd, DescriptorFlags::WRITE)?;
+        let file = self.get(&fd)?.1.file(DescriptorFlags::WRITE)?;
         let n = file.write_at(offset, buf.into()).await.fs()?;
         Ok(n as Filesize)
     }
@@ -270,12 +197,8 @@ impl HostDescriptor for FsView<'_> {
         &mut self,
         fd: Resource<Descriptor>,
     ) -> FsResult<Resource<DirectoryStream>> {
-        let d = self.get(&fd)?;
-        if !d.loc.is_dir() {
-            return Err(ErrorCode::NotDirectory.into());
-        }
-        let path = d.loc.join("");
-        let entries = self.fs.ns.readdir(&path).await.fs()?;
+        let (ns, d) = self.get(&fd)?;
+        let entries = d.list(&ns).await?;
         let stream = DirectoryStream {
             entries: entries.into_iter(),
         };
@@ -283,7 +206,8 @@ impl HostDescriptor for FsView<'_> {
     }
 
     async fn sync(&mut self, fd: Resource<Descriptor>) -> FsResult<()> {
-        self.sync_descriptor(&fd, false).await
+        let (ns, d) = self.get(&fd)?;
+        d.sync(&ns, false).await
     }
 
     async fn create_directory_at(
@@ -291,14 +215,14 @@ impl HostDescriptor for FsView<'_> {
         fd: Resource<Descriptor>,
         path: String,
     ) -> FsResult<()> {
-        self.writable_dir(&fd)?;
-        let path = self.path_at(&fd, &path)?;
-        self.fs.ns.mkdir(&path, 0o755).await.fs().map(drop)
+        let (ns, d) = self.get(&fd)?;
+        d.create_directory_at(&ns, &path).await
     }
 
     async fn stat(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorStat> {
-        let (loc, attr) = self.descriptor_attr(&fd).await?;
-        Ok(stat(loc.node.kind, &attr))
+        let (ns, d) = self.get(&fd)?;
+        let attr = d.attr(&ns).await?;
+        Ok(stat(d.loc.node.kind, &attr))
     }
 
     async fn stat_at(
@@ -307,10 +231,9 @@ impl HostDescriptor for FsView<'_> {
         path_flags: PathFlags,
         path: String,
     ) -> FsResult<DescriptorStat> {
-        let path = self.path_at(&fd, &path)?;
+        let (ns, d) = self.get(&fd)?;
         let follow = path_flags.contains(PathFlags::SYMLINK_FOLLOW);
-        let loc = self.fs.ns.resolve(&path, follow).await.fs()?;
-        let attr = self.fs.ns.getattr_at(&loc).await.fs()?;
+        let (loc, attr) = d.stat_at(&ns, follow, &path).await?;
         Ok(stat(loc.node.kind, &attr))
     }
 
@@ -322,15 +245,10 @@ impl HostDescriptor for FsView<'_> {
         atime: NewTimestamp,
         mtime: NewTimestamp,
     ) -> FsResult<()> {
-        self.writable_dir(&fd)?;
-        let path = self.path_at(&fd, &path)?;
-        let attr = SetAttr {
-            atime: new_time(atime),
-            mtime: new_time(mtime),
-            ..SetAttr::default()
-        };
+        let (ns, d) = self.get(&fd)?;
         let follow = path_flags.contains(PathFlags::SYMLINK_FOLLOW);
-        self.fs.ns.setattr(&path, &attr, follow).await.fs()
+        d.set_times_at(&ns, follow, &path, new_time(atime), new_time(mtime))
+            .await
     }
 
     async fn link_at(
@@ -341,11 +259,10 @@ impl HostDescriptor for FsView<'_> {
         new_fd: Resource<Descriptor>,
         new_path: String,
     ) -> FsResult<()> {
-        self.writable_dir(&new_fd)?;
-        let from = self.path_at(&fd, &old_path)?;
-        let to = self.path_at(&new_fd, &new_path)?;
+        let (ns, d) = self.get(&fd)?;
+        let new_dir = self.get(&new_fd)?.1;
         let follow = old_flags.contains(PathFlags::SYMLINK_FOLLOW);
-        self.fs.ns.link(&from, &to, follow).await.fs()
+        d.link_at(&ns, follow, &old_path, &new_dir, &new_path).await
     }
 
     async fn open_at(
@@ -356,72 +273,22 @@ impl HostDescriptor for FsView<'_> {
         oflags: OpenFlags,
         flags: DescriptorFlags,
     ) -> FsResult<Resource<Descriptor>> {
-        use crate::wasi_fs::{OpenRequest, Opened};
-        let parent_flags = self.get(&fd)?.flags;
-        let path = self.path_at(&fd, &path)?;
-        let request = OpenRequest {
+        let (ns, d) = self.get(&fd)?;
+        let how = OpenAt {
             follow: path_flags.contains(PathFlags::SYMLINK_FOLLOW),
-            create: oflags.contains(OpenFlags::CREATE),
-            exclusive: oflags.contains(OpenFlags::EXCLUSIVE),
-            truncate: oflags.contains(OpenFlags::TRUNCATE),
-            directory: oflags.contains(OpenFlags::DIRECTORY),
-            read: flags.contains(DescriptorFlags::READ),
-            write: flags.contains(DescriptorFlags::WRITE),
-            append: false,
+            oflags,
+            flags,
         };
-        let mutates = request.write
-            || request.create
-            || request.truncate
-            || flags.contains(DescriptorFlags::MUTATE_DIRECTORY);
-        if mutates && !parent_flags.contains(DescriptorFlags::MUTATE_DIRECTORY) {
-            return Err(ErrorCode::NotPermitted.into());
+        let opened = d.open_at(&ns, &path, how).await?;
+        if let Some(file) = &opened.file {
+            self.fs.opened(file);
         }
-        let sync = DescriptorFlags::FILE_INTEGRITY_SYNC
-            | DescriptorFlags::DATA_INTEGRITY_SYNC
-            | DescriptorFlags::REQUESTED_WRITE_SYNC;
-        if flags.intersects(sync) {
-            // As wasmtime: synchronous writes are not offered.
-            return Err(ErrorCode::Unsupported.into());
-        }
-        let descriptor = match crate::wasi_fs::open(&self.fs.ns, &path, request)
-            .await
-            .fs()?
-        {
-            // A directory keeps the right to change its contents only if its parent had
-            // it.
-            Opened::Dir(loc) => Descriptor {
-                loc,
-                flags: DescriptorFlags::READ | (parent_flags & DescriptorFlags::MUTATE_DIRECTORY),
-                file: None,
-            },
-            Opened::File {
-                loc,
-                file,
-                read,
-                write,
-            } => {
-                let file: Arc<dyn OpenFile> = Arc::from(file);
-                self.fs.opened(&file);
-                let mut mode = DescriptorFlags::empty();
-                if read {
-                    mode |= DescriptorFlags::READ;
-                }
-                if write {
-                    mode |= DescriptorFlags::WRITE;
-                }
-                Descriptor {
-                    loc,
-                    flags: mode,
-                    file: Some(file),
-                }
-            }
-        };
-        self.push(descriptor)
+        self.push(opened)
     }
 
     async fn readlink_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<String> {
-        let path = self.path_at(&fd, &path)?;
-        Ok(self.fs.ns.readlink(&path).await.fs()?.to_string())
+        let (ns, d) = self.get(&fd)?;
+        d.readlink_at(&ns, &path).await
     }
 
     async fn remove_directory_at(
@@ -429,9 +296,8 @@ impl HostDescriptor for FsView<'_> {
         fd: Resource<Descriptor>,
         path: String,
     ) -> FsResult<()> {
-        self.writable_dir(&fd)?;
-        let path = self.path_at(&fd, &path)?;
-        self.fs.ns.unlink(&path, true).await.fs()
+        let (ns, d) = self.get(&fd)?;
+        d.remove_directory_at(&ns, &path).await
     }
 
     async fn rename_at(
@@ -441,11 +307,9 @@ impl HostDescriptor for FsView<'_> {
         new_fd: Resource<Descriptor>,
         new_path: String,
     ) -> FsResult<()> {
-        self.writable_dir(&fd)?;
-        self.writable_dir(&new_fd)?;
-        let from = self.path_at(&fd, &old_path)?;
-        let to = self.path_at(&new_fd, &new_path)?;
-        self.fs.ns.rename(&from, &to).await.fs()
+        let (ns, d) = self.get(&fd)?;
+        let new_dir = self.get(&new_fd)?.1;
+        d.rename_at(&ns, &old_path, &new_dir, &new_path).await
     }
 
     async fn symlink_at(
@@ -454,19 +318,13 @@ impl HostDescriptor for FsView<'_> {
         target: String,
         path: String,
     ) -> FsResult<()> {
-        self.writable_dir(&fd)?;
-        let path = self.path_at(&fd, &path)?;
-        if target.starts_with('/') {
-            // A link out of the directory capability, which wasmtime refuses too.
-            return Err(ErrorCode::NotPermitted.into());
-        }
-        self.fs.ns.symlink(&target, &path).await.fs()
+        let (ns, d) = self.get(&fd)?;
+        d.symlink_at(&ns, &target, &path).await
     }
 
     async fn unlink_file_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
-        self.writable_dir(&fd)?;
-        let path = self.path_at(&fd, &path)?;
-        self.fs.ns.unlink(&path, false).await.fs()
+        let (ns, d) = self.get(&fd)?;
+        d.unlink_file_at(&ns, &path).await
     }
 
     async fn is_same_object(
@@ -474,13 +332,13 @@ impl HostDescriptor for FsView<'_> {
         a: Resource<Descriptor>,
         b: Resource<Descriptor>,
     ) -> wasmtime::Result<bool> {
-        let (a, b) = (&self.table.get(&a)?.loc, &self.table.get(&b)?.loc);
-        Ok(a.mount == b.mount && a.node.id == b.node.id)
+        Ok(self.table.get(&a)?.is_same_object(self.table.get(&b)?))
     }
 
     async fn metadata_hash(&mut self, fd: Resource<Descriptor>) -> FsResult<MetadataHashValue> {
-        let (loc, attr) = self.descriptor_attr(&fd).await?;
-        Ok(hash(&loc, &attr))
+        let (ns, d) = self.get(&fd)?;
+        let attr = d.attr(&ns).await?;
+        Ok(hash(&d.loc, &attr))
     }
 
     async fn metadata_hash_at(
@@ -489,36 +347,21 @@ impl HostDescriptor for FsView<'_> {
         path_flags: PathFlags,
         path: String,
     ) -> FsResult<MetadataHashValue> {
-        let path = self.path_at(&fd, &path)?;
+        let (ns, d) = self.get(&fd)?;
         let follow = path_flags.contains(PathFlags::SYMLINK_FOLLOW);
-        let loc = self.fs.ns.resolve(&path, follow).await.fs()?;
-        let attr = self.fs.ns.getattr_at(&loc).await.fs()?;
+        let (loc, attr) = d.stat_at(&ns, follow, &path).await?;
         Ok(hash(&loc, &attr))
     }
 
     async fn drop(&mut self, fd: Resource<Descriptor>) -> wasmtime::Result<()> {
-        let d = self.table.delete(fd)?;
-        if let Some(file) = d.file {
-            // A close cannot report errors in preview2; a failed write-back is logged.
-            if let Err(e) = file.flush().await {
-                tracing::warn!("writing back {} on close failed: {e}", d.loc.join(""));
-            }
-        }
+        self.table.delete(fd)?.close().await;
         Ok(())
     }
 }
 
-/// A hash of what identifies a file and its version: mount, id, size and times.
 fn hash(loc: &Location, attr: &Attr) -> MetadataHashValue {
-    use std::hash::{Hash, Hasher};
-    let mut lower = std::collections::hash_map::DefaultHasher::new();
-    (loc.mount, loc.node.id, attr.size, attr.mtime, attr.ctime).hash(&mut lower);
-    let mut upper = std::collections::hash_map::DefaultHasher::new();
-    (attr.ctime, attr.mtime, attr.size, loc.node.id, loc.mount).hash(&mut upper);
-    MetadataHashValue {
-        lower: lower.finish(),
-        upper: upper.finish(),
-    }
+    let (lower, upper) = metadata_hash(loc, attr);
+    MetadataHashValue { lower, upper }
 }
 
 impl types::HostDirectoryEntryStream for FsView<'_> {
@@ -543,11 +386,7 @@ impl preopens::Host for FsView<'_> {
     async fn get_directories(&mut self) -> wasmtime::Result<Vec<(Resource<Descriptor>, String)>> {
         let mut dirs = Vec::new();
         for (loc, path) in &self.fs.preopens {
-            let d = Descriptor {
-                loc: loc.clone(),
-                flags: DescriptorFlags::READ | DescriptorFlags::MUTATE_DIRECTORY,
-                file: None,
-            };
+            let d = Descriptor::preopen(loc.clone(), false);
             dirs.push((self.table.push(d)?, path.clone()));
         }
         Ok(dirs)

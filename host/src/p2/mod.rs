@@ -13,7 +13,8 @@
 //! [`add_to_linker`]; [`WasiP2Ctx`] is a ready-made store data type.
 
 mod bindings;
-mod errors;
+pub(crate) mod descriptor;
+pub(crate) mod errors;
 mod filesystem;
 mod mounts;
 mod streams;
@@ -27,6 +28,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use crate::module_cache::ModuleCache;
 
 pub use bindings::wasi::filesystem::types::ErrorCode;
+pub(crate) use bindings::wasi::filesystem::types::{DescriptorFlags, OpenFlags};
 
 /// A `wasi:filesystem` error, or a trap.
 pub type FsError = wasmtime_wasi::TrappableError<ErrorCode>;
@@ -36,8 +38,8 @@ pub use mounts::{MountGrant, RuntimeMountRecord};
 
 /// A component's filesystem: a namespace and the directories preopened from it.
 pub struct WasiP2Fs {
-    ns: Arc<Namespace>,
-    preopens: Vec<(Location, String)>,
+    pub(crate) ns: Arc<Namespace>,
+    pub(crate) preopens: Vec<(Location, String)>,
     /// Every file opened, to write back what is still buffered when the guest ends.
     opened: std::sync::Mutex<Vec<std::sync::Weak<dyn wasm9p_guest_fs::backend::OpenFile>>>,
     /// What the guest may mount at run time, and what it did (`wasm9p:fs/mounts`).
@@ -81,7 +83,7 @@ impl WasiP2Fs {
         self.runtime_mounts.record = Some((record, guest.into()));
     }
 
-    fn opened(&self, file: &Arc<dyn wasm9p_guest_fs::backend::OpenFile>) {
+    pub(crate) fn opened(&self, file: &Arc<dyn wasm9p_guest_fs::backend::OpenFile>) {
         let mut opened = self.opened.lock().unwrap_or_else(|e| e.into_inner());
         opened.retain(|f| f.strong_count() > 0);
         opened.push(Arc::downgrade(file));
@@ -118,7 +120,8 @@ pub trait WasiP2View: WasiView + Send {
     fn filesystem(&mut self) -> FsView<'_>;
 }
 
-struct HasFs;
+/// The filesystem functions' view of the store (0.2's and 0.3's).
+pub(crate) struct HasFs;
 
 impl HasData for HasFs {
     type Data<'a> = FsView<'a>;
@@ -195,13 +198,19 @@ impl P2Program {
         let command = self.pre.instantiate_async(&mut store).await?;
         let result = command.wasi_cli_run().call_run(&mut store).await;
         store.data().fs.close_all().await;
-        match result {
-            Ok(Ok(())) => Ok(0),
-            Ok(Err(())) => Ok(1),
-            Err(e) => match e.downcast_ref::<wasmtime_wasi::I32Exit>() {
-                Some(exit) => Ok(exit.0),
-                None => Err(e),
-            },
-        }
+        exit_status(result)
+    }
+}
+
+/// The exit status of a `wasi:cli/run` call: 0 for `ok`, 1 for `err`, or what the
+/// guest gave `exit`.
+pub(crate) fn exit_status(result: wasmtime::Result<Result<(), ()>>) -> wasmtime::Result<i32> {
+    match result {
+        Ok(Ok(())) => Ok(0),
+        Ok(Err(())) => Ok(1),
+        Err(e) => match e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+            Some(exit) => Ok(exit.0),
+            None => Err(e),
+        },
     }
 }
