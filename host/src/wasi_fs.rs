@@ -1,6 +1,7 @@
-//! What WASI preview1 and preview2 share about the filesystem: how a path relative to
+//! What WASI preview1, 0.2 and 0.3 share about the filesystem: how a path relative to
 //! a directory descriptor becomes a guest path, and the one `path_open` / `open-at`
-//! algorithm.
+//! algorithm. (0.3 adds one rule on top, in `p2::descriptor`: its descriptors may not
+//! be left through a symlink either, as cap-std confines wasmtime-wasi's.)
 //!
 //! Both follow what stock wasmtime does on a host directory, so that the community's
 //! conformance suite (wasi-testsuite) sees the same answers on every mount:

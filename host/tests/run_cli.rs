@@ -425,3 +425,69 @@ fn fsync_of_a_directory_reaches_the_server() {
         serde_json::from_str(&std::fs::read_to_string(stats.path()).unwrap()).unwrap();
     assert_eq!(stats["mounts"][0]["rpc"]["fsync"], 2, "{stats}");
 }
+
+#[test]
+fn batch_and_run_tell_a_wasi_0_3_component_and_run_it_on_9p() {
+    // The conformance suite's `filesystem-io` (reads, writes and appends through
+    // streams, its own checks inside), in the root its spec gives it.
+    let suite = std::env::var_os("WASI_TESTSUITE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/wasi-testsuite")
+        })
+        .join("tests/rust/testsuite/wasm32-wasip3");
+    let dir = Tree::build(&[
+        Tree::file(
+            "a.txt",
+            &std::fs::read_to_string(suite.join("fs-tests.dir/a.txt")).unwrap(),
+        ),
+        Tree::file(
+            "b.txt",
+            &std::fs::read_to_string(suite.join("fs-tests.dir/b.txt")).unwrap(),
+        ),
+    ]);
+    let mount = format!(
+        "type=9p,export={},target=/,cache=loose",
+        dir.path().display()
+    );
+    let component = suite.join("filesystem-io.wasm");
+    let out = wasm9p()
+        .args(["run", "--mount", &mount])
+        .arg(&component)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let side = tempfile::tempdir().unwrap();
+    let (commands, stats) = (side.path().join("commands"), side.path().join("stats.json"));
+    std::fs::write(&commands, "io\nio\n").unwrap();
+    let out = wasm9p()
+        .args(["batch", "--jobs", "1", "--passes", "2", "--mount", &mount])
+        .arg(format!("--stats={}", stats.display()))
+        .arg("--module")
+        .arg(&component)
+        .arg(&commands)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("pass 2 of 2: 2 guests"), "{stderr}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(json["guests"].as_u64(), Some(4), "{json}");
+    assert!(
+        json["mounts"][0]["rpc"]["walk"].as_u64().unwrap() > 0,
+        "{json}"
+    );
+    // Each guest cleaned up after itself, over 9p.
+    let mut names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a.txt", "b.txt"]);
+}

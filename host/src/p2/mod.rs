@@ -6,6 +6,9 @@
 //! wasmtime-wasi's `wasi:io` types so that our file streams are ordinary
 //! `input-stream`s and `output-stream`s in the same resource table).
 //!
+//! The descriptor operations themselves (`descriptor`) work on owned values, so that
+//! WASI 0.3 (`crate::p3`) runs the same ones without holding the store.
+//!
 //! Components run on an async engine, as futures on the tokio runtime that also runs
 //! the mounts: a filesystem call that a cache answers completes without yielding, a
 //! miss awaits its 9P round trip. An embedder implements [`WasiP2View`] (wasmtime-wasi's
