@@ -171,6 +171,10 @@ fn auto_starts_a_big_module_on_the_baseline_tier_and_stores_the_optimized_one_af
     assert!(first.compiled_in.is_some(), "compiled here");
     assert_eq!(add(engines.get(Tier::Baseline), first.program), 42);
     let upgrade = first.upgrade.expect("the optimized tier is on its way");
+    // The baseline artifact is written after the guest started: wait for it too.
+    if let Some(storing) = first.storing {
+        storing.join().unwrap();
+    }
     let optimized = upgrade.wait().unwrap();
     assert!(upgrade.took().is_some() && upgrade.ready().is_some());
     assert_eq!(
