@@ -41,6 +41,7 @@ pub mod access;
 mod export;
 mod fid;
 mod ops;
+mod scheduler;
 mod session;
 mod stat;
 mod tenants;

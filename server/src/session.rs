@@ -1,5 +1,6 @@
 //! One connection: a reader that decodes frames and starts a task per request, and a
-//! writer that batches replies onto the socket.
+//! writer that batches replies onto the socket. A tenant's data requests run on the
+//! data threads instead, in the tenant's turn (`crate::scheduler`).
 //!
 //! Rules kept here: Tversion comes first and resets the session; a body that fails to
 //! decode gets Rlerror for its tag and the connection goes on; a frame whose length is
@@ -39,6 +40,9 @@ pub(crate) struct Session {
     inflight: Mutex<HashMap<u16, watch::Receiver<bool>>>,
     /// The access rules' generation this session's fids were last checked against.
     rules_seen: std::sync::atomic::AtomicU64,
+    /// The peer's tenant, where access rules make peers tenants: its data requests run
+    /// in its turn on the data threads (`crate::scheduler`).
+    tenant: Option<Arc<crate::tenants::Tenant>>,
 }
 
 impl Session {
@@ -112,6 +116,7 @@ pub(crate) async fn run(shared: Arc<Shared>, stream: BoxStream, who: Peer) {
         versioned: AtomicBool::new(false),
         inflight: Mutex::new(HashMap::new()),
         rules_seen: std::sync::atomic::AtomicU64::new(shared.rules_generation()),
+        tenant: tenant.clone(),
     });
     let permits = Arc::new(Semaphore::new(MAX_INFLIGHT_PER_CONNECTION));
     let mut decoder = FrameDecoder::new(shared.msize);
@@ -258,9 +263,10 @@ fn handle_frame(
         msg => {
             let (done_tx, done_rx) = watch::channel(false);
             session.inflight_lock().insert(tag, done_rx);
+            let tenant = session.tenant.as_ref().map(|t| Arc::as_ptr(t) as usize);
             let session = session.clone();
             let tx = out.tx.clone();
-            tokio::spawn(async move {
+            let job = move || {
                 let reply = crate::ops::handle(&session, msg).unwrap_or_else(error_reply);
                 send(&tx, tag, reply, permit);
                 let mut inflight = session.inflight_lock();
@@ -272,7 +278,11 @@ fn handle_frame(
                 }
                 drop(inflight);
                 let _ = done_tx.send(true);
-            });
+            };
+            match tenant {
+                Some(tenant) => crate::scheduler::submit(tenant, Box::new(job)),
+                None => drop(tokio::spawn(async move { job() })),
+            }
         }
     }
 }
