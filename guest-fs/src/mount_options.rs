@@ -424,7 +424,8 @@ fn on_off(key: &'static str, value: &str) -> Result<bool, OptionError> {
 
 /// A byte count: a number, or one with a binary suffix `K`, `M` or `G` (`64M` is
 /// 64 MiB), as `mount -o` sizes are written.
-fn parse_bytes(v: &str) -> Option<u64> {
+/// A number of bytes, plain or with `K`, `M` or `G` (binary: `1M` is 1,048,576).
+pub fn parse_bytes(v: &str) -> Option<u64> {
     let (digits, unit) = match v.char_indices().last()? {
         (i, 'K' | 'k') => (&v[..i], 1u64 << 10),
         (i, 'M' | 'm') => (&v[..i], 1 << 20),

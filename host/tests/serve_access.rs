@@ -518,3 +518,53 @@ async fn a_refusal_is_logged_once_per_peer_and_export_with_the_peer() {
         "{logged}"
     );
 }
+
+#[tokio::test]
+async fn a_rate_cap_holds_an_exports_reads_to_its_bytes_a_second() {
+    let t = tenants();
+    // 3 MiB at 1 MiB/s, of which the bucket's 1 MiB passes at once: at least 2 s.
+    let big = vec![7u8; 3 << 20];
+    std::fs::write(t.a.path().join("big"), &big).unwrap();
+    let sockets = tempfile::tempdir().unwrap();
+    let listen = format!("unix:{}", sockets.path().join("s.sock").display());
+    let args = with_both_exports(
+        &t,
+        &[
+            "--listen",
+            &listen,
+            "--rate",
+            &format!("{}=1M", name(t.a.path())),
+        ],
+    );
+    let _server = serve(&args);
+    let addr: Addr = listen.parse().unwrap();
+    let (mut conn, _) = Conn::attached(&addr, 65536, &name(t.a.path())).await;
+    conn.walk(0, 1, "big").await.unwrap();
+    conn.lopen(1, 0).await.unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(conn.read_all(1).await.unwrap(), big);
+    let took = started.elapsed();
+    assert!(
+        took.as_secs_f64() >= 1.9,
+        "3 MiB through a 1 MiB/s cap in {took:?}"
+    );
+    // Metadata is never held, and the other export has no cap to wait for.
+    let (mut other, _) = Conn::attached(&addr, 65536, &name(t.b.path())).await;
+    assert_eq!(other.cat(5, "b.txt").await.unwrap(), b"tenant b\n");
+    // A cap for no export, or no rate, stops the server at start.
+    for (cap, needle) in [
+        ("nosuch=1M".to_string(), "no such export"),
+        (format!("{}=fast", name(t.a.path())), "bytes a second"),
+        (format!("{}=0", name(t.a.path())), "bytes a second"),
+        ("1M".to_string(), "EXPORT=BYTES"),
+    ] {
+        let out = Command::new(BIN)
+            .args(["serve", "--export", t.a.path().to_str().unwrap()])
+            .args(["--listen", "tcp:127.0.0.1:0", "--rate", &cap])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cap}: {stderr}");
+        assert!(stderr.contains(needle), "{cap}: {stderr}");
+    }
+}

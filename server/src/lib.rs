@@ -41,6 +41,7 @@ pub mod access;
 mod export;
 mod fid;
 mod ops;
+mod rates;
 mod scheduler;
 mod session;
 mod stat;
@@ -55,6 +56,7 @@ use wasm9p_proto::transport::{BoxStream, Listener, Peer};
 
 pub use access::{AccessRule, PeerMatch};
 pub use export::{Export, ExportConfig};
+pub use rates::RateCap;
 pub use tenants::PeerLimits;
 
 /// Most fids one connection may hold at once; the next attach or walk gets EMFILE.
@@ -74,6 +76,8 @@ pub struct ServerConfig {
     pub access: Vec<AccessRule>,
     /// Bounds per peer identity, in force with access rules (see `tenants`).
     pub peer_limits: PeerLimits,
+    /// Byte-rate caps per export (see `rates`); none: no cap.
+    pub rates: Vec<RateCap>,
 }
 
 impl Default for ServerConfig {
@@ -83,6 +87,7 @@ impl Default for ServerConfig {
             msize: DEFAULT_MSIZE,
             access: Vec::new(),
             peer_limits: PeerLimits::default(),
+            rates: Vec::new(),
         }
     }
 }
@@ -108,12 +113,20 @@ struct Shared {
     /// Refusals already logged, by peer and export (bounded: once full, refusals are
     /// logged only at debug level).
     refused: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+    /// Per export (in the order of `exports`), its byte-rate cap's bucket.
+    rates: Vec<Option<Arc<rates::Bucket>>>,
 }
 
 /// Most refusals remembered for logging once.
 const MAX_REFUSALS_LOGGED: usize = 4096;
 
 impl Shared {
+    /// The byte-rate cap's bucket of the export `export` is (or is inside), if capped.
+    fn bucket(&self, export: &Export) -> Option<&Arc<rates::Bucket>> {
+        let i = self.exports.iter().position(|e| export.within(e))?;
+        self.rates[i].as_ref()
+    }
+
     /// Whether `peer` may attach `export` (one of `exports`, or a directory inside it
     /// given by its parent); a refusal is logged once per peer and export.
     fn may_attach(&self, export: &Export, peer: &Peer) -> bool {
@@ -187,6 +200,19 @@ impl Server {
             .map(|c| Export::open(c).map(Arc::new))
             .collect::<io::Result<Vec<_>>>()?;
         let access = resolve_rules(&exports, &config.access)?;
+        let mut buckets = vec![None; exports.len()];
+        for cap in &config.rates {
+            let i = exports
+                .iter()
+                .position(|e| e.matches(&cap.export))
+                .ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("--rate {}=...: no such export", cap.export),
+                    )
+                })?;
+            buckets[i] = Some(Arc::new(rates::Bucket::new(cap.bytes_per_second)));
+        }
         raise_fd_limit();
         let msize = config.msize.clamp(MIN_MSIZE, MAX_MSIZE);
         Ok(Server {
@@ -197,6 +223,7 @@ impl Server {
                 rules_generation: Default::default(),
                 tenants: tenants::Tenants::new(config.peer_limits),
                 refused: Default::default(),
+                rates: buckets,
             }),
         })
     }

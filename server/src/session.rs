@@ -264,6 +264,7 @@ fn handle_frame(
             let (done_tx, done_rx) = watch::channel(false);
             session.inflight_lock().insert(tag, done_rx);
             let tenant = session.tenant.as_ref().map(|t| Arc::as_ptr(t) as usize);
+            let wait = rate_wait(session, &msg);
             let session = session.clone();
             let tx = out.tx.clone();
             let job = move || {
@@ -279,12 +280,33 @@ fn handle_frame(
                 drop(inflight);
                 let _ = done_tx.send(true);
             };
-            match tenant {
+            let run = move || match tenant {
                 Some(tenant) => crate::scheduler::submit(tenant, Box::new(job)),
                 None => drop(tokio::spawn(async move { job() })),
+            };
+            match wait {
+                // Over its export's byte rate: it runs when the rate has paid for it.
+                Some(wait) if !wait.is_zero() => drop(tokio::spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    run();
+                })),
+                _ => run(),
             }
         }
     }
+}
+
+/// How long a read or write must wait for its export's byte-rate cap (`None`: its
+/// export has none, or it moves no bytes).
+fn rate_wait(session: &Session, msg: &Message) -> Option<std::time::Duration> {
+    let (fid, bytes) = match msg {
+        Message::Tread(t) => (t.fid, u64::from(t.count)),
+        Message::Twrite(t) => (t.fid, t.data.0.len() as u64),
+        _ => return None,
+    };
+    let fid = session.fids.get(fid).ok()?;
+    let bucket = session.shared.bucket(&fid.export)?;
+    Some(bucket.take(bytes, std::time::Instant::now()))
 }
 
 /// Whether a request is cheap enough to run on the connection's reader task. Data

@@ -12,7 +12,8 @@
 //! client (only the machine's two CPUs).
 //!
 //! Usage: `tenant-fairness [WASM9P]` (default: the `wasm9p` next to this binary);
-//! BENCH_SECONDS (3) per phase, BENCH_ROUNDS (3).
+//! BENCH_SECONDS (3) per phase, BENCH_ROUNDS (3); BENCH_SERVE_ARGS: more arguments for
+//! `wasm9p serve` (say `--rate tenant-a=300M`), split at spaces.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -51,6 +52,11 @@ fn start(bin: &Path, a: &Path, b: &Path, la: &str, lb: &str) -> Server {
         .args(["--listen", la, "--listen", lb])
         .args(["--allow", &format!("{}=listen:{la}", name(a))])
         .args(["--allow", &format!("{}=listen:{lb}", name(b))])
+        .args(
+            std::env::var("BENCH_SERVE_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .stderr(Stdio::piped())
         .spawn()
         .expect("start wasm9p serve");

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use wasm9p_proto::consts::{DEFAULT_MSIZE, MAX_MSIZE, MIN_MSIZE};
 use wasm9p_proto::transport::Listener;
 use wasm9p_proto::Addr;
-use wasm9p_server::{AccessRule, ExportConfig, PeerLimits, Server, ServerConfig};
+use wasm9p_server::{AccessRule, ExportConfig, PeerLimits, RateCap, Server, ServerConfig};
 
 mod cache;
 pub mod cc;
@@ -88,6 +88,10 @@ pub struct ServeArgs {
     /// again on SIGHUP: connections stay, and lose only what the new rules take away.
     #[arg(long, value_name = "FILE")]
     pub allow_file: Option<PathBuf>,
+    /// Cap the bytes read and written through an export, by all its clients together,
+    /// to BYTES a second (`K`, `M`, `G`: binary). Repeatable, one per export.
+    #[arg(long = "rate", value_name = "EXPORT=BYTES", value_parser = parse_rate)]
+    pub rates: Vec<RateCap>,
     /// With rules: connections one peer (an address, a uid and gid, a CID, on one
     /// listener) may have open at once.
     #[arg(long, value_name = "N", default_value_t = PeerLimits::default().connections as u32, value_parser = clap::value_parser!(u32).range(1..))]
@@ -117,6 +121,22 @@ fn parse_export(s: &str) -> Result<(PathBuf, bool), String> {
         _ if s.is_empty() => Err("an empty directory".into()),
         _ => Ok((s.into(), false)),
     }
+}
+
+fn parse_rate(s: &str) -> Result<RateCap, String> {
+    let (export, bytes) = s
+        .split_once('=')
+        .filter(|(export, _)| !export.is_empty())
+        .ok_or_else(|| format!("{s:?}: expected EXPORT=BYTES"))?;
+    let bytes_per_second = wasm9p_guest_fs::mount_options::parse_bytes(bytes)
+        .filter(|n| *n > 0)
+        .ok_or_else(|| {
+            format!("{bytes:?}: expected bytes a second (a number, or with K, M or G)")
+        })?;
+    Ok(RateCap {
+        export: export.into(),
+        bytes_per_second,
+    })
 }
 
 fn parse_allow(s: &str) -> Result<AccessRule, String> {
@@ -191,6 +211,7 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             fids: args.max_fids_per_peer as usize,
             requests: args.max_requests_per_peer as usize,
         },
+        rates: args.rates.clone(),
     }) {
         Ok(server) => server,
         Err(e) => return fail(EXIT_USAGE, &format!("cannot export: {e}")),
