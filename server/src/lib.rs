@@ -8,6 +8,11 @@
 //! of their own so a slow one does not hold up the rest. Requests in flight and fids are
 //! bounded per connection.
 //!
+//! Many clients: access rules ([`access`]) bind exports to peers and make peers tenants,
+//! whose connections share bounds (`tenants`) and whose data requests run on data
+//! threads of their own, tenants in turn (`scheduler`); byte-rate caps hold an export's
+//! reads and writes to a rate (`rates`, [`RateCap`]).
+//!
 //! What it is not: an authenticating server (Tauth is refused with ENOENT, which both
 //! the Linux client and diod's tools take as "no auth needed"), nor a server that
 //! changes identity per user: files are created with the server's own credentials.
@@ -202,15 +207,7 @@ impl Server {
         let access = resolve_rules(&exports, &config.access)?;
         let mut buckets = vec![None; exports.len()];
         for cap in &config.rates {
-            let i = exports
-                .iter()
-                .position(|e| e.matches(&cap.export))
-                .ok_or_else(|| {
-                    io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!("--rate {}=...: no such export", cap.export),
-                    )
-                })?;
+            let i = export_named(&exports, &cap.export, "--rate")?;
             buckets[i] = Some(Arc::new(rates::Bucket::new(cap.bytes_per_second)));
         }
         raise_fd_limit();
@@ -316,6 +313,16 @@ impl Server {
 
 /// The rules by export, in the order of `exports` (`None` without rules). A rule naming
 /// no export is an error, so that a typo cannot leave an export unreachable unnoticed.
+/// The index of the export `name` names (by name or path), for the option `option`.
+fn export_named(exports: &[Arc<Export>], name: &str, option: &str) -> io::Result<usize> {
+    exports.iter().position(|e| e.matches(name)).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{option} {name}=...: no such export"),
+        )
+    })
+}
+
 fn resolve_rules(
     exports: &[Arc<Export>],
     rules: &[AccessRule],
@@ -325,15 +332,7 @@ fn resolve_rules(
     }
     let mut access = vec![Vec::new(); exports.len()];
     for rule in rules {
-        let i = exports
-            .iter()
-            .position(|e| e.matches(&rule.export))
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("--allow {}=...: no such export", rule.export),
-                )
-            })?;
+        let i = export_named(exports, &rule.export, "--allow")?;
         access[i].extend(rule.peers.iter().cloned());
     }
     Ok(Some(access))
