@@ -275,4 +275,20 @@ fn a_batch_moves_new_guests_to_the_optimized_tier_when_it_is_ready() {
     let pass = &stats(&stats_file)["passes"][0]["tier"];
     assert_eq!(pass["guests"], tier["guests"], "{pass}");
     assert!(pass.get("baseline_compile_ms").is_none(), "{pass}");
+    // And each guest's tier, by its line: the first on the baseline code, every one
+    // after the wait (line 2) on the optimized code.
+    let by_line: Vec<&str> = pass["by_line"]
+        .as_array()
+        .expect("a tier per line")
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(by_line.len(), AFTER + 2, "{pass}");
+    assert_eq!(by_line[0], "baseline", "{pass}");
+    assert!(by_line[2..].iter().all(|t| *t == "optimized"), "{pass}");
+    assert_eq!(
+        by_line.iter().filter(|t| **t == "baseline").count() as u64,
+        baseline,
+        "{pass}"
+    );
 }

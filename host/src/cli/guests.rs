@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::compile::parse_tier;
-use super::tiered::{Runner, TieredProgram};
+use super::tiered::{OnTier, Runner, TieredProgram};
 use super::{fail, first_line, parse_env, say, EXIT_USAGE};
 use crate::module_cache::{ModuleCache, Progress, TierChoice};
 use crate::mounts::{MountSpec, MountTable, MountTableBuilder};
@@ -246,8 +246,21 @@ impl Host {
         stdio: Stdio,
         working_dir: Option<&str>,
     ) -> (wasmtime::Result<i32>, Vec<u8>, Vec<u8>) {
-        let ns = self.mounts.namespace().clone();
         let program = self.program.next();
+        self.run_program(&program, argv, env, stdio, working_dir)
+    }
+
+    /// Runs one guest of `program` (the tier it starts on, from
+    /// [`TieredProgram::next`]), as [`Host::run_guest_in`] does.
+    fn run_program(
+        &self,
+        program: &OnTier,
+        argv: Vec<String>,
+        env: &[(String, String)],
+        stdio: Stdio,
+        working_dir: Option<&str>,
+    ) -> (wasmtime::Result<i32>, Vec<u8>, Vec<u8>) {
+        let ns = self.mounts.namespace().clone();
         match &program.runner {
             Runner::P1(program) => {
                 let mut ctx = WasiP1Ctx::builder(ns, self.runtime.handle().clone()).args(argv);
@@ -484,7 +497,7 @@ pub fn batch(args: BatchArgs) -> ExitCode {
     let mut snapshot = host.stats_now(0);
     for pass in 1..=passes {
         let started = Instant::now();
-        let pass_failed = run_pass(&host, &jobs, workers, &args.guest.env);
+        let (pass_failed, tiers) = run_pass(&host, &jobs, workers, &args.guest.env);
         failed += pass_failed;
         let of_pass = if passes > 1 {
             format!("pass {pass} of {passes}: ")
@@ -505,9 +518,10 @@ pub fn batch(args: BatchArgs) -> ExitCode {
         ) {
             added["runtime_mounts"] = now[before.len().min(now.len())..].to_vec().into();
         }
-        // A pass says which tier its guests ran on; the compiles belong to the run.
+        // A pass says which tier its guests ran on, each by its line; the compiles
+        // belong to the run.
         if let Some(guests) = added["tier"].get("guests").cloned() {
-            added["tier"] = serde_json::json!({ "guests": guests });
+            added["tier"] = serde_json::json!({ "guests": guests, "by_line": tiers });
         }
         pass_stats.push(added);
         snapshot = after;
@@ -518,8 +532,15 @@ pub fn batch(args: BatchArgs) -> ExitCode {
     ExitCode::from(u8::from(failed > 0))
 }
 
-/// Runs every job once, up to `workers` at once: how many did not exit 0.
-fn run_pass(host: &Host, jobs: &[Job], workers: usize, env: &[(String, String)]) -> usize {
+/// Runs every job once, up to `workers` at once: how many did not exit 0, and the
+/// tier each job's guest ran on (by job).
+fn run_pass(
+    host: &Host,
+    jobs: &[Job],
+    workers: usize,
+    env: &[(String, String)],
+) -> (usize, Vec<&'static str>) {
+    let tiers: Vec<Mutex<&'static str>> = jobs.iter().map(|_| Mutex::new("")).collect();
     let next = AtomicUsize::new(0);
     let finished = AtomicUsize::new(0);
     let failed = AtomicUsize::new(0);
@@ -527,20 +548,25 @@ fn run_pass(host: &Host, jobs: &[Job], workers: usize, env: &[(String, String)])
     let total = jobs.len();
     std::thread::scope(|scope| {
         for _ in 0..workers {
-            scope.spawn(|| {
-                while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let outcome = run_captured(host, job, env);
-                    if outcome.code != 0 {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                    }
-                    let _guard = console.lock().unwrap_or_else(|e| e.into_inner());
-                    let done = finished.fetch_add(1, Ordering::Relaxed) + 1;
-                    outcome.print(job, done, total);
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(job) = jobs.get(i) else { break };
+                let outcome = run_captured(host, job, env);
+                *tiers[i].lock().unwrap_or_else(|e| e.into_inner()) = outcome.tier.name();
+                if outcome.code != 0 {
+                    failed.fetch_add(1, Ordering::Relaxed);
                 }
+                let _guard = console.lock().unwrap_or_else(|e| e.into_inner());
+                let done = finished.fetch_add(1, Ordering::Relaxed) + 1;
+                outcome.print(job, done, total);
             });
         }
     });
-    failed.into_inner()
+    let tiers = tiers
+        .into_iter()
+        .map(|t| t.into_inner().unwrap_or_else(|e| e.into_inner()))
+        .collect();
+    (failed.into_inner(), tiers)
 }
 
 /// What `now` counts beyond `before`, number by number (two `--stats` snapshots of the
@@ -582,13 +608,17 @@ struct Outcome {
     stdout: Vec<u8>,
     stderr: Vec<u8>,
     took: Duration,
+    /// The tier the guest ran on.
+    tier: crate::module_cache::Tier,
 }
 
 /// Runs one batch guest with its output captured (printed whole when it ends, so the
 /// output of guests running at once never interleaves) and an empty stdin.
 fn run_captured(host: &Host, job: &Job, env: &[(String, String)]) -> Outcome {
     let started = Instant::now();
-    let (result, stdout, stderr) = host.run_guest(job.argv.clone(), env, Stdio::Capture);
+    let program = host.program.next();
+    let (result, stdout, stderr) =
+        host.run_program(&program, job.argv.clone(), env, Stdio::Capture, None);
     let (code, trap) = exit_code(result);
     Outcome {
         code,
@@ -596,6 +626,7 @@ fn run_captured(host: &Host, job: &Job, env: &[(String, String)]) -> Outcome {
         stdout,
         stderr,
         took: started.elapsed(),
+        tier: program.tier,
     }
 }
 
