@@ -3,7 +3,9 @@
 //! A descriptor is a resolved [`Location`] plus, for a file, the open file. Paths
 //! given to `*-at` functions are relative to their descriptor (an absolute path is
 //! `not-permitted`, as in wasmtime-wasi) and resolved in the guest's namespace, where
-//! `..` stops at the root and symlinks stay inside: the same rules as preview1.
+//! `..` stops at the root and symlinks stay inside: the same rules as preview1. The
+//! operations themselves are `super::descriptor`'s (shared with WASI 0.3); this module
+//! maps 0.2's types onto them.
 
 use std::sync::Arc;
 
