@@ -118,7 +118,8 @@ struct Shared {
     /// Refusals already logged, by peer and export (bounded: once full, refusals are
     /// logged only at debug level).
     refused: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
-    /// Per export (in the order of `exports`), its byte-rate cap's bucket.
+    /// Per export (in the order of `exports`), its byte-rate cap's bucket; empty when
+    /// no export is capped, so that uncapped reads look nothing up.
     rates: Vec<Option<Arc<rates::Bucket>>>,
 }
 
@@ -129,7 +130,12 @@ impl Shared {
     /// The byte-rate cap's bucket of the export `export` is (or is inside), if capped.
     fn bucket(&self, export: &Export) -> Option<&Arc<rates::Bucket>> {
         let i = self.exports.iter().position(|e| export.within(e))?;
-        self.rates[i].as_ref()
+        self.rates.get(i)?.as_ref()
+    }
+
+    /// Whether any export has a byte-rate cap.
+    fn capped(&self) -> bool {
+        !self.rates.is_empty()
     }
 
     /// Whether `peer` may attach `export` (one of `exports`, or a directory inside it
@@ -205,7 +211,10 @@ impl Server {
             .map(|c| Export::open(c).map(Arc::new))
             .collect::<io::Result<Vec<_>>>()?;
         let access = resolve_rules(&exports, &config.access)?;
-        let mut buckets = vec![None; exports.len()];
+        let mut buckets = match config.rates.is_empty() {
+            true => Vec::new(),
+            false => vec![None; exports.len()],
+        };
         for cap in &config.rates {
             let i = export_named(&exports, &cap.export, "--rate")?;
             buckets[i] = Some(Arc::new(rates::Bucket::new(cap.bytes_per_second)));

@@ -299,6 +299,9 @@ fn handle_frame(
 /// How long a read or write must wait for its export's byte-rate cap (`None`: its
 /// export has none, or it moves no bytes).
 fn rate_wait(session: &Session, msg: &Message) -> Option<std::time::Duration> {
+    if !session.shared.capped() {
+        return None;
+    }
     let (fid, bytes) = match msg {
         Message::Tread(t) => (t.fid, u64::from(t.count)),
         Message::Twrite(t) => (t.fid, t.data.0.len() as u64),
