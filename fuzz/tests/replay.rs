@@ -214,6 +214,34 @@ fn namespace_regression_truncate_with_append() {
     }
 }
 
+/// Found by the namespace fuzz target: a rename onto another hard link of the same file
+/// changes nothing (POSIX), but a `loose` mount's complete listing dropped the source
+/// name, so the next link to it got ENOENT instead of EEXIST.
+#[test]
+fn namespace_regression_rename_onto_a_hard_link_of_itself() {
+    use wasm9p_fuzz::namespace::{run, Name, Op};
+    for cache in ["none", "mmap", "loose"] {
+        run(
+            cache,
+            &[
+                Op::Link {
+                    from: Name(4),
+                    to: Name(7),
+                },
+                Op::Readlink { path: Name(5) },
+                Op::Rename {
+                    from: Name(4),
+                    to: Name(7),
+                },
+                Op::Link {
+                    from: Name(4),
+                    to: Name(4),
+                },
+            ],
+        );
+    }
+}
+
 /// The namespace target's seeds (random bytes: the first picks the cache mode) decode
 /// to operation sequences that agree with bind.
 #[test]

@@ -539,7 +539,14 @@ impl Backend for NinepFs {
                 Lookup::Found(q) => Some(q),
                 _ => None,
             };
-            let (moved, replaced) = (found(from_dir, from), found(to_dir, to));
+            let moved = found(from_dir, from);
+            // The target as the cache knows it: its qid, or known missing (`Some(None)`).
+            let target = match self.cache.peek_lookup(to_dir.id, to) {
+                Lookup::Found(q) => Some(Some(q)),
+                Lookup::Missing => Some(None),
+                _ => None,
+            };
+            let replaced = target.flatten();
             let result = a.renameat(from, &b, to).await;
             self.cache.forget(from_dir.id, from);
             self.cache.forget(to_dir.id, to);
@@ -548,8 +555,13 @@ impl Backend for NinepFs {
             if let (Ok(()), Some(q)) = (&result, replaced) {
                 self.cache.complete_forget(q.path); // a directory replaced is gone
             }
-            match (&result, moved) {
-                (Ok(()), Some(q)) => {
+            match (&result, moved, target) {
+                // Onto another name of the same file: POSIX changes nothing, both names
+                // stay.
+                (Ok(()), Some(q), Some(Some(t))) if t.path == q.path => {}
+                // The source and the target known: the listings follow the move. (With
+                // the target unknown it might be the same file: forget, below.)
+                (Ok(()), Some(q), Some(_)) => {
                     self.cache.complete_removed(from_dir.id, from);
                     self.cache.complete_added(to_dir.id, to, q);
                 }
