@@ -22,15 +22,21 @@
 //!
 //! Tiers ([`tiers`]): [`ModuleCache::load_tiered`] starts a big guest on Winch's code
 //! when Cranelift's is not cached yet, and compiles Cranelift's in the background.
+//!
+//! Sources ([`source`]): the digest of a guest's bytes is remembered by the file's
+//! identity, so a hit maps its artifact without reading or hashing the guest.
 
 use std::hash::Hasher;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
+use sha2::{Digest as _, Sha256};
 
+mod source;
 mod tiers;
+
+use source::{Digest, Source};
 
 pub use tiers::{Engines, Loaded, Tier, TierChoice, Upgrade};
 use wasmtime::component::Component;
@@ -165,8 +171,8 @@ impl ModuleCache {
         path: &Path,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Program, LoadError> {
-        let bytes = read(path)?;
-        self.load_bytes(engine, path, bytes, progress)
+        let mut source = Source::open(self.dir.as_deref(), path)?;
+        self.load_source(engine, path, &mut source, progress)
     }
 
     /// As [`ModuleCache::load`], for a file that must be a component (a plugin): a core
@@ -177,56 +183,57 @@ impl ModuleCache {
         path: &Path,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Component, LoadError> {
-        let bytes = read(path)?;
+        let mut source = Source::open(self.dir.as_deref(), path)?;
         let not_a_component = || LoadError::Invalid {
             path: path.into(),
             why: "it is not a component".into(),
         };
-        if !is_component(&bytes) {
+        if !source.component() {
             return Err(not_a_component());
         }
-        match self.load_bytes(engine, path, bytes, progress)? {
+        match self.load_source(engine, path, &mut source, progress)? {
             Program::Component(component) => Ok(component),
             Program::Module(_) => Err(not_a_component()),
         }
     }
 
-    fn load_bytes(
+    fn load_source(
         &self,
         engine: &Engine,
         path: &Path,
-        bytes: Vec<u8>,
+        source: &mut Source,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Program, LoadError> {
-        refuse_precompiled(path, &bytes)?;
-        match self.cached(engine, &bytes) {
-            Some(program) => Ok(program),
-            None => self.compile_and_store(engine, path, &bytes, progress),
+        if let Some(program) = self.cached(engine, source) {
+            return Ok(program);
         }
+        let (bytes, digest) = source.read()?;
+        self.compile_and_store(engine, path, bytes, digest, progress)
     }
 
-    /// Where the artifact of `bytes` for `engine` lives (`None`: the cache is off).
-    fn artifact_path(&self, engine: &Engine, bytes: &[u8]) -> Option<PathBuf> {
-        self.dir
-            .as_ref()
-            .map(|dir| dir.join(format!("{}.cwasm", cache_key(engine, bytes))))
+    /// Where the artifact of the bytes with `digest` for `engine` lives (`None`: the
+    /// cache is off).
+    fn artifact_path(&self, engine: &Engine, digest: Option<&Digest>) -> Option<PathBuf> {
+        let (dir, digest) = (self.dir.as_ref()?, digest?);
+        Some(dir.join(format!("{}.cwasm", cache_key(engine, digest))))
     }
 
-    /// The stored artifact of `bytes` for `engine`, mapped, if there is a usable one.
-    fn cached(&self, engine: &Engine, bytes: &[u8]) -> Option<Program> {
-        let artifact = self.artifact_path(engine, bytes)?;
-        let program = load_artifact(engine, &artifact, is_component(bytes))?;
+    /// The stored artifact of `source` for `engine`, mapped, if there is a usable one.
+    fn cached(&self, engine: &Engine, source: &Source) -> Option<Program> {
+        let artifact = self.artifact_path(engine, source.digest())?;
+        let program = load_artifact(engine, &artifact, source.component())?;
         touch(&artifact);
         Some(program)
     }
 
-    /// Compiles `bytes` with `engine` (reporting progress), stores the artifact and
-    /// maps it.
+    /// Compiles `bytes` (whose digest is `digest`) with `engine` (reporting progress),
+    /// stores the artifact and maps it.
     fn compile_and_store(
         &self,
         engine: &Engine,
         path: &Path,
         bytes: &[u8],
+        digest: Option<&Digest>,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Program, LoadError> {
         let invalid = |why: String| LoadError::Invalid {
@@ -234,7 +241,7 @@ impl ModuleCache {
             why,
         };
         let component = is_component(bytes);
-        let artifact = self.artifact_path(engine, bytes);
+        let artifact = self.artifact_path(engine, digest);
         let serialized = reported_compile(path, bytes, progress, || {
             if component {
                 engine.precompile_component(bytes)
@@ -264,6 +271,7 @@ impl ModuleCache {
         engine: &Engine,
         path: &Path,
         bytes: &[u8],
+        digest: Option<&Digest>,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<(Program, Option<std::thread::JoinHandle<()>>), LoadError> {
         let program = reported_compile(path, bytes, progress, || {
@@ -273,7 +281,7 @@ impl ModuleCache {
                 Module::new(engine, bytes).map(Program::Module)
             }
         })?;
-        let storing = self.artifact_path(engine, bytes).map(|artifact| {
+        let storing = self.artifact_path(engine, digest).map(|artifact| {
             let (cache, program) = (self.clone(), program.clone());
             std::thread::spawn(move || {
                 let serialized = match &program {
@@ -303,6 +311,7 @@ impl ModuleCache {
             let _ = std::fs::remove_file(&tmp.0);
         })?;
         self.evict(dir, artifact);
+        source::trim_memos(dir);
         Ok(())
     }
 
@@ -385,21 +394,14 @@ fn refuse_precompiled(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
     }
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
-    std::fs::read(path).map_err(|source| LoadError::Read {
-        path: path.into(),
-        source,
-    })
-}
-
 /// Whether `bytes` is a component rather than a core module (the layer field of the
 /// preamble; wasmtime itself reports anything else that is wrong).
 fn is_component(bytes: &[u8]) -> bool {
     bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[6..8] == [1, 0]
 }
 
-/// The hex SHA-256 of the bytes and the engine's compatibility hash.
-fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
+/// The hex SHA-256 of the guest's digest and the engine's compatibility hash.
+fn cache_key(engine: &Engine, digest: &Digest) -> String {
     struct ShaHasher(Sha256);
     impl Hasher for ShaHasher {
         fn finish(&self) -> u64 {
@@ -410,14 +412,9 @@ fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
         }
     }
     let mut hasher = ShaHasher(Sha256::new());
-    hasher.0.update(bytes);
+    hasher.0.update(digest);
     std::hash::Hash::hash(&engine.precompile_compatibility_hash(), &mut hasher);
-    hasher
-        .0
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    source::hex(&hasher.0.finalize())
 }
 
 /// Maps an artifact this cache wrote; `None` when it is missing or unusable (it is then

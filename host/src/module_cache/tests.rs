@@ -19,6 +19,7 @@ fn artifacts(dir: &Path) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|rd| rd.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
+    found.retain(|p| p.extension().is_some_and(|x| x == "cwasm"));
     found.sort();
     found
 }
@@ -322,4 +323,107 @@ fn two_tiers_stay_within_the_size_limit() {
             assert_eq!(artifacts(&dir).len(), 1, "only the newest is kept");
         }
     }
+}
+
+const SUB_WAT: &str = r#"(module (func (export "add") (param i32 i32) (result i32)
+    local.get 0 local.get 1 i32.sub))"#;
+
+/// Waits until files written now are old enough to be remembered.
+fn settle() {
+    std::thread::sleep(source::SETTLED + Duration::from_millis(100));
+}
+
+#[test]
+fn a_settled_guest_is_known_by_its_identity_and_a_hit_reads_none_of_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    let cache = ModuleCache::at(&dir);
+    let engine = Engine::default();
+    let guest = wasm(tmp.path(), "g.wasm", ADD_WAT);
+    cache.load(&engine, &guest, &quiet()).unwrap();
+    assert!(
+        Source::open(Some(&dir), &guest).unwrap().was_read(),
+        "a file changed a moment ago is read and hashed every time"
+    );
+    settle();
+    let compiles = std::sync::atomic::AtomicUsize::new(0);
+    let count = |p: Progress| {
+        if matches!(p, Progress::Compiling { .. }) {
+            compiles.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    };
+    // This load reads the settled file and remembers it; the next ones need not.
+    cache.load(&engine, &guest, &count).unwrap();
+    let known = Source::open(Some(&dir), &guest).unwrap();
+    assert!(
+        !known.was_read(),
+        "an unchanged file is known by its identity"
+    );
+    let bytes = std::fs::read(&guest).unwrap();
+    let digest: Digest = <sha2::Sha256 as sha2::Digest>::digest(&bytes).into();
+    assert_eq!(known.digest(), Some(&digest));
+    assert_eq!(known.len(), bytes.len() as u64);
+    assert!(!known.component());
+    assert_eq!(
+        add(&engine, cache.load(&engine, &guest, &count).unwrap()),
+        42
+    );
+    assert_eq!(compiles.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert!(
+        Source::open(None, &guest).unwrap().was_read(),
+        "without a cache nothing is remembered"
+    );
+
+    // A torn or foreign memo is never believed: the file is read again.
+    let memos: Vec<PathBuf> = std::fs::read_dir(dir.join(source::MEMO_DIR))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(memos.len(), 1, "{memos:?}");
+    let text = std::fs::read_to_string(&memos[0]).unwrap();
+    std::fs::write(&memos[0], &text[..text.len() / 2]).unwrap();
+    assert!(Source::open(Some(&dir), &guest).unwrap().was_read());
+    assert_eq!(
+        add(&engine, cache.load(&engine, &guest, &count).unwrap()),
+        42
+    );
+}
+
+#[test]
+fn a_guest_rewritten_in_place_with_its_old_size_and_mtime_is_compiled_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    let cache = ModuleCache::at(&dir);
+    let engine = Engine::default();
+    let guest = wasm(tmp.path(), "g.wasm", ADD_WAT);
+    let mtime = std::fs::metadata(&guest).unwrap().modified().unwrap();
+    settle();
+    assert_eq!(
+        add(&engine, cache.load(&engine, &guest, &quiet()).unwrap()),
+        42
+    );
+    assert!(!Source::open(Some(&dir), &guest).unwrap().was_read());
+
+    // Same size, same inode, the modification time set back: only the change time
+    // tells, and it does.
+    let sub = wat::parse_str(SUB_WAT).unwrap();
+    assert_eq!(sub.len(), std::fs::read(&guest).unwrap().len());
+    let mut file = std::fs::File::options().write(true).open(&guest).unwrap();
+    std::io::Write::write_all(&mut file, &sub).unwrap();
+    file.set_modified(mtime).unwrap();
+    drop(file);
+    assert_eq!(
+        std::fs::metadata(&guest).unwrap().modified().unwrap(),
+        mtime
+    );
+    assert_eq!(
+        add(&engine, cache.load(&engine, &guest, &quiet()).unwrap()),
+        2 - 40
+    );
+    let engines = engines();
+    let loaded = cache
+        .load_tiered(&engines, &guest, TierChoice::Optimized, &quiet())
+        .unwrap();
+    assert_eq!(add(engines.get(loaded.tier), loaded.program), 2 - 40);
 }

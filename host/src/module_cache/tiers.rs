@@ -26,11 +26,11 @@ use std::str::FromStr;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use wasmtime::{Config, Engine, Strategy};
+use wasmtime::{Config, Engine, OptLevel, RegallocAlgorithm, Strategy};
 
 use super::{
-    first_line, is_component, load_artifact, read, refuse_precompiled, LoadError, ModuleCache,
-    Program, Progress,
+    first_line, is_component, load_artifact, Digest, LoadError, ModuleCache, Program, Progress,
+    Source,
 };
 
 /// A compiler tier.
@@ -94,6 +94,12 @@ impl Engines {
         optimized.strategy(Strategy::Cranelift);
         let mut baseline = config.clone();
         baseline.strategy(Strategy::Winch);
+        // Winch compiles the functions; the trampolines between host and guest are
+        // Cranelift's, and were a quarter of clang.wasm's baseline compile. They are
+        // a few instructions each: compiled without optimization passes and with the
+        // single-pass register allocator, they cost next to nothing to compile.
+        baseline.cranelift_opt_level(OptLevel::None);
+        baseline.cranelift_regalloc_algorithm(RegallocAlgorithm::SinglePass);
         Ok(Engines {
             optimized: Engine::new(&optimized)?,
             baseline: Engine::new(&baseline)?,
@@ -152,13 +158,12 @@ impl ModuleCache {
         choice: TierChoice,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Loaded, LoadError> {
-        let bytes = read(path)?;
-        refuse_precompiled(path, &bytes)?;
+        let mut source = Source::open(self.dir.as_deref(), path)?;
         let tier = match choice {
             TierChoice::Optimized => Tier::Optimized,
             TierChoice::Baseline => Tier::Baseline,
-            TierChoice::Auto if (bytes.len() as u64) < self.tier_from => Tier::Optimized,
-            TierChoice::Auto => match self.cached(&engines.optimized, &bytes) {
+            TierChoice::Auto if source.len() < self.tier_from => Tier::Optimized,
+            TierChoice::Auto => match self.cached(&engines.optimized, &source) {
                 Some(program) => {
                     return Ok(Loaded {
                         program,
@@ -172,7 +177,7 @@ impl ModuleCache {
             },
         };
         let (tier, (program, compiled_in, storing)) =
-            match self.load_on(engines.get(tier), path, &bytes, progress) {
+            match self.load_on(engines.get(tier), path, &mut source, progress) {
                 // Winch does not take every proposal Cranelift does (exceptions, for
                 // setjmp/longjmp and C++): such a guest starts on the optimized tier.
                 Err(e) if choice == TierChoice::Auto && tier == Tier::Baseline => {
@@ -180,19 +185,28 @@ impl ModuleCache {
                         "{}: not on the baseline tier ({e}); compiling it optimized",
                         path.display()
                     );
-                    let optimized = self.load_on(&engines.optimized, path, &bytes, progress)?;
+                    let optimized =
+                        self.load_on(&engines.optimized, path, &mut source, progress)?;
                     (Tier::Optimized, optimized)
                 }
                 loaded => (tier, loaded?),
             };
-        let upgrade = (choice == TierChoice::Auto && tier == Tier::Baseline).then(|| {
-            Upgrade::start(
-                self.clone(),
-                engines.optimized.clone(),
-                path.to_owned(),
-                bytes,
-            )
-        });
+        let upgrade = match choice == TierChoice::Auto && tier == Tier::Baseline {
+            // The baseline code was cached, so the bytes may not have been read yet.
+            true => match source.into_read() {
+                Ok(read) => Some(Upgrade::start(
+                    self.clone(),
+                    engines.optimized.clone(),
+                    path.to_owned(),
+                    read,
+                )),
+                Err(e) => {
+                    tracing::warn!("not compiling the optimized tier: {e}");
+                    None
+                }
+            },
+            false => None,
+        };
         Ok(Loaded {
             program,
             tier,
@@ -208,14 +222,16 @@ impl ModuleCache {
         &self,
         engine: &Engine,
         path: &Path,
-        bytes: &[u8],
+        source: &mut Source,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<LoadedOn, LoadError> {
-        if let Some(program) = self.cached(engine, bytes) {
+        if let Some(program) = self.cached(engine, source) {
             return Ok((program, None, None));
         }
         let started = Instant::now();
-        let (program, storing) = self.compile_now_store_later(engine, path, bytes, progress)?;
+        let (bytes, digest) = source.read()?;
+        let (program, storing) =
+            self.compile_now_store_later(engine, path, bytes, digest, progress)?;
         Ok((program, Some(started.elapsed()), storing))
     }
 
@@ -230,20 +246,23 @@ impl ModuleCache {
         background: bool,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Option<Duration>, LoadError> {
-        let bytes = read(path)?;
-        refuse_precompiled(path, &bytes)?;
-        self.compile_exclusively(engine, path, &bytes, background, progress, &|| {})
+        let mut source = Source::open(self.dir.as_deref(), path)?;
+        if self.cached(engine, &source).is_some() {
+            return Ok(None);
+        }
+        self.compile_exclusively(engine, path, source.read()?, background, progress, &|| {})
             .map(|(_, took)| took)
     }
 
-    /// The stored artifact of `bytes`, or compiled (holding the artifact's lock while
-    /// another process might be at it), stored and mapped. `waiting` is called if
-    /// another process holds the lock (this one then waits for its artifact).
+    /// The stored artifact of `bytes` (whose digest is `digest`), or compiled (holding
+    /// the artifact's lock while another process might be at it), stored and mapped.
+    /// `waiting` is called if another process holds the lock (this one then waits for
+    /// its artifact).
     fn compile_exclusively(
         &self,
         engine: &Engine,
         path: &Path,
-        bytes: &[u8],
+        (bytes, digest): (&[u8], Option<&Digest>),
         background: bool,
         progress: &(dyn Fn(Progress) + Sync),
         waiting: &dyn Fn(),
@@ -252,14 +271,14 @@ impl ModuleCache {
         let compile = || {
             let started = Instant::now();
             let program = match background {
-                true => {
-                    in_low_priority_pool(|| self.compile_and_store(engine, path, bytes, progress))
-                }
-                false => self.compile_and_store(engine, path, bytes, progress),
+                true => in_low_priority_pool(|| {
+                    self.compile_and_store(engine, path, bytes, digest, progress)
+                }),
+                false => self.compile_and_store(engine, path, bytes, digest, progress),
             }?;
             Ok((program, Some(started.elapsed())))
         };
-        let Some(artifact) = self.artifact_path(engine, bytes) else {
+        let Some(artifact) = self.artifact_path(engine, digest) else {
             return compile();
         };
         if let Some(program) = load_artifact(engine, &artifact, component) {
@@ -378,7 +397,12 @@ pub struct Upgrade {
 }
 
 impl Upgrade {
-    fn start(cache: ModuleCache, engine: Engine, path: PathBuf, bytes: Vec<u8>) -> Upgrade {
+    fn start(
+        cache: ModuleCache,
+        engine: Engine,
+        path: PathBuf,
+        (bytes, digest): (Vec<u8>, Option<Digest>),
+    ) -> Upgrade {
         let shared = Arc::new((Mutex::new(UpgradeState::Compiling), Condvar::new()));
         let (job_cache, job_path, job_shared) = (cache.clone(), path.clone(), shared.clone());
         let waiting_shared = shared.clone();
@@ -393,7 +417,7 @@ impl Upgrade {
                 let state = match job_cache.compile_exclusively(
                     &engine,
                     &job_path,
-                    &bytes,
+                    (&bytes, digest.as_ref()),
                     true,
                     &|_| {},
                     &waiting,
