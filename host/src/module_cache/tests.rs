@@ -11,6 +11,15 @@ fn wasm(dir: &Path, name: &str, wat: &str) -> PathBuf {
     path
 }
 
+/// A temporary directory holding an empty cache (`cache/`) and the guest `g.wasm`
+/// (`ADD_WAT`): the directory, the cache's path, the cache, the guest's path.
+fn cache_and_add_guest() -> (tempfile::TempDir, PathBuf, ModuleCache, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    let guest = wasm(tmp.path(), "g.wasm", ADD_WAT);
+    (tmp, dir.clone(), ModuleCache::at(dir), guest)
+}
+
 fn quiet() -> impl Fn(Progress) + Sync {
     |_| {}
 }
@@ -55,11 +64,8 @@ fn second_load_maps_the_stored_artifact_and_runs() {
 
 #[test]
 fn changed_bytes_or_engine_settings_compile_again() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("cache");
-    let cache = ModuleCache::at(&dir);
+    let (tmp, dir, cache, guest) = cache_and_add_guest();
     let engine = Engine::default();
-    let guest = wasm(tmp.path(), "g.wasm", ADD_WAT);
     cache.load(&engine, &guest, &quiet()).unwrap();
     wasm(tmp.path(), "g.wasm", "(module (func (export \"f\")))");
     cache.load(&engine, &guest, &quiet()).unwrap();
@@ -73,11 +79,8 @@ fn changed_bytes_or_engine_settings_compile_again() {
 
 #[test]
 fn a_corrupt_artifact_is_compiled_again_and_replaced() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("cache");
-    let cache = ModuleCache::at(&dir);
+    let (_tmp, dir, cache, guest) = cache_and_add_guest();
     let engine = Engine::default();
-    let guest = wasm(tmp.path(), "g.wasm", ADD_WAT);
     cache.load(&engine, &guest, &quiet()).unwrap();
     let artifact = artifacts(&dir).remove(0);
     std::fs::write(&artifact, b"not an artifact").unwrap();
@@ -335,11 +338,8 @@ fn settle() {
 
 #[test]
 fn a_settled_guest_is_known_by_its_identity_and_a_hit_reads_none_of_it() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("cache");
-    let cache = ModuleCache::at(&dir);
+    let (_tmp, dir, cache, guest) = cache_and_add_guest();
     let engine = Engine::default();
-    let guest = wasm(tmp.path(), "g.wasm", ADD_WAT);
     cache.load(&engine, &guest, &quiet()).unwrap();
     assert!(
         Source::open(Some(&dir), &guest).unwrap().was_read(),
@@ -392,11 +392,8 @@ fn a_settled_guest_is_known_by_its_identity_and_a_hit_reads_none_of_it() {
 
 #[test]
 fn a_guest_rewritten_in_place_with_its_old_size_and_mtime_is_compiled_again() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("cache");
-    let cache = ModuleCache::at(&dir);
+    let (_tmp, dir, cache, guest) = cache_and_add_guest();
     let engine = Engine::default();
-    let guest = wasm(tmp.path(), "g.wasm", ADD_WAT);
     let mtime = std::fs::metadata(&guest).unwrap().modified().unwrap();
     settle();
     assert_eq!(
