@@ -172,7 +172,7 @@ impl ModuleCache {
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Program, LoadError> {
         let mut source = Source::open(self.dir.as_deref(), path)?;
-        self.load_source(engine, path, &mut source, progress)
+        self.load_source(engine, &mut source, progress)
     }
 
     /// As [`ModuleCache::load`], for a file that must be a component (a plugin): a core
@@ -191,7 +191,7 @@ impl ModuleCache {
         if !source.component() {
             return Err(not_a_component());
         }
-        match self.load_source(engine, path, &mut source, progress)? {
+        match self.load_source(engine, &mut source, progress)? {
             Program::Component(component) => Ok(component),
             Program::Module(_) => Err(not_a_component()),
         }
@@ -200,15 +200,15 @@ impl ModuleCache {
     fn load_source(
         &self,
         engine: &Engine,
-        path: &Path,
         source: &mut Source,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Program, LoadError> {
         if let Some(program) = self.cached(engine, source) {
             return Ok(program);
         }
+        let path = source.path().to_owned();
         let (bytes, digest) = source.read()?;
-        self.compile_and_store(engine, path, bytes, digest, progress)
+        self.compile_and_store(engine, &path, bytes, digest, progress)
     }
 
     /// Where the artifact of the bytes with `digest` for `engine` lives (`None`: the

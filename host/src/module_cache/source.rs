@@ -186,6 +186,11 @@ impl Source {
         Ok(source)
     }
 
+    /// The guest's file.
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// The guest's size in bytes.
     pub(super) fn len(&self) -> u64 {
         self.len

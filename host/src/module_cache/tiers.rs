@@ -177,7 +177,7 @@ impl ModuleCache {
             },
         };
         let (tier, (program, compiled_in, storing)) =
-            match self.load_on(engines.get(tier), path, &mut source, progress) {
+            match self.load_on(engines.get(tier), &mut source, progress) {
                 // Winch does not take every proposal Cranelift does (exceptions, for
                 // setjmp/longjmp and C++): such a guest starts on the optimized tier.
                 Err(e) if choice == TierChoice::Auto && tier == Tier::Baseline => {
@@ -185,8 +185,7 @@ impl ModuleCache {
                         "{}: not on the baseline tier ({e}); compiling it optimized",
                         path.display()
                     );
-                    let optimized =
-                        self.load_on(&engines.optimized, path, &mut source, progress)?;
+                    let optimized = self.load_on(&engines.optimized, &mut source, progress)?;
                     (Tier::Optimized, optimized)
                 }
                 loaded => (tier, loaded?),
@@ -221,7 +220,6 @@ impl ModuleCache {
     fn load_on(
         &self,
         engine: &Engine,
-        path: &Path,
         source: &mut Source,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<LoadedOn, LoadError> {
@@ -229,9 +227,10 @@ impl ModuleCache {
             return Ok((program, None, None));
         }
         let started = Instant::now();
+        let path = source.path().to_owned();
         let (bytes, digest) = source.read()?;
         let (program, storing) =
-            self.compile_now_store_later(engine, path, bytes, digest, progress)?;
+            self.compile_now_store_later(engine, &path, bytes, digest, progress)?;
         Ok((program, Some(started.elapsed()), storing))
     }
 
