@@ -28,8 +28,8 @@ use wasm9p_guest_fs::namespace::Namespace;
 use wasm9p_proto::Addr;
 use wasm9p_server::{ExportConfig, Server, ServerConfig};
 
-use crate::module_cache::ModuleCache;
-use crate::plugin::{PluginFs, PluginLimits};
+use crate::module_cache::{ModuleCache, TierChoice, UpgradeIn};
+use crate::plugin::{PluginCompile, PluginFs, PluginLimits};
 
 /// One mount to make.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -296,6 +296,8 @@ pub struct Mounted {
     pub spec: MountSpec,
     /// The 9p filesystem, for `--stats` (none for bind).
     pub ninep: Option<Arc<NinepFs>>,
+    /// The plugin behind a plugin mount, for its tier in `--stats`.
+    pub plugin: Option<Arc<PluginFs>>,
 }
 
 impl Mounted {
@@ -339,8 +341,13 @@ impl Mounted {
         let r = stats.as_ref().map(|s| s.reconnect).unwrap_or_default();
         let reconnect = json!({ "reconnects": r.reconnects, "retried": r.retried,
                                 "failed": r.failed, "stale_fids": r.stale_fids });
-        json!({ "target": self.spec.target, "type": self.spec.type_name(), "rpc": rpc,
-                "failed_walks": failed_walks, "cache": cache, "reconnect": reconnect })
+        let mut entry = json!({ "target": self.spec.target, "type": self.spec.type_name(),
+                "rpc": rpc, "failed_walks": failed_walks, "cache": cache,
+                "reconnect": reconnect });
+        if let Some(plugin) = &self.plugin {
+            entry["tier"] = plugin.tier_stats();
+        }
+        entry
     }
 }
 
@@ -363,11 +370,11 @@ async fn attach_in_process(
 }
 
 /// Makes every mount and the namespace holding them. Must run inside a tokio runtime
-/// (9p sessions and the embedded server run on it). Plugin components' compiled code is
-/// kept in `cache`.
+/// (9p sessions and the embedded server run on it). Plugin components are compiled and
+/// kept as `plugins` says.
 pub async fn build(
     specs: &[MountSpec],
-    cache: &ModuleCache,
+    plugins: &PluginCompile,
 ) -> Result<(Namespace, Vec<Mounted>), MountError> {
     let mut ns = Namespace::new();
     let mut made = Vec::new();
@@ -376,6 +383,7 @@ pub async fn build(
             target: spec.target.clone(),
             why,
         };
+        let mut plugin_fs = None;
         let (backend, ninep): (Arc<dyn wasm9p_guest_fs::backend::Backend>, _) = match &spec.kind {
             MountKind::Bind { source } => {
                 let fs =
@@ -429,10 +437,13 @@ pub async fn build(
                 options,
                 limits,
             } => {
-                let plugin = PluginFs::load(component, *limits, cache)
-                    .map_err(|e| fail(format!("{e:#}")))?;
+                let plugin = Arc::new(
+                    PluginFs::load(component, *limits, plugins)
+                        .map_err(|e| fail(format!("{e:#}")))?,
+                );
+                plugin_fs = Some(plugin.clone());
                 let (client_end, server_end) = wasm9p_proto::transport::duplex();
-                tokio::spawn(crate::plugin::serve(Arc::new(plugin), server_end));
+                tokio::spawn(crate::plugin::serve(plugin, server_end));
                 let fs = attach_in_process(client_end, options).await.map_err(fail)?;
                 (
                     fs.clone() as Arc<dyn wasm9p_guest_fs::backend::Backend>,
@@ -445,6 +456,7 @@ pub async fn build(
         made.push(Mounted {
             spec: spec.clone(),
             ninep,
+            plugin: plugin_fs,
         });
     }
     Ok((ns, made))
@@ -502,7 +514,7 @@ impl Drop for MountTable {
 #[derive(Debug, Default, Clone)]
 pub struct MountTableBuilder {
     specs: Vec<MountSpec>,
-    module_cache: ModuleCache,
+    plugins: PluginCompile,
 }
 
 impl MountTableBuilder {
@@ -528,7 +540,18 @@ impl MountTableBuilder {
     /// process mounting the same plugin maps it instead of compiling it again (default:
     /// not kept).
     pub fn module_cache(mut self, cache: ModuleCache) -> Self {
-        self.module_cache = cache;
+        self.plugins.cache = cache;
+        self
+    }
+
+    /// The compiler tier plugin components run on (default auto: a plugin of 4 MiB or
+    /// more whose optimized code is not cached starts on the baseline tier, and stays
+    /// on it for the life of its mount), and where their optimized compile is done
+    /// then (default: a thread of this process; the `wasm9p` CLI starts a detached
+    /// `wasm9p compile`).
+    pub fn plugin_tier(mut self, tier: TierChoice, upgrade_in: UpgradeIn) -> Self {
+        self.plugins.tier = tier;
+        self.plugins.upgrade_in = upgrade_in;
         self
     }
 
@@ -541,7 +564,7 @@ impl MountTableBuilder {
     /// inside the tokio runtime that guests' contexts will be given: the sessions and
     /// embedded servers live on it.
     pub async fn build(self) -> Result<MountTable, MountError> {
-        let (ns, mounted) = build(&self.specs, &self.module_cache).await?;
+        let (ns, mounted) = build(&self.specs, &self.plugins).await?;
         Ok(MountTable {
             ns: Arc::new(ns),
             mounted,

@@ -713,6 +713,147 @@ fn a_plugins_compiled_code_is_kept_in_the_module_cache_and_reused() {
     assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
 }
 
+#[test]
+fn a_big_plugin_starts_on_the_baseline_tier_and_the_next_process_runs_it_optimized() {
+    // WASM9P_TIER_FROM=0: memfs counts as big, as a plugin of 4 MiB or more would. It
+    // stays on the baseline tier for its whole mount (its files live in its instance),
+    // a detached `wasm9p compile --plugin` compiles its optimized code for later, and
+    // the next process maps that code and compiles nothing.
+    let memfs = c_plugin(&repo("examples/plugins/memfs.c"));
+    let probe = guest("plugin_probe");
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let stats_file = tmp.path().join("stats.json");
+    let run = |tier: &str| {
+        let out = Command::new(BIN)
+            .env("WASM9P_TIER_FROM", "0")
+            .env("WASM9P_CACHE_DIR", &cache)
+            .args(["run", "--tier", tier, "--mount"])
+            .arg(format!(
+                "type=plugin,component={},target=/p",
+                memfs.display()
+            ))
+            .arg(format!("--stats={}", stats_file.display()))
+            .arg(&probe)
+            .args(["write:/p/new:hello", "read:/p/new", "read:/p/README"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+        let stats: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&stats_file).unwrap()).unwrap();
+        let plugin = stats["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["type"] == "plugin")
+            .unwrap()["tier"]
+            .clone();
+        (text(&out), plugin)
+    };
+    let ((printed, said), tier) = run("auto");
+    assert!(
+        printed.contains("hello") && printed.contains("memfs"),
+        "{printed}"
+    );
+    assert_eq!(tier["started_on"], "baseline", "{tier}");
+    assert!(
+        tier["compile_ms"].as_u64().is_some(),
+        "compiled here: {tier}"
+    );
+    assert_eq!(tier["optimized"], "handed_off", "{tier}");
+    assert!(said.contains("being compiled in the background"), "{said}");
+    // Four artifacts in the end: the guest's and the plugin's, each on both tiers.
+    let count = || {
+        std::fs::read_dir(&cache)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while count() < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "no optimized plugin artifact appeared"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The detached compiles may still hold their locks for a moment after the rename.
+    while std::fs::read_dir(&cache)
+        .unwrap()
+        .flatten()
+        .any(|e| e.path().extension().is_some_and(|x| x == "lock"))
+    {
+        assert!(Instant::now() < deadline, "a compile lock stayed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ((again, said), tier) = run("auto");
+    assert_eq!(again, printed, "the same answers on either tier");
+    assert_eq!(tier["started_on"], "optimized", "{tier}");
+    assert!(tier["compile_ms"].is_null(), "nothing compiled: {tier}");
+    assert!(tier["optimized"].is_null(), "{tier}");
+    assert!(!said.contains("compil"), "{said}");
+    assert_eq!(count(), 4);
+    // --tier baseline runs the baseline code it has, and starts no optimized compile.
+    let (_, tier) = run("baseline");
+    assert_eq!(tier["started_on"], "baseline", "{tier}");
+    assert!(
+        tier["compile_ms"].is_null() && tier["optimized"].is_null(),
+        "{tier}"
+    );
+}
+
+#[test]
+fn wasm9p_compile_plugin_fills_the_cache_plugin_mounts_use() {
+    // Compiled as a guest (no --plugin), a plugin's code does not fit a plugin mount's
+    // engines (they meter fuel), so the mount compiles; with --plugin it compiles
+    // nothing.
+    let memfs = c_plugin(&repo("examples/plugins/memfs.c"));
+    let probe = guest("plugin_probe");
+    let tmp = tempfile::tempdir().unwrap();
+    let stats_file = tmp.path().join("stats.json");
+    let plugin_compiled_ms = |cache: &Path| {
+        let out = Command::new(BIN)
+            .env("WASM9P_CACHE_DIR", cache)
+            .args(["run", "--mount"])
+            .arg(format!(
+                "type=plugin,component={},target=/p",
+                memfs.display()
+            ))
+            .arg(format!("--stats={}", stats_file.display()))
+            .arg(&probe)
+            .arg("read:/p/README")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+        let stats: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&stats_file).unwrap()).unwrap();
+        stats["mounts"][0]["tier"]["compile_ms"].clone()
+    };
+    for (flags, compiles) in [(&[][..], true), (&["--plugin"][..], false)] {
+        let cache = tmp.path().join(format!("cache{}", flags.len()));
+        let out = Command::new(BIN)
+            .args(["compile", "--tier", "optimized", "--module-cache"])
+            .arg(&cache)
+            .args(flags)
+            .arg(&memfs)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+        assert_eq!(
+            plugin_compiled_ms(&cache).is_u64(),
+            compiles,
+            "compile {flags:?}, then the mount"
+        );
+    }
+    let both = Command::new(BIN)
+        .args(["compile", "--plugin", "--interruptible"])
+        .arg(&memfs)
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(2), "{:?}", text(&both));
+}
+
 /// Run by [`a_plugins_files_belong_to_the_user_running_the_host`] as another user:
 /// loads memfs from `WASM9P_TEST_PLUGIN` and prints the root's owner.
 #[test]

@@ -292,3 +292,38 @@ fn a_batch_moves_new_guests_to_the_optimized_tier_when_it_is_ready() {
         "{pass}"
     );
 }
+
+#[test]
+fn a_trap_names_its_functions_on_either_tier_and_their_offsets_on_the_optimized_one() {
+    // The baseline tier leaves out the map from machine code to wasm offsets (it was
+    // half a second of clang.wasm's first run); a trap there still names its
+    // functions, and the optimized tier still has the offsets.
+    let tmp = tempfile::tempdir().unwrap();
+    let guest = tmp.path().join("trap.wasm");
+    let wat = r#"(module $trapper
+        (memory (export "memory") 1)
+        (func $boom unreachable)
+        (func $middle call $boom)
+        (func (export "_start") call $middle))"#;
+    std::fs::write(&guest, wat::parse_str(wat).unwrap()).unwrap();
+    for (tier, offsets) in [("baseline", false), ("optimized", true)] {
+        let out = wasm9p(&tmp.path().join(tier))
+            .env("WASM9P_TRAP_DETAIL", "1")
+            .args(["run", "--no-mounts", "--tier", tier])
+            .arg(&guest)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "a trap exits 1");
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(said.contains("unreachable"), "{tier}: {said}");
+        let frames: Vec<&str> = said.lines().filter(|l| l.contains("trapper!")).collect();
+        assert_eq!(frames.len(), 3, "{tier}: {said}");
+        assert!(frames[0].contains("trapper!boom"), "{tier}: {said}");
+        assert!(frames[1].contains("trapper!middle"), "{tier}: {said}");
+        assert_eq!(
+            frames.iter().all(|f| f.contains(" - trapper!")),
+            offsets,
+            "{tier}: offsets only on the optimized tier: {said}"
+        );
+    }
+}

@@ -1,5 +1,6 @@
-//! `wasm9p compile`: fills the module cache ahead of time (images, CI warm-up), and
-//! finishes a run's unfinished optimized compile when handed off (`--background`).
+//! `wasm9p compile`: fills the module cache ahead of time (images, CI warm-up), for
+//! guests or (`--plugin`) for plugin mounts, and finishes a run's unfinished optimized
+//! compile when handed off (`--background`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,8 +27,12 @@ pub struct CompileArgs {
     pub background: bool,
     /// For engines that stop a cancelled guest at once (epoch interruption, what
     /// `wasm9p daemon --prompt-cancel` runs; its code is about 12-15 % slower).
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, conflicts_with = "plugin")]
     pub interruptible: bool,
+    /// Compile for plugin mounts (`type=plugin`): their engines meter fuel, so their
+    /// code is not a guest's.
+    #[arg(long)]
+    pub plugin: bool,
     /// Modules or components to compile.
     #[arg(required = true, value_name = "MODULE")]
     pub modules: Vec<PathBuf>,
@@ -59,7 +64,13 @@ pub fn compile(args: CompileArgs) -> ExitCode {
             "no module cache to fill: give --module-cache DIR (or set WASM9P_CACHE_DIR or HOME)",
         );
     }
-    let engines = match guest_engines(args.interruptible) {
+    let engines = match args.plugin {
+        true => {
+            crate::plugin::engines().map_err(|e| fail(1, &format!("cannot make the engines: {e}")))
+        }
+        false => guest_engines(args.interruptible),
+    };
+    let engines = match engines {
         Ok(engines) => engines,
         Err(code) => return code,
     };

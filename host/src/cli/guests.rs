@@ -17,12 +17,13 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::compile::parse_tier;
-use super::tiered::{OnTier, Runner, TieredProgram};
+use super::tiered::{plugin_compile, tier_from_env, OnTier, Runner, TieredProgram};
 use super::{fail, first_line, parse_env, say, EXIT_USAGE};
 use crate::module_cache::{ModuleCache, Progress, TierChoice};
 use crate::mounts::{MountSpec, MountTable, MountTableBuilder};
 use crate::p1::{Input, Output, WasiP1Ctx};
 use crate::p2::{MountGrant, RuntimeMountRecord, WasiP2Ctx, WasiP2Fs};
+use crate::plugin::PluginCompile;
 
 /// Where one guest's stdio goes.
 #[derive(Clone)]
@@ -187,8 +188,8 @@ pub(super) struct Host {
     mounts: MountTable,
     program: TieredProgram,
     grants: Vec<MountGrant>,
-    /// Where guests and plugins keep their compiled code.
-    module_cache: ModuleCache,
+    /// How plugins guests mount at run time are compiled and kept.
+    plugins: PluginCompile,
     /// The mounts guests made at run time, as they went (for `--stats`).
     runtime_mounts: RuntimeMountRecord,
     started: Instant,
@@ -199,12 +200,17 @@ impl Host {
     /// Mounts and module, or the exit code of a setup failure (already reported).
     pub(super) fn prepare(args: &GuestArgs, path: &Path) -> Result<Host, ExitCode> {
         let started = Instant::now();
-        let cache = match (&args.module_cache, args.no_module_cache) {
+        let cache = tier_from_env(match (&args.module_cache, args.no_module_cache) {
             (_, true) => ModuleCache::disabled(),
             (Some(dir), false) => ModuleCache::at(dir),
             (None, false) => ModuleCache::user_default(),
-        };
-        let table = args.namespace.table()?.module_cache(cache.clone());
+        })?;
+        let plugins = plugin_compile(cache.clone(), args.tier);
+        let table = args
+            .namespace
+            .table()?
+            .module_cache(cache.clone())
+            .plugin_tier(plugins.tier, plugins.upgrade_in.clone());
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -212,6 +218,17 @@ impl Host {
         let mounts = runtime
             .block_on(table.build())
             .map_err(|e| fail(EXIT_USAGE, &e.to_string()))?;
+        for mounted in mounts.mounted() {
+            if let Some(plugin) = &mounted.plugin {
+                if plugin.handed_off() {
+                    say(&format!(
+                        "plugin at {}: on the baseline tier for this run; its optimized code \
+                         is being compiled in the background for later runs",
+                        mounted.spec.target
+                    ));
+                }
+            }
+        }
         // Components run as futures on the mounts' runtime, core modules on plain
         // threads; both on the engine of the tier they were compiled by.
         let program = TieredProgram::load(args, &cache, path)?;
@@ -220,7 +237,7 @@ impl Host {
             mounts,
             program,
             grants: args.allow_mount.clone(),
-            module_cache: cache,
+            plugins,
             runtime_mounts: Default::default(),
             started,
         })
@@ -318,7 +335,7 @@ impl Host {
                 };
                 let result = self.runtime.block_on(async {
                     let mut fs = WasiP2Fs::new(ns).await;
-                    fs.allow_mounts(self.grants.clone(), self.module_cache.clone())
+                    fs.allow_mounts(self.grants.clone(), self.plugins.clone())
                         .await;
                     if !self.grants.is_empty() {
                         fs.record_runtime_mounts(self.runtime_mounts.clone(), argv.join(" "));

@@ -33,8 +33,16 @@ pub struct MountArgs {
 pub fn mount(args: MountArgs) -> ExitCode {
     let started = Instant::now();
     // Plugin mounts keep their compiled code where guests' goes by default.
+    let cache = match super::tiered::tier_from_env(crate::module_cache::ModuleCache::user_default())
+    {
+        Ok(cache) => cache,
+        Err(code) => return code,
+    };
+    let plugins = super::tiered::plugin_compile(cache, Default::default());
     let table = match args.namespace.table() {
-        Ok(table) => table.module_cache(crate::module_cache::ModuleCache::user_default()),
+        Ok(table) => table
+            .module_cache(plugins.cache)
+            .plugin_tier(plugins.tier, plugins.upgrade_in),
         Err(code) => return code,
     };
     if !args.mountpoint.is_dir() {

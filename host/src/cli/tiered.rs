@@ -11,10 +11,11 @@ use std::time::Duration;
 use super::compile::guest_engines;
 use super::guests::{report_progress, GuestArgs};
 use super::{fail, first_line, say, EXIT_USAGE};
-use crate::module_cache::{Engines, ModuleCache, Program, Tier, Upgrade};
+use crate::module_cache::{Engines, ModuleCache, Program, Tier, TierChoice, Upgrade, UpgradeIn};
 use crate::p1::P1Program;
 use crate::p2::P2Program;
 use crate::p3::P3Program;
+use crate::plugin::PluginCompile;
 
 /// What a guest runs as.
 pub(super) enum Runner {
@@ -115,17 +116,8 @@ impl TieredProgram {
                 crate::interrupt::tick(engines.get(tier));
             }
         }
-        let cache = match std::env::var("WASM9P_TIER_FROM") {
-            Ok(bytes) => cache.clone().tier_from(bytes.parse().map_err(|_| {
-                fail(
-                    EXIT_USAGE,
-                    &format!("WASM9P_TIER_FROM={bytes:?}: expected a number of bytes"),
-                )
-            })?),
-            Err(_) => cache.clone(),
-        };
         let loaded = cache
-            .load_tiered(&engines, path, args.tier, &report_progress(&cache))
+            .load_tiered(&engines, path, args.tier, &report_progress(cache))
             .map_err(|e| fail(EXIT_USAGE, &with_hint(e.to_string())))?;
         let components_only = !args.allow_mount.is_empty();
         let first = runner(
@@ -236,6 +228,40 @@ impl TieredProgram {
                 "optimized": self.guests[1].load(Ordering::Relaxed),
             },
         })
+    }
+}
+
+/// `cache` with the size from which modules start on the baseline tier taken from
+/// `$WASM9P_TIER_FROM` (bytes) when it is set: for tests, which need small modules to
+/// count as big.
+pub(super) fn tier_from_env(cache: ModuleCache) -> Result<ModuleCache, ExitCode> {
+    match std::env::var("WASM9P_TIER_FROM") {
+        Ok(bytes) => Ok(cache.tier_from(bytes.parse().map_err(|_| {
+            fail(
+                EXIT_USAGE,
+                &format!("WASM9P_TIER_FROM={bytes:?}: expected a number of bytes"),
+            )
+        })?)),
+        Err(_) => Ok(cache),
+    }
+}
+
+/// How the CLI's plugin mounts compile: on `tier`, keeping code in `cache`, and
+/// leaving an optimized compile to a detached `wasm9p compile --background --plugin`
+/// (this process's plugins stay on the tier they started on; see
+/// `crate::module_cache::tiers`).
+pub(super) fn plugin_compile(cache: ModuleCache, tier: TierChoice) -> PluginCompile {
+    let upgrade_in = match std::env::current_exe() {
+        Ok(exe) => UpgradeIn::Process {
+            exe,
+            extra: vec!["--plugin".into()],
+        },
+        Err(_) => UpgradeIn::Thread,
+    };
+    PluginCompile {
+        cache,
+        tier,
+        upgrade_in,
     }
 }
 

@@ -8,8 +8,8 @@
 //! disk (`deserialize_file`, no copy); a miss compiles once, reports progress while it
 //! does, and stores the artifact by writing a temporary file and renaming it into
 //! place, so concurrent first runs cannot see half a file. Plugin components come
-//! through [`ModuleCache::load_component`] and are kept the same way (under their own
-//! engine's settings, which meter fuel).
+//! through [`ModuleCache::load_component_tiered`] and are kept the same way (under
+//! their own engines' settings, which meter fuel).
 //!
 //! Trust: a cached artifact is native code. The cache directory is created private
 //! (mode 0700) and only artifacts this module wrote are ever loaded; the guest's own
@@ -38,7 +38,7 @@ mod tiers;
 
 use source::{Digest, Source};
 
-pub use tiers::{Engines, Loaded, Tier, TierChoice, Upgrade};
+pub use tiers::{Engines, Loaded, Tier, TierChoice, Upgrade, UpgradeIn};
 use wasmtime::component::Component;
 use wasmtime::{Engine, Module};
 
@@ -173,28 +173,6 @@ impl ModuleCache {
     ) -> Result<Program, LoadError> {
         let mut source = Source::open(self.dir.as_deref(), path)?;
         self.load_source(engine, &mut source, progress)
-    }
-
-    /// As [`ModuleCache::load`], for a file that must be a component (a plugin): a core
-    /// module is refused before anything is compiled.
-    pub fn load_component(
-        &self,
-        engine: &Engine,
-        path: &Path,
-        progress: &(dyn Fn(Progress) + Sync),
-    ) -> Result<Component, LoadError> {
-        let mut source = Source::open(self.dir.as_deref(), path)?;
-        let not_a_component = || LoadError::Invalid {
-            path: path.into(),
-            why: "it is not a component".into(),
-        };
-        if !source.component() {
-            return Err(not_a_component());
-        }
-        match self.load_source(engine, &mut source, progress)? {
-            Program::Component(component) => Ok(component),
-            Program::Module(_) => Err(not_a_component()),
-        }
     }
 
     fn load_source(

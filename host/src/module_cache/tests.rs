@@ -127,21 +127,87 @@ fn bad_input_is_a_clear_error() {
 fn a_core_module_is_refused_where_a_component_is_wanted_before_any_compile() {
     let tmp = tempfile::tempdir().unwrap();
     let cache = ModuleCache::at(tmp.path().join("cache"));
-    let engine = Engine::default();
+    let engines = engines();
     let module = wasm(tmp.path(), "add.wasm", ADD_WAT);
-    let compiled = std::sync::atomic::AtomicBool::new(false);
-    let record = |_: Progress| compiled.store(true, std::sync::atomic::Ordering::Relaxed);
-    let err = cache
-        .load_component(&engine, &module, &record)
-        .err()
-        .unwrap();
-    assert!(err.to_string().contains("is not a component"), "{err}");
-    assert!(!compiled.into_inner(), "nothing was compiled");
-    assert!(artifacts(&tmp.path().join("cache")).is_empty());
+    for choice in [
+        TierChoice::Auto,
+        TierChoice::Baseline,
+        TierChoice::Optimized,
+    ] {
+        let err = cache
+            .load_component_tiered(&engines, &module, choice, &UpgradeIn::Thread)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("is not a component"), "{err}");
+    }
+    assert!(
+        artifacts(&tmp.path().join("cache")).is_empty(),
+        "nothing compiled"
+    );
     let component = tmp.path().join("empty.wasm");
     std::fs::write(&component, wat::parse_str("(component)").unwrap()).unwrap();
-    cache.load_component(&engine, &component, &quiet()).unwrap();
+    let loaded = cache
+        .load_component_tiered(
+            &engines,
+            &component,
+            TierChoice::Optimized,
+            &UpgradeIn::Thread,
+        )
+        .unwrap();
+    assert!(matches!(loaded.program, Program::Component(_)));
+    if let Some(storing) = loaded.storing {
+        storing.join().unwrap();
+    }
     assert_eq!(artifacts(&tmp.path().join("cache")).len(), 1);
+}
+
+#[test]
+fn a_big_component_starts_on_the_baseline_tier_and_leaves_its_optimized_code_for_the_next_load() {
+    // A plugin's path: it cannot switch tiers while its instances hold its state, so the
+    // optimized code is for the next load, which finds it and compiles nothing.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    let cache = ModuleCache::at(&dir).tier_from(0);
+    let engines = engines();
+    let component = tmp.path().join("c.wasm");
+    std::fs::write(
+        &component,
+        wat::parse_str(r#"(component (core module (func (export "f"))))"#).unwrap(),
+    )
+    .unwrap();
+    let first = cache
+        .load_component_tiered(&engines, &component, TierChoice::Auto, &UpgradeIn::Thread)
+        .unwrap();
+    assert_eq!(first.tier, Tier::Baseline);
+    assert!(first.compiled_in.is_some() && !first.handed_off);
+    if let Some(storing) = first.storing {
+        storing.join().unwrap();
+    }
+    let upgrade = first
+        .upgrade
+        .expect("the optimized compile runs in a thread");
+    assert!(matches!(upgrade.wait(), Ok(Program::Component(_))));
+    assert_eq!(artifacts(&dir).len(), 2, "both tiers are kept");
+    let second = cache
+        .load_component_tiered(&engines, &component, TierChoice::Auto, &UpgradeIn::Thread)
+        .unwrap();
+    assert_eq!(second.tier, Tier::Optimized);
+    assert!(second.compiled_in.is_none() && second.upgrade.is_none());
+    // Handed to a process instead: none starts without a cache to keep its result.
+    let uncached = ModuleCache::disabled().tier_from(0);
+    let handed = uncached
+        .load_component_tiered(
+            &engines,
+            &component,
+            TierChoice::Auto,
+            &UpgradeIn::Process {
+                exe: "/nonexistent/wasm9p".into(),
+                extra: vec!["--plugin".into()],
+            },
+        )
+        .unwrap();
+    assert_eq!(handed.tier, Tier::Baseline);
+    assert!(handed.upgrade.is_none() && !handed.handed_off);
 }
 
 fn engines() -> Engines {

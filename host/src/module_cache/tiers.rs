@@ -16,6 +16,13 @@
 //! [`Upgrade::hand_off`]: a detached `wasm9p compile --background` finishes the job, so
 //! the next run is fast.
 //!
+//! Plugins ([`ModuleCache::load_component_tiered`]) tier alike, but never switch: a
+//! plugin's instances hold its state (a memfs's files), so a plugin that started on the
+//! baseline tier stays on it for the life of its mount, and its optimized code is for
+//! the next process. The CLI has that compile done by a detached `wasm9p compile
+//! --background --plugin` at once ([`UpgradeIn::Process`]) rather than by a thread
+//! whose result this process would not use.
+//!
 //! One compile of an artifact at a time, across processes: the compiler holds an
 //! exclusive lock on `KEY.lock` next to the artifact; whoever finds it held waits for
 //! the artifact instead (and compiles after all if the holder died without storing it).
@@ -89,11 +96,25 @@ pub struct Engines {
 
 impl Engines {
     /// Engines made from `config`, whose compiler strategy is set per tier.
+    ///
+    /// Both tiers leave out native unwind information (`.eh_frame`): wasmtime walks wasm
+    /// frames by their frame pointers for traps and backtraces and never reads it; only
+    /// outside unwinders (a debugger, `perf --call-graph dwarf`) would. It was a share
+    /// of every compile's serial tail and of every artifact's size.
+    ///
+    /// The baseline tier also leaves out the address map (machine code back to wasm
+    /// offsets): a trap on baseline code names its functions without their offsets,
+    /// and `WASMTIME_BACKTRACE_DETAILS` finds no lines there. Building that map for the
+    /// 320 MB of code Winch makes of clang.wasm was half a second of its first run, all of it on one core;
+    /// the optimized tier, which guests move to, keeps it.
     pub fn new(config: &Config) -> wasmtime::Result<Engines> {
         let mut optimized = config.clone();
         optimized.strategy(Strategy::Cranelift);
+        optimized.native_unwind_info(false);
         let mut baseline = config.clone();
         baseline.strategy(Strategy::Winch);
+        baseline.native_unwind_info(false);
+        baseline.generate_address_map(false);
         // Winch compiles the functions; the trampolines between host and guest are
         // Cranelift's, and were a quarter of clang.wasm's baseline compile. They are
         // a few instructions each: compiled without optimization passes and with the
@@ -123,6 +144,25 @@ type LoadedOn = (
     Option<std::thread::JoinHandle<()>>,
 );
 
+/// Where the optimized compile of a module that starts on the baseline tier is done.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum UpgradeIn {
+    /// A thread of this process, at a low priority ([`Upgrade`]): its program can
+    /// replace the baseline one for new guests.
+    #[default]
+    Thread,
+    /// A detached `EXE compile --background --tier optimized EXTRA...` (a `wasm9p`),
+    /// started at once, that stores the artifact for later processes; this process
+    /// keeps the baseline program. `EXTRA` names the engine settings to compile for
+    /// (`--plugin`, `--interruptible`).
+    Process {
+        /// The `wasm9p` executable.
+        exe: PathBuf,
+        /// Arguments of `compile` that choose the engine settings.
+        extra: Vec<String>,
+    },
+}
+
 /// A guest loaded on a tier.
 pub struct Loaded {
     /// The compiled guest.
@@ -131,8 +171,12 @@ pub struct Loaded {
     pub tier: Tier,
     /// How long compiling it took here (`None`: it was cached).
     pub compiled_in: Option<Duration>,
-    /// The optimized tier on its way, when this is the baseline one.
+    /// The optimized tier on its way in this process, when this is the baseline one
+    /// (and the upgrade is a [`UpgradeIn::Thread`]).
     pub upgrade: Option<Upgrade>,
+    /// A detached process was started to compile the optimized tier
+    /// ([`UpgradeIn::Process`]).
+    pub handed_off: bool,
     /// The artifact of what was compiled here, being written to the cache: join it
     /// before the process ends, or a later run compiles again.
     pub storing: Option<std::thread::JoinHandle<()>>,
@@ -150,7 +194,8 @@ impl ModuleCache {
     }
 
     /// Loads the guest at `path` on the tier `choice` says (see the module docs),
-    /// reporting any compile done before it can run through `progress`.
+    /// reporting any compile done before it can run through `progress`; an optimized
+    /// compile left to do runs on a thread of this process ([`UpgradeIn::Thread`]).
     pub fn load_tiered(
         &self,
         engines: &Engines,
@@ -158,7 +203,44 @@ impl ModuleCache {
         choice: TierChoice,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Loaded, LoadError> {
-        let mut source = Source::open(self.dir.as_deref(), path)?;
+        let source = Source::open(self.dir.as_deref(), path)?;
+        self.load_tiered_source(engines, source, choice, &UpgradeIn::Thread, progress)
+    }
+
+    /// As [`ModuleCache::load_tiered`], for a file that must be a component (a plugin):
+    /// a core module is refused before anything is compiled. The optimized compile,
+    /// when there is one to do, runs where `upgrade_in` says.
+    pub fn load_component_tiered(
+        &self,
+        engines: &Engines,
+        path: &Path,
+        choice: TierChoice,
+        upgrade_in: &UpgradeIn,
+    ) -> Result<Loaded, LoadError> {
+        let source = Source::open(self.dir.as_deref(), path)?;
+        let not_a_component = || LoadError::Invalid {
+            path: path.into(),
+            why: "it is not a component".into(),
+        };
+        if !source.component() {
+            return Err(not_a_component());
+        }
+        let loaded = self.load_tiered_source(engines, source, choice, upgrade_in, &|_| {})?;
+        match loaded.program {
+            Program::Component(_) => Ok(loaded),
+            Program::Module(_) => Err(not_a_component()),
+        }
+    }
+
+    fn load_tiered_source(
+        &self,
+        engines: &Engines,
+        mut source: Source,
+        choice: TierChoice,
+        upgrade_in: &UpgradeIn,
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<Loaded, LoadError> {
+        let path = source.path().to_owned();
         let tier = match choice {
             TierChoice::Optimized => Tier::Optimized,
             TierChoice::Baseline => Tier::Baseline,
@@ -170,6 +252,7 @@ impl ModuleCache {
                         tier: Tier::Optimized,
                         compiled_in: None,
                         upgrade: None,
+                        handed_off: false,
                         storing: None,
                     })
                 }
@@ -190,29 +273,71 @@ impl ModuleCache {
                 }
                 loaded => (tier, loaded?),
             };
-        let upgrade = match choice == TierChoice::Auto && tier == Tier::Baseline {
-            // The baseline code was cached, so the bytes may not have been read yet.
-            true => match source.into_read() {
-                Ok(read) => Some(Upgrade::start(
-                    self.clone(),
-                    engines.optimized.clone(),
-                    path.to_owned(),
-                    read,
-                )),
-                Err(e) => {
-                    tracing::warn!("not compiling the optimized tier: {e}");
-                    None
-                }
-            },
-            false => None,
-        };
-        Ok(Loaded {
+        let mut loaded = Loaded {
             program,
             tier,
             compiled_in,
-            upgrade,
+            upgrade: None,
+            handed_off: false,
             storing,
-        })
+        };
+        if choice != TierChoice::Auto || tier != Tier::Baseline {
+            return Ok(loaded);
+        }
+        match upgrade_in {
+            // The baseline code was cached, so the bytes may not have been read yet.
+            UpgradeIn::Thread => match source.into_read() {
+                Ok(read) => {
+                    loaded.upgrade = Some(Upgrade::start(
+                        self.clone(),
+                        engines.optimized.clone(),
+                        path,
+                        read,
+                    ))
+                }
+                Err(e) => tracing::warn!("not compiling the optimized tier: {e}"),
+            },
+            UpgradeIn::Process { exe, extra } => {
+                let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+                match self.compile_detached(exe, &path, &extra) {
+                    Ok(started) => loaded.handed_off = started,
+                    Err(e) => {
+                        tracing::warn!("{}: not compiling the optimized tier: {e}", path.display())
+                    }
+                }
+            }
+        }
+        Ok(loaded)
+    }
+
+    /// Starts `exe compile --background --tier optimized EXTRA... PATH` (a `wasm9p`),
+    /// detached in its own process group, to compile and store the optimized tier of
+    /// the module at `path` for later runs. Whether one was started (not when the
+    /// cache is off: nothing would keep the result).
+    pub fn compile_detached(
+        &self,
+        exe: &Path,
+        path: &Path,
+        extra: &[&str],
+    ) -> std::io::Result<bool> {
+        use std::os::unix::process::CommandExt;
+        let Some(dir) = self.dir() else {
+            return Ok(false);
+        };
+        Command::new(exe)
+            .arg("compile")
+            .args(["--tier", "optimized", "--background"])
+            .args(extra)
+            .arg("--module-cache")
+            .arg(dir)
+            .arg(path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map(|_| true)
+            .map_err(|e| std::io::Error::other(first_line(&e.to_string())))
     }
 
     /// The guest from the cache for `engine`, or compiled now (and stored later):
@@ -497,26 +622,9 @@ impl Upgrade {
     /// the result).
     /// `extra` arguments go to `compile` (the engine settings it must compile for).
     pub fn hand_off(&self, exe: &Path, extra: &[&str]) -> std::io::Result<bool> {
-        use std::os::unix::process::CommandExt;
         if !matches!(self.state(), UpgradeState::Compiling) {
             return Ok(false);
         }
-        let Some(dir) = self.cache.dir() else {
-            return Ok(false);
-        };
-        Command::new(exe)
-            .arg("compile")
-            .args(["--tier", "optimized", "--background"])
-            .args(extra)
-            .arg("--module-cache")
-            .arg(dir)
-            .arg(&self.path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .map(|_| true)
-            .map_err(|e| std::io::Error::other(first_line(&e.to_string())))
+        self.cache.compile_detached(exe, &self.path, extra)
     }
 }

@@ -28,7 +28,7 @@ use wasm9p_guest_fs::namespace::{Location, Namespace};
 use wasmtime::component::{HasData, Linker, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use crate::module_cache::ModuleCache;
+use crate::plugin::PluginCompile;
 
 pub use bindings::wasi::filesystem::types::ErrorCode;
 pub(crate) use bindings::wasi::filesystem::types::{DescriptorFlags, OpenFlags};
@@ -68,16 +68,16 @@ impl WasiP2Fs {
 
     /// Lets the guest mount what `grants` allow (`wasm9p:fs/mounts`); with any grant,
     /// `/` is preopened too (a virtual directory if nothing is mounted there), so that
-    /// the guest reaches what it mounts. Plugins it mounts keep their compiled code in
-    /// `cache`.
-    pub async fn allow_mounts(&mut self, grants: Vec<MountGrant>, cache: ModuleCache) {
+    /// the guest reaches what it mounts. Plugins it mounts are compiled and kept as
+    /// `plugins` says.
+    pub async fn allow_mounts(&mut self, grants: Vec<MountGrant>, plugins: PluginCompile) {
         if !grants.is_empty() && !self.preopens.iter().any(|(_, p)| p == "/") {
             if let Ok(root) = self.ns.resolve("/", true).await {
                 self.preopens.insert(0, (root, "/".into()));
             }
         }
         self.runtime_mounts.grants = grants;
-        self.runtime_mounts.module_cache = cache;
+        self.runtime_mounts.plugins = plugins;
     }
 
     /// Records each mount the guest makes in `record` when it goes (unmounted, or the

@@ -18,8 +18,8 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
 use super::FsView;
-use crate::module_cache::ModuleCache;
 use crate::mounts::{MountKind, MountSpec, Mounted};
+use crate::plugin::PluginCompile;
 
 pub(super) mod bindings {
     #![allow(missing_docs)]
@@ -143,7 +143,8 @@ impl MountGrant {
 #[derive(Default)]
 pub(crate) struct RuntimeMounts {
     pub(crate) grants: Vec<MountGrant>,
-    pub(crate) module_cache: ModuleCache,
+    /// How plugins it mounts are compiled and kept.
+    pub(crate) plugins: PluginCompile,
     /// Where made mounts are recorded when they go, with the guest's label.
     pub(crate) record: Option<(RuntimeMountRecord, String)>,
     made: Vec<Made>,
@@ -221,7 +222,7 @@ impl Host for FsView<'_> {
             )));
         }
         let (built, mut mounted) =
-            crate::mounts::build(std::slice::from_ref(&spec), &runtime.module_cache)
+            crate::mounts::build(std::slice::from_ref(&spec), &runtime.plugins)
                 .await
                 .map_err(|e| MountError::Unavailable(e.to_string()))?;
         let backend = built.mounts()[0].backend.clone();

@@ -31,10 +31,10 @@ use std::time::Duration;
 
 use wasm9p_proto::Errno;
 use wasmtime::component::{Linker, ResourceTable};
-use wasmtime::{Config, Engine, Store};
+use wasmtime::{Config, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use crate::module_cache::ModuleCache;
+use crate::module_cache::{Engines, ModuleCache, Program, Tier, TierChoice, Upgrade, UpgradeIn};
 
 pub use serve::serve;
 
@@ -95,6 +95,29 @@ impl PluginLimits {
     }
 }
 
+/// How plugin mounts get their components' compiled code: where it is kept, the tier
+/// it runs on, and where an optimized compile left to do is done (see
+/// `crate::module_cache::tiers`: a plugin that starts on the baseline tier stays on it
+/// for the life of its mount, its instances holding its state).
+#[derive(Clone, Debug, Default)]
+pub struct PluginCompile {
+    /// Where compiled code is kept (default: not kept).
+    pub cache: ModuleCache,
+    /// The tier (`--tier`; default auto).
+    pub tier: TierChoice,
+    /// Where the optimized compile of a plugin started on the baseline tier is done
+    /// (default: a thread of this process).
+    pub upgrade_in: UpgradeIn,
+}
+
+/// The engines plugins run on, one per tier: with fuel metering (see the module docs),
+/// the settings `wasm9p compile --plugin` compiles for.
+pub fn engines() -> Result<Engines, String> {
+    let mut config = Config::new();
+    config.consume_fuel(true);
+    Engines::new(&config).map_err(|e| format!("{e:#}"))
+}
+
 struct PluginState {
     ctx: WasiCtx,
     table: ResourceTable,
@@ -126,6 +149,15 @@ pub struct PluginFs {
     limits: PluginLimits,
     root: u64,
     writable: bool,
+    /// The tier its code came from.
+    tier: Tier,
+    /// How long compiling it took here (`None`: it was cached).
+    compiled_in: Option<std::time::Duration>,
+    /// Its optimized code being compiled by a thread of this process, for later
+    /// processes.
+    upgrade: Option<Upgrade>,
+    /// Its optimized code being compiled by a detached process.
+    handed_off: bool,
 }
 
 impl std::fmt::Debug for PluginFs {
@@ -138,20 +170,29 @@ impl std::fmt::Debug for PluginFs {
 }
 
 impl PluginFs {
-    /// Compiles `component` (or maps its compiled code from `cache`) and makes
-    /// `limits.instances` instances of it. The error is one line for the user.
+    /// Compiles `component` on the tier `compile` says (or maps its compiled code from
+    /// its cache) and makes `limits.instances` instances of it. The error is one line
+    /// for the user.
     pub fn load(
         component: &Path,
         limits: PluginLimits,
-        cache: &ModuleCache,
+        compile: &PluginCompile,
     ) -> Result<PluginFs, String> {
         let name = component_name(component);
-        let mut config = Config::new();
-        config.consume_fuel(true);
-        let engine = Engine::new(&config).map_err(|e| format!("{e:#}"))?;
-        let component = cache
-            .load_component(&engine, component, &|_| {})
+        let engines = engines()?;
+        let loaded = compile
+            .cache
+            .load_component_tiered(&engines, component, compile.tier, &compile.upgrade_in)
             .map_err(|e| e.to_string())?;
+        if let Some(storing) = loaded.storing {
+            // A plugin is small next to a guest; its artifact is written before the
+            // mount is made, so that a process ending at once still leaves it.
+            let _ = storing.join();
+        }
+        let Program::Component(component) = loaded.program else {
+            return Err(format!("{name} is not a component"));
+        };
+        let engine = engines.get(loaded.tier).clone();
         let mut linker = Linker::<PluginState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| format!("{e:#}"))?;
         let pre = linker
@@ -190,6 +231,41 @@ impl PluginFs {
             limits,
             root,
             writable,
+            tier: loaded.tier,
+            compiled_in: loaded.compiled_in,
+            upgrade: loaded.upgrade,
+            handed_off: loaded.handed_off,
+        })
+    }
+
+    /// The tier the plugin's code came from (it stays on it for the life of the mount).
+    pub fn tier(&self) -> Tier {
+        self.tier
+    }
+
+    /// Whether a detached process compiles the plugin's optimized code (this mount runs
+    /// the baseline code).
+    pub fn handed_off(&self) -> bool {
+        self.handed_off
+    }
+
+    /// The `tier` entry of the mount's `--stats`: the tier the plugin runs on, how long
+    /// compiling it took here (null: its code was cached), and what becomes of its
+    /// optimized code when it runs on the baseline tier: `compiling` (a thread of this
+    /// process), `stored` (that thread is done), `handed_off` (a detached `wasm9p
+    /// compile`), `failed`, or null.
+    pub fn tier_stats(&self) -> serde_json::Value {
+        let optimized = match (&self.upgrade, self.handed_off) {
+            (_, true) => Some("handed_off"),
+            (Some(upgrade), _) if upgrade.failed().is_some() => Some("failed"),
+            (Some(upgrade), _) if upgrade.ready().is_some() => Some("stored"),
+            (Some(_), _) => Some("compiling"),
+            (None, false) => None,
+        };
+        serde_json::json!({
+            "started_on": self.tier.name(),
+            "compile_ms": self.compiled_in.map(|d| d.as_millis() as u64),
+            "optimized": optimized,
         })
     }
 
