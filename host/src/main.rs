@@ -5,23 +5,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use wasm9p_host::cli::{self, Cli, Command};
 
-/// mimalloc rather than glibc's malloc, for two costs the `wasm9p` binary meets:
-///
-/// - Compiling a big guest allocates gigabytes (clang.wasm: 2.2 GB peak, a 320 MB text
-///   section grown in place). glibc maps that memory 4 KiB at a time, and on a VM
-///   every first touch of a page is a fault the hypervisor may have to back: half of
-///   Winch's serial tail was page faults. mimalloc takes its memory in arenas marked
-///   for transparent huge pages (2 MiB a fault) and keeps freed memory a moment for
-///   reuse. The first `clang --version` on the baseline tier went from 10.7 s to 7.8 s
-///   (medians of 3 alternating runs, BENCHMARKS.md §6), with no change to the code.
-/// - 9p reads allocate and free buffers of up to msize and readahead assemblies of up to
-///   2 MiB all the time; glibc served each with a fresh zeroed mapping unless told by
-///   `mallopt` to keep them in its heap (what this binary did before). mimalloc reuses
-///   them as it is.
-///
-/// A library embedding wasm9p keeps whatever allocator its binary chose.
+mod huge_alloc;
+
+/// See [`huge_alloc`]: large blocks in mappings marked for huge pages.
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: huge_alloc::HugeLarge = huge_alloc::HugeLarge;
 
 fn main() -> ExitCode {
     // A guest call that fails with an errno (ENOENT for every header a compiler probes)
@@ -32,6 +20,8 @@ fn main() -> ExitCode {
     if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
         std::env::set_var("RUST_LIB_BACKTRACE", "0");
     }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    keep_large_buffers_in_the_heap();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WASM9P_LOG")
@@ -60,5 +50,26 @@ fn main() -> ExitCode {
             Ok(runtime) => runtime.block_on(cli::serve(args)),
             Err(e) => cli::fail(1, &format!("cannot start the runtime: {e}")),
         },
+    }
+}
+
+/// 9p reads and writes allocate and free large buffers all the time (frames of up to
+/// msize, readahead assemblies of up to 2 MiB, the embedded server's read buffers).
+/// glibc serves every allocation above 128 KiB with a fresh mmap, which then
+/// page-faults in zeroed memory: a third of a sequential 9p read's time in `perf`.
+/// Keeping allocations up to 4 MiB in the heap, and up to 64 MiB of freed heap before
+/// it goes back to the system, lets them be reused (1.0 -> 1.5 GB/s for a 512 MiB
+/// readahead read). Left alone when `GLIBC_TUNABLES` sets malloc parameters.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn keep_large_buffers_in_the_heap() {
+    let tuned = std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("glibc.malloc."));
+    if tuned {
+        return;
+    }
+    // SAFETY: mallopt only sets allocator parameters; no other thread exists yet.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
     }
 }
