@@ -689,7 +689,9 @@ impl Backend for NinepFs {
                 // A server that keeps no versions (diod sends 0 for every file): pages
                 // are keyed by what its attributes say of the contents now (as Linux's
                 // ignoreqv), so an open that asks the server never reads the pages of
-                // before a change there.
+                // before a change there. What other opens of the file buffer goes out
+                // first: the stamp, and the size cached with it, must count it.
+                self.writers.push_out(qid.path).await;
                 let a = fid.getattr().await?;
                 qid.version = content_stamp(&a);
                 if self.meta {

@@ -15,6 +15,12 @@
 //! Tgetattr) before its next read of pages, and reads the new version's pages if it
 //! moved.
 //!
+//! Attributes with the open (META): a read-only open that asks the server, of a file
+//! whose attributes are not cached, sends its Tgetattr beside its Tlopen, so the
+//! `fstat` that follows (a compiler's, of each header) is answered from the cache: a
+//! cold header costs three round trips (walk, open with attributes, read) instead of
+//! four, the same requests.
+//!
 //! Pages (FILE): reads go through the mount's page cache, shared by every open of the
 //! file by every guest, keyed by the qid version the file was opened at. A miss fetches
 //! the missing pages in one pipelined read (several msize requests in flight); a reader
@@ -124,6 +130,13 @@ impl Writers {
         list.push(Arc::downgrade(writer));
     }
 
+    /// Whether an open file of `file` buffers writes.
+    fn buffering(&self, file: u64) -> bool {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&file)
+            .is_some_and(|list| list.iter().any(|w| w.strong_count() > 0))
+    }
+
     /// Sends what every open file of `file` has buffered, before the server is asked
     /// about its size or told to change it.
     pub(crate) async fn push_out(&self, file: u64) {
@@ -212,6 +225,27 @@ impl NinepFile {
         }
         let read_only = !(flags.write || flags.truncate || flags.append);
         let (fid, lazy) = match source {
+            // A read-only open of a file whose attributes are not cached: the `fstat`
+            // that follows an open (a compiler's, of every header it reads) would wait
+            // for a round trip of its own. The Tgetattr goes out beside the Tlopen
+            // instead (a walked fid answers it, opened or not), so both cost one
+            // round trip. Not while another open of the file buffers writes (its
+            // size would be the server's, not the one the guest wrote), nor where
+            // every use asks the server again (a zero window).
+            Source::Opened(fid)
+                if read_only
+                    && mode.has(CacheMode::META)
+                    && !matches!(cache.trust(), Trust::For(window) if window.is_zero())
+                    && cache.peek_attr(qid.path).is_none()
+                    && !writers.buffering(qid.path) =>
+            {
+                let (opened, attr) = tokio::join!(fid.lopen(p9), fid.getattr());
+                opened?;
+                if let Some(attr) = attr.ok().filter(|a| a.qid.path == qid.path) {
+                    cache.insert_attr(attr);
+                }
+                (tokio::sync::OnceCell::new_with(Some(Arc::new(fid))), None)
+            }
             Source::Opened(fid) => {
                 fid.lopen(p9).await?;
                 (tokio::sync::OnceCell::new_with(Some(Arc::new(fid))), None)

@@ -105,8 +105,8 @@ impl Engines {
     /// The baseline tier also leaves out the address map (machine code back to wasm
     /// offsets): a trap on baseline code names its functions without their offsets,
     /// and `WASMTIME_BACKTRACE_DETAILS` finds no lines there. Building that map for the
-    /// 320 MB of code Winch makes of clang.wasm was half a second of its first run, all of it on one core;
-    /// the optimized tier, which guests move to, keeps it.
+    /// 320 MB of code Winch makes of clang.wasm took about half a second of its first
+    /// run, on one core; the optimized tier, which guests move to, keeps it.
     pub fn new(config: &Config) -> wasmtime::Result<Engines> {
         let mut optimized = config.clone();
         optimized.strategy(Strategy::Cranelift);

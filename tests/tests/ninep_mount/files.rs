@@ -186,6 +186,45 @@ async fn rpc_counts_per_mode_for_the_compiler_pattern() {
 }
 
 #[tokio::test]
+async fn a_cold_open_fetches_the_attributes_its_fstat_asks_for_and_keeps_buffered_sizes() {
+    // clang opens each header and fstats it: the attributes come with the open (a
+    // Tgetattr beside the Tlopen), so the fstat sends nothing, in the modes that
+    // believe attributes for a while, on either server.
+    for kind in SERVERS {
+        let dir = tree();
+        let server = Remote::start(kind, dir.path());
+        for spec in ["cache=loose", "cache=loose,revalidate=1000"] {
+            let (ns, fs) = mount(&server, spec).await;
+            let file = ns.resolve("/usr/include/stdio.h", true).await.unwrap();
+            let (opens, getattrs) = (rpcs(&fs, "lopen"), rpcs(&fs, "getattr"));
+            let open = fs.open(&file.node, READ).await.unwrap();
+            assert_eq!(rpcs(&fs, "lopen"), opens + 1, "{kind:?} {spec}");
+            assert_eq!(rpcs(&fs, "getattr"), getattrs + 1, "{kind:?} {spec}");
+            let total = fs.stats().rpc_total;
+            assert_eq!(open.getattr().await.unwrap().size, 14, "{kind:?} {spec}");
+            assert_eq!(
+                fs.stats().rpc_total,
+                total,
+                "fstat sent nothing: {kind:?} {spec}"
+            );
+            let read = open.read_at(0, 64).await.unwrap();
+            assert_eq!(&read[..], b"int printf();\n", "{kind:?} {spec}");
+        }
+        // A file another open buffers writes to: a read-only open's fstat sees the
+        // size written, not the server's.
+        let (ns, fs) = mount(&server, "cache=loose").await;
+        let writer = open(&ns, &fs, "/a", WRITE).await;
+        writer
+            .write_at(0, Bytes::from_static(b"longer than it was, and buffered"))
+            .await
+            .unwrap();
+        let reader = open(&ns, &fs, "/a", READ).await;
+        assert_eq!(reader.getattr().await.unwrap().size, 32, "{kind:?}");
+        writer.flush().await.unwrap();
+    }
+}
+
+#[tokio::test]
 async fn rename_over_a_cached_name_is_seen_at_once() {
     for kind in SERVERS {
         let dir = tree();
