@@ -210,6 +210,77 @@ fn a_big_component_starts_on_the_baseline_tier_and_leaves_its_optimized_code_for
     assert!(handed.upgrade.is_none() && !handed.handed_off);
 }
 
+#[test]
+fn a_detached_compile_starts_once_per_module_however_often_it_is_loaded() {
+    // A stand-in for `wasm9p` that records each start; a guest mounting one big plugin
+    // again and again must not start a process each time, but changed bytes are
+    // another module.
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("started");
+    let exe = tmp.path().join("fake-wasm9p");
+    std::fs::write(
+        &exe,
+        format!("#!/bin/sh\necho \"$@\" >> {}\n", log.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cache = ModuleCache::at(tmp.path().join("cache")).tier_from(0);
+    let engines = engines();
+    let upgrade_in = UpgradeIn::Process {
+        exe: exe.clone(),
+        extra: vec!["--plugin".into()],
+    };
+    let component = tmp.path().join("c.wasm");
+    let write = |body: &str| {
+        std::fs::write(
+            &component,
+            wat::parse_str(format!("(component (core module {body}))")).unwrap(),
+        )
+        .unwrap()
+    };
+    let starts = |want: usize| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let lines = std::fs::read_to_string(&log).unwrap_or_default();
+            let n = lines.lines().count();
+            if n >= want || std::time::Instant::now() > deadline {
+                // Give a start that should not happen the time to show.
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                return std::fs::read_to_string(&log).unwrap_or_default();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    write(r#"(func (export "f"))"#);
+    for _ in 0..5 {
+        let loaded = cache
+            .load_component_tiered(&engines, &component, TierChoice::Auto, &upgrade_in)
+            .unwrap();
+        assert_eq!(loaded.tier, Tier::Baseline);
+        assert!(loaded.handed_off && loaded.upgrade.is_none());
+        if let Some(storing) = loaded.storing {
+            storing.join().unwrap();
+        }
+    }
+    let lines = starts(1);
+    assert_eq!(lines.lines().count(), 1, "{lines}");
+    assert!(
+        lines.starts_with("compile --tier optimized --background --plugin --module-cache"),
+        "{lines}"
+    );
+    write(r#"(func (export "g"))"#);
+    let loaded = cache
+        .load_component_tiered(&engines, &component, TierChoice::Auto, &upgrade_in)
+        .unwrap();
+    assert!(loaded.handed_off);
+    assert_eq!(
+        starts(2).lines().count(),
+        2,
+        "changed bytes: another compile"
+    );
+}
+
 fn engines() -> Engines {
     Engines::new(&wasmtime::Config::new()).unwrap()
 }

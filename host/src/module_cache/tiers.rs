@@ -299,7 +299,7 @@ impl ModuleCache {
             },
             UpgradeIn::Process { exe, extra } => {
                 let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-                match self.compile_detached(exe, &path, &extra) {
+                match self.compile_detached(exe, &path, source.digest(), &extra) {
                     Ok(started) => loaded.handed_off = started,
                     Err(e) => {
                         tracing::warn!("{}: not compiling the optimized tier: {e}", path.display())
@@ -312,19 +312,35 @@ impl ModuleCache {
 
     /// Starts `exe compile --background --tier optimized EXTRA... PATH` (a `wasm9p`),
     /// detached in its own process group, to compile and store the optimized tier of
-    /// the module at `path` for later runs. Whether one was started (not when the
-    /// cache is off: nothing would keep the result).
-    pub fn compile_detached(
+    /// the module at `path` (whose bytes have `digest`, when known) for later runs.
+    /// Whether one was started, by this call or an earlier one of this process (one per
+    /// module's bytes, cache and settings: a guest that mounts the same big plugin
+    /// again and again starts one compile, not one each); not when the cache is off
+    /// (nothing would keep the result).
+    fn compile_detached(
         &self,
         exe: &Path,
         path: &Path,
+        digest: Option<&Digest>,
         extra: &[&str],
     ) -> std::io::Result<bool> {
         use std::os::unix::process::CommandExt;
+        type Started = (PathBuf, PathBuf, Option<Digest>, Vec<String>);
+        static STARTED: Mutex<Vec<Started>> = Mutex::new(Vec::new());
         let Some(dir) = self.dir() else {
             return Ok(false);
         };
-        Command::new(exe)
+        let key = (
+            dir.to_owned(),
+            path.to_owned(),
+            digest.copied(),
+            extra.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+        );
+        let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+        if started.contains(&key) {
+            return Ok(true);
+        }
+        let mut child = Command::new(exe)
             .arg("compile")
             .args(["--tier", "optimized", "--background"])
             .args(extra)
@@ -336,8 +352,14 @@ impl ModuleCache {
             .stderr(Stdio::null())
             .process_group(0)
             .spawn()
-            .map(|_| true)
-            .map_err(|e| std::io::Error::other(first_line(&e.to_string())))
+            .map_err(|e| std::io::Error::other(first_line(&e.to_string())))?;
+        // Reaped when it ends, if this process lives that long (a daemon's would be
+        // left a zombie otherwise); if this one ends first, init adopts it.
+        let _ = std::thread::Builder::new()
+            .name("wasm9p-compile-reaper".into())
+            .spawn(move || child.wait());
+        started.push(key);
+        Ok(true)
     }
 
     /// The guest from the cache for `engine`, or compiled now (and stored later):
@@ -518,6 +540,7 @@ pub struct Upgrade {
     shared: Arc<(Mutex<UpgradeState>, Condvar)>,
     cache: ModuleCache,
     path: PathBuf,
+    digest: Option<Digest>,
 }
 
 impl Upgrade {
@@ -565,6 +588,7 @@ impl Upgrade {
             shared,
             cache,
             path,
+            digest,
         }
     }
 
@@ -625,6 +649,7 @@ impl Upgrade {
         if !matches!(self.state(), UpgradeState::Compiling) {
             return Ok(false);
         }
-        self.cache.compile_detached(exe, &self.path, extra)
+        self.cache
+            .compile_detached(exe, &self.path, self.digest.as_ref(), extra)
     }
 }
