@@ -252,13 +252,13 @@ impl PluginFs {
     /// The `tier` entry of the mount's `--stats`: the tier the plugin runs on, how long
     /// compiling it took here (null: its code was cached), and what becomes of its
     /// optimized code when it runs on the baseline tier: `compiling` (a thread of this
-    /// process), `stored` (that thread is done), `handed_off` (a detached `wasm9p
+    /// process), `compiled` (that thread is done), `handed_off` (a detached `wasm9p
     /// compile`), `failed`, or null.
     pub fn tier_stats(&self) -> serde_json::Value {
         let optimized = match (&self.upgrade, self.handed_off) {
             (_, true) => Some("handed_off"),
             (Some(upgrade), _) if upgrade.failed().is_some() => Some("failed"),
-            (Some(upgrade), _) if upgrade.ready().is_some() => Some("stored"),
+            (Some(upgrade), _) if upgrade.ready().is_some() => Some("compiled"),
             (Some(_), _) => Some("compiling"),
             (None, false) => None,
         };
