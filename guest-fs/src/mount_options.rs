@@ -200,6 +200,11 @@ pub struct NinepOptions {
     /// listing is read and answers every later lookup in it (`None`: `off`). Only in
     /// modes that cache metadata; see [`crate::cache::MAX_COMPLETE`].
     pub complete_dirs: Option<u32>,
+    /// `pipeline=on|off`: a read-only open the server must answer goes as one flight
+    /// (walk, open, attributes, first read) when the server says it handles requests
+    /// in order (see `client::Fid::walk_open`). Only in modes that cache metadata and
+    /// pages, which keep what the flight brings.
+    pub pipeline: bool,
     /// `cache=fscache`: where the store lives, and its bound (`None` in other modes).
     pub fscache: Option<FscacheOptions>,
 }
@@ -237,6 +242,7 @@ impl Default for NinepOptions {
             revalidate: None,
             nocto: false,
             complete_dirs: Some(DEFAULT_COMPLETE_DIRS),
+            pipeline: true,
             fscache: None,
         }
     }
@@ -306,6 +312,9 @@ impl NinepOptions {
                 }
                 "reconnect" => {
                     opts.reconnect = on_off("reconnect", value_of("reconnect", "on or off")?)?
+                }
+                "pipeline" => {
+                    opts.pipeline = on_off("pipeline", value_of("pipeline", "on or off")?)?
                 }
                 "revalidate" => {
                     let v = value_of("revalidate", "milliseconds")?;

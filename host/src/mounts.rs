@@ -143,9 +143,8 @@ impl MountSpec {
                 "ro" | "readonly" if value.is_none() => read_only = true,
                 "nocto" if value.is_none() => options.push((key, value)),
                 "cache" | "negtimeout" | "msize" | "cache_size" | "symlink_cache" | "reconnect"
-                | "revalidate" | "complete_dirs" | "cachetag" | "fscache_dir" | "fscache_size" => {
-                    options.push((key, value))
-                }
+                | "revalidate" | "complete_dirs" | "pipeline" | "cachetag" | "fscache_dir"
+                | "fscache_size" => options.push((key, value)),
                 other => return Err(spec_error(spec, format!("unknown key {other:?}"))),
             }
         }
@@ -341,9 +340,13 @@ impl Mounted {
         let r = stats.as_ref().map(|s| s.reconnect).unwrap_or_default();
         let reconnect = json!({ "reconnects": r.reconnects, "retried": r.retried,
                                 "failed": r.failed, "stale_fids": r.stale_fids });
+        let (pipelined, retries) = stats
+            .as_ref()
+            .map_or((0, 0), |s| (s.pipelined_opens, s.pipeline_retries));
         let mut entry = json!({ "target": self.spec.target, "type": self.spec.type_name(),
                 "rpc": rpc, "failed_walks": failed_walks, "cache": cache,
-                "reconnect": reconnect });
+                "reconnect": reconnect, "pipelined_opens": pipelined,
+                "pipeline_retries": retries });
         if let Some(plugin) = &self.plugin {
             entry["tier"] = plugin.tier_stats();
         }

@@ -25,6 +25,13 @@ pub const DEFAULT_MSIZE: u32 = 512 * 1024;
 pub const MAX_MSIZE: u32 = 1024 * 1024;
 /// `unlinkat` flag: remove a directory (Linux AT_REMOVEDIR).
 pub const AT_REMOVEDIR: u32 = 0x200;
+/// The extended attribute a wasm9p server answers (an empty value, on any fid) to say
+/// that every request on a connection sees what the metadata requests before it did
+/// (Twalk, Tlopen, Tgetattr... each done before the next frame is read): a client may
+/// then send requests on a fid behind the Twalk that binds it, before its reply. No
+/// file can carry the name (Linux xattr names have a namespace: `user.`, `trusted.`...),
+/// so no export can fake it; other servers answer it with an error.
+pub const ORDERED_XATTR: &str = "wasm9p.ordered";
 
 /// Qid type bits.
 pub mod qid {

@@ -7,6 +7,10 @@
 //! wrong or over msize closes this connection only (one log line); at most
 //! [`MAX_INFLIGHT_PER_CONNECTION`] requests run at once (the reader stops reading
 //! beyond that); Rflush for a tag is sent only after that tag's reply, if any.
+//! Metadata requests run on the reader, each done before the next frame is read, so
+//! every request sees what the metadata requests before it did: the promise a client
+//! learns from `ORDERED_XATTR` and pipelines on (a Tlopen behind the Twalk that binds
+//! its fid).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

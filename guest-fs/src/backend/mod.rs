@@ -19,6 +19,7 @@ pub mod ninep;
 mod ninep_check;
 mod ninep_complete;
 mod ninep_file;
+mod ninep_flight;
 mod ninep_store;
 
 use std::any::Any;

@@ -58,6 +58,11 @@ pub struct MountStats {
     pub cache_bytes: u64,
     /// What reconnecting did (`reconnect=on`; zero otherwise).
     pub reconnect: ReconnectStats,
+    /// Opens sent as one flight (walk, open, attributes, first read: `pipeline=on`).
+    pub pipelined_opens: u64,
+    /// Opens of a flight the server refused while its walk succeeded, sent again
+    /// after the walk's reply (0 on a server that keeps its promise of order).
+    pub pipeline_retries: u64,
 }
 
 /// What a 9p node carries besides its id.
@@ -76,9 +81,12 @@ pub struct NinepFs {
     /// `meta` and `symlink_cache=on`.
     pub(super) symlinks: bool,
     /// The cache's trust is a window: what is older gets checked.
-    checks: bool,
+    pub(super) checks: bool,
     /// `nocto`: opens believe a file's version for the window, like the rest.
     nocto: bool,
+    /// `pipeline=on` where it can work: a cold read-only open is one flight
+    /// (`open_in_flight`).
+    pub(super) pipeline: bool,
     failed_walks: AtomicU64,
     /// Lookups in flight, by directory and name.
     inflight: Flights<(u64, String), Result<Qid, Errno>>,
@@ -94,7 +102,7 @@ pub struct NinepFs {
     pub(super) listings: Flights<u64, ()>,
     /// Directories' records being taken from the store on disk.
     pub(super) store_loads: Flights<u64, ()>,
-    writers: Arc<Writers>,
+    pub(super) writers: Arc<Writers>,
 }
 
 /// Most directories whose lookups are counted at once.
@@ -165,6 +173,9 @@ impl NinepFs {
             symlinks: options.cache.has(CacheMode::META) && options.symlink_cache,
             checks: trust != Trust::Forever,
             nocto: options.nocto,
+            pipeline: options.pipeline
+                && options.cache.has(CacheMode::META | CacheMode::FILE)
+                && !matches!(trust, Trust::For(window) if window.is_zero()),
             failed_walks: AtomicU64::new(0),
             inflight: Flights::default(),
             dir_checks: Flights::default(),
@@ -194,6 +205,8 @@ impl NinepFs {
             cache: self.cache.stats(),
             cache_bytes: self.cache.bytes(),
             reconnect: self.session().reconnects(),
+            pipelined_opens: self.session().flights().0,
+            pipeline_retries: self.session().flights().1,
         }
     }
 
@@ -270,6 +283,32 @@ impl NinepFs {
             // a removed directory's whose inode number the server reused).
             self.cache.complete_forget(q.path);
         }
+    }
+}
+
+impl NinepFs {
+    /// A read-only open of the node cached as `cached` (at `cached_generation`) that
+    /// asked the server at `at` found the file at `qid`: the next open may not need
+    /// to. Keyed as the next open will look it up: loose (and nocto), by the cached
+    /// node's qid; checking, by the version the server gave. Made again after every
+    /// walk: `at` says when the server was last asked.
+    fn remember_readable(
+        &self,
+        cached: Qid,
+        qid: Qid,
+        deferrable: bool,
+        cached_generation: u64,
+        at: Instant,
+    ) {
+        if !(deferrable || self.checks) {
+            return;
+        }
+        let (mark, generation) = match deferrable {
+            true => (cached, cached_generation),
+            false => (qid, self.cache.generation(qid.path)),
+        };
+        self.cache
+            .insert_readable(mark.path, mark.version, generation, qid.version, at);
     }
 }
 
@@ -683,6 +722,11 @@ impl Backend for NinepFs {
             // Everywhere else an open asks the server (close-to-open): the walk's qid is
             // fresh, and pages are keyed by the version it has now.
             let at = Instant::now();
+            if read_only && self.opens_in_flight(n.qid, cached_generation) {
+                let (open, qid) = self.open_in_flight(&n.path, flags, at).await?;
+                self.remember_readable(n.qid, qid, deferrable, cached_generation, at);
+                return Ok(open);
+            }
             let fid = self.walk(&n.path).await?;
             let mut qid = fid.qid;
             if qid.version == 0 && pages {
@@ -721,16 +765,8 @@ impl Backend for NinepFs {
                 false => Source::Opened(fid),
             };
             let open = self.open_file(source, qid, flags).await?;
-            if read_only && pages && (deferrable || self.checks) {
-                // Keyed as the next open will look it up: loose (and nocto), by the
-                // cached node's qid; checking, by the version the server gives. Made
-                // again after every walk: `at` says when the server was last asked.
-                let (mark, generation) = match deferrable {
-                    true => (n.qid, cached_generation),
-                    false => (qid, generation),
-                };
-                self.cache
-                    .insert_readable(mark.path, mark.version, generation, qid.version, at);
+            if read_only && pages {
+                self.remember_readable(n.qid, qid, deferrable, cached_generation, at);
             }
             if flags.truncate && flags.write {
                 self.cache.forget_attr(file.id);

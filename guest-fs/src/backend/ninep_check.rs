@@ -51,7 +51,7 @@ impl NinepFs {
         result
     }
 
-    fn record_dirs(&self, qids: &[Qid], at: Instant) {
+    pub(super) fn record_dirs(&self, qids: &[Qid], at: Instant) {
         for q in qids.iter().filter(|q| q.ty & qid::DIR != 0) {
             self.cache.dir_seen(q.path, q.version, at);
         }

@@ -131,7 +131,7 @@ impl Writers {
     }
 
     /// Whether an open file of `file` buffers writes.
-    fn buffering(&self, file: u64) -> bool {
+    pub(super) fn buffering(&self, file: u64) -> bool {
         let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
         map.get(&file)
             .is_some_and(|list| list.iter().any(|w| w.strong_count() > 0))
@@ -160,8 +160,11 @@ impl Writers {
 
 /// Where an open file's fid comes from.
 pub(crate) enum Source {
-    /// Walked to and opened already.
+    /// Walked to, to be opened now.
     Opened(Fid),
+    /// Walked to and opened already (`ninep_flight`), its attributes and first pages
+    /// cached.
+    Ready(Fid),
     /// Walked to (the walk gave the version to check), to be opened read-only on
     /// first need.
     Walked(Fid),
@@ -250,8 +253,10 @@ impl NinepFile {
                 fid.lopen(p9).await?;
                 (tokio::sync::OnceCell::new_with(Some(Arc::new(fid))), None)
             }
-            // Only read-only opens are deferred.
+
+            // Only read-only opens are deferred, or opened in a flight.
             _ if !read_only => return Err(Errno::EINVAL),
+            Source::Ready(fid) => (tokio::sync::OnceCell::new_with(Some(Arc::new(fid))), None),
             Source::Walked(fid) => (
                 tokio::sync::OnceCell::new(),
                 Some(Deferred::Open(Arc::new(fid))),
@@ -488,7 +493,7 @@ impl NinepFile {
 /// that asked (the cache copies what it keeps, see `MountCache::insert_page`; requests
 /// ask for whole pages, so none straddles two replies), copying only a page that does
 /// (when msize is below a page). The last page may be short: the end of the file.
-fn carve_pages(replies: Vec<Bytes>) -> Vec<Bytes> {
+pub(super) fn carve_pages(replies: Vec<Bytes>) -> Vec<Bytes> {
     let mut pages = Vec::new();
     let mut straddling: Option<bytes::BytesMut> = None;
     for mut reply in replies {

@@ -13,6 +13,9 @@
 //!   record a negative entry for exactly that name.
 //! - Large reads and writes are split at `msize - IOHDRSZ` with up to
 //!   [`ClientConfig::io_depth`] requests in flight per call.
+//! - [`Fid::walk_open`] walks to a file and opens it, with its attributes and first
+//!   bytes, in one round trip on a server that says it handles requests in order
+//!   (module `flight`).
 //! - Dropping a request future (or its timeout firing) sends Tflush; the tag is reused
 //!   only after Rflush. Every request times out after [`ClientConfig::timeout`].
 //! - Connection loss fails every pending request with EIO at once and marks the
@@ -38,11 +41,13 @@
 //! ```
 
 mod fid;
+mod flight;
 mod io;
 mod ops;
 mod reconnect;
 mod session;
 
 pub use fid::{Fid, Walk, WalkError};
+pub use flight::{first_read, OpenWalkError, OpenedWalk};
 pub use ops::SetAttr;
 pub use session::{ClientConfig, ConnectError, ReconnectStats, RpcCounts, Session};

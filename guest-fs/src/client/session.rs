@@ -168,6 +168,13 @@ pub(crate) struct Inner {
     pub(crate) no_unlinkat: AtomicBool,
     /// Set by [`Session::close`]: the owner is going away with its runtime.
     closing: AtomicBool,
+    /// Whether the server says it handles a connection's requests in order (asked
+    /// once, at the first flight: `flight`).
+    pub(crate) ordered: tokio::sync::OnceCell<bool>,
+    /// Opens sent as one flight, and requests of a flight the server refused that
+    /// were sent again after the walk's reply.
+    pub(crate) flights: AtomicU64,
+    pub(crate) flight_retries: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -293,6 +300,9 @@ impl Session {
             no_renameat: AtomicBool::new(false),
             no_unlinkat: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            ordered: tokio::sync::OnceCell::new(),
+            flights: AtomicU64::new(0),
+            flight_retries: AtomicU64::new(0),
             config,
         });
         inner.spawn_link(wire, out_rx, 0);

@@ -9,6 +9,7 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use bytes::{Bytes, BytesMut};
 use rustix::fs::{Mode, OFlags, XattrFlags};
+use wasm9p_proto::consts::ORDERED_XATTR;
 use wasm9p_proto::{Errno, Message, Rxattrcreate, Rxattrwalk, Txattrcreate, Txattrwalk};
 
 use super::{sys, writable};
@@ -63,10 +64,17 @@ pub(super) fn xattrwalk(s: &Session, t: Txattrwalk) -> Result<Message, Errno> {
     if t.name.contains('\0') {
         return Err(Errno::EINVAL);
     }
-    let value = match xattr_fd(&fid)? {
-        Some(fd) => read_value(&fd, &t.name)?,
-        None if t.name.is_empty() => Bytes::new(),
-        None => return Err(Errno::ENODATA),
+    let value = if t.name == ORDERED_XATTR {
+        // What clients ask to learn that they may pipeline (see `ORDERED_XATTR`): true
+        // of every connection, whose reader runs metadata requests one after the other
+        // and starts a data request only once those before it are done.
+        Bytes::new()
+    } else {
+        match xattr_fd(&fid)? {
+            Some(fd) => read_value(&fd, &t.name)?,
+            None if t.name.is_empty() => Bytes::new(),
+            None => return Err(Errno::ENODATA),
+        }
     };
     let size = value.len() as u64;
     let reader = fid.clone_unopened();

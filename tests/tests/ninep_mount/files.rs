@@ -225,6 +225,62 @@ async fn a_cold_open_fetches_the_attributes_its_fstat_asks_for_and_keeps_buffere
 }
 
 #[tokio::test]
+async fn a_cold_open_on_our_server_is_one_flight_whose_pages_answer_the_fstat_and_reads() {
+    // Sizes around the flight's read (128 KiB) and the page (64 KiB): a header, a
+    // file ending on a page boundary, one past what the flight reads, an empty one.
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let page: Vec<u8> = (0..65_536u32).map(|i| (i % 13) as u8).collect();
+    let dir = Tree::build(&[
+        Tree::file("h.h", "int printf();\n"),
+        Tree::File("page.bin", page.clone()),
+        Tree::File("big.bin", big.clone()),
+        Tree::file("empty", ""),
+    ]);
+    for kind in SERVERS {
+        let server = Remote::start(kind, dir.path());
+        for spec in [
+            "cache=loose",
+            "cache=loose,revalidate=1000",
+            "cache=loose,pipeline=off",
+        ] {
+            let (ns, fs) = mount(&server, spec).await;
+            let flies = kind == "ours" && !spec.contains("pipeline=off");
+            for (path, want) in [
+                ("/h.h", &b"int printf();\n"[..]),
+                ("/page.bin", &page[..]),
+                ("/big.bin", &big[..]),
+                ("/empty", &b""[..]),
+            ] {
+                let what = format!("{kind} {spec} {path}");
+                let file = ns.resolve(path, true).await.unwrap();
+                let (flights, reads) = (fs.stats().pipelined_opens, rpcs(&fs, "read"));
+                let open = fs.open(&file.node, READ).await.unwrap();
+                assert_eq!(
+                    fs.stats().pipelined_opens,
+                    flights + u64::from(flies),
+                    "{what}"
+                );
+                assert_eq!(rpcs(&fs, "read"), reads + u64::from(flies), "{what}");
+                let total = fs.stats().rpc_total;
+                assert_eq!(open.getattr().await.unwrap().size, want.len() as u64);
+                let got = open.read_at(0, 300_000).await.unwrap();
+                assert_eq!(&got[..], want, "{what}");
+                assert!(open
+                    .read_at(want.len() as u64, 10)
+                    .await
+                    .unwrap()
+                    .is_empty());
+                let sent = fs.stats().rpc_total - total;
+                if flies && want.len() <= 128 << 10 {
+                    assert_eq!(sent, 0, "fstat and reads came with the open: {what}");
+                }
+            }
+            assert_eq!(fs.stats().pipeline_retries, 0, "{kind} {spec}");
+        }
+    }
+}
+
+#[tokio::test]
 async fn rename_over_a_cached_name_is_seen_at_once() {
     for kind in SERVERS {
         let dir = tree();

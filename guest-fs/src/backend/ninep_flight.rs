@@ -1,0 +1,117 @@
+//! Cold opens in one flight (`pipeline=on`, the default where metadata and pages are
+//! cached).
+//!
+//! A read-only open that must ask the server (the file not opened through this mount
+//! before, or close-to-open) walks to the file, opens it, fetches its attributes (the
+//! `fstat` a compiler sends next) and reads its first bytes (the read it sends after):
+//! on a server that handles a connection's requests in order, all four go out at once
+//! ([`Fid::walk_open`](crate::client::Fid::walk_open)), so a header a compiler opens
+//! cold costs one round trip instead of three. The attributes go to the attribute
+//! cache and the bytes to the page cache, keyed as a read would key them, so the
+//! guest's `fstat` and `read` find them there. A file of up to 128 KiB comes whole.
+//!
+//! Not while an open of the file buffers writes through this mount (its size is the
+//! guest's, not the server's yet), nor where the mount would not open it at all
+//! (a checking mode's file opened at this version before waits for its first read).
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use wasm9p_proto::consts::open;
+use wasm9p_proto::{Errno, Qid};
+
+use super::ninep::NinepFs;
+use super::ninep_check::content_stamp;
+use super::ninep_file::{carve_pages, Source};
+use super::{OpenFile, OpenFlags};
+use crate::cache::{MountCache, PAGE_SIZE};
+use crate::client::{first_read, OpenWalkError};
+use crate::path::SharedPath;
+
+impl NinepFs {
+    /// Whether an open of `qid` (as the cache knows it) that asks the server should
+    /// go as one flight.
+    pub(super) fn opens_in_flight(&self, qid: Qid, generation: u64) -> bool {
+        self.pipeline
+            && !self.writers.buffering(qid.path)
+            && !(self.checks
+                && self
+                    .cache
+                    .readable(qid.path, qid.version, generation)
+                    .is_some())
+    }
+
+    /// Opens `path` read-only in one flight; returns the open file and the qid it was
+    /// opened at (its version the content stamp on a server that keeps none).
+    pub(super) async fn open_in_flight(
+        &self,
+        path: &SharedPath,
+        flags: OpenFlags,
+        at: Instant,
+    ) -> Result<(Box<dyn OpenFile>, Qid), Errno> {
+        let read = first_read(self.session());
+        let flown = self
+            .root
+            .walk_open(&path.to_vec(), open::RDONLY, true, read)
+            .await
+            .map_err(|e| {
+                if let OpenWalkError::Walk(w) = &e {
+                    self.record_dirs(&w.qids, at);
+                }
+                e.errno()
+            })?;
+        self.record_dirs(&flown.walk.qids, at);
+        let fid = flown.walk.fid;
+        let mut qid = fid.qid;
+        let mut data = flown.data;
+        let attr = match flown.attr.filter(|a| a.qid.path == qid.path) {
+            // Another file than the cache knew, written through this mount meanwhile:
+            // what its writers buffer goes out first, then its size is asked again.
+            Some(_) if self.writers.buffering(qid.path) => {
+                self.writers.push_out(qid.path).await;
+                data = None;
+                fid.getattr().await?
+            }
+            Some(a) => a,
+            None => fid.getattr().await?,
+        };
+        if qid.version == 0 {
+            qid.version = content_stamp(&attr);
+        }
+        let size = attr.size;
+        self.cache.insert_attr(attr);
+        if let Some(data) = data {
+            let generation = self.cache.generation(qid.path);
+            keep_first_pages(&self.cache, qid, generation, data, read, size);
+        }
+        let open = self.open_file(Source::Ready(fid), qid, flags).await?;
+        Ok((open, qid))
+    }
+}
+
+/// Puts a file's first bytes, read from offset 0 asking `asked`, in the page cache:
+/// every whole page, and the last short one only if the file ends there (`size`, from
+/// the attributes of the same flight), with the empty page after a file that ends on
+/// a page boundary, as a read that met the end keeps them.
+fn keep_first_pages(
+    cache: &MountCache,
+    qid: Qid,
+    generation: u64,
+    data: Bytes,
+    asked: u32,
+    size: u64,
+) {
+    let len = data.len();
+    let at_end = len as u64 == size && len < asked as usize;
+    let mut index = 0;
+    for page in carve_pages(vec![data]) {
+        if page.len() < PAGE_SIZE && !at_end {
+            return; // a short reply before the end: not the file's last page
+        }
+        cache.insert_page(qid.path, qid.version, generation, index, page);
+        index += 1;
+    }
+    if at_end && len.is_multiple_of(PAGE_SIZE) {
+        cache.insert_page(qid.path, qid.version, generation, index, Bytes::new());
+    }
+}

@@ -1,0 +1,263 @@
+//! Flights: a walk and the requests on the fid it binds, sent together.
+//!
+//! Opening a file the client has no fid for takes a Twalk, a Tlopen on the fid the walk
+//! binds, and (for a reader) a Tgetattr and a first Tread: three round trips one after
+//! another, because 9P2000.L has no open-by-name. Over a slow link (a hypervisor's, a
+//! network's) those round trips are what a cold compile waits for.
+//!
+//! A server that handles a connection's requests in order (each request sees what the
+//! metadata requests before it did) can take all four at once: the Tlopen arrives after
+//! the Twalk that binds its fid, and the Tread after the Tlopen. A wasm9p server says it
+//! does by answering the extended attribute [`ORDERED_XATTR`]; the session asks once, at
+//! its first flight (a Txattrwalk, and the Tclunk of the fid it binds). Other servers
+//! (diod's worker threads, QEMU's coroutines) may run two requests of a connection at
+//! once, where a request on a fid still being walked is undefined, so they get the
+//! requests one round trip after another, as before.
+//!
+//! Even on a server that promised, nothing is taken on trust: a request of the flight
+//! that failed while the walk succeeded is sent again after it (its error then is the
+//! answer), and the fid's number is given back only once every reply of the flight is
+//! in, so no request of a failed flight can reach a later fid of the same number.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use wasm9p_proto::consts::{getattr, ORDERED_XATTR};
+use wasm9p_proto::{Errno, Message, Qid, Rgetattr, Tgetattr, Tlopen, Tread, Twalk, Txattrwalk};
+
+use super::fid::{Fid, Walk, WalkError};
+use super::session::{Call, Session};
+
+/// A file walked to and opened, with what came back beside the open.
+#[derive(Debug)]
+pub struct OpenedWalk {
+    /// The walk: its fid, now open.
+    pub walk: Walk,
+    /// The file's attributes, when they were asked for and came.
+    pub attr: Option<Rgetattr>,
+    /// The file's first bytes (from offset 0; fewer than asked at its end), when they
+    /// were asked for and came in the flight.
+    pub data: Option<Bytes>,
+}
+
+/// Why [`Fid::walk_open`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenWalkError {
+    /// The walk did not reach the file.
+    #[error(transparent)]
+    Walk(#[from] WalkError),
+    /// The file is there but the server would not open it.
+    #[error("open failed: {0}")]
+    Open(Errno),
+}
+
+impl OpenWalkError {
+    /// The errno to give whoever asked.
+    pub fn errno(&self) -> Errno {
+        match self {
+            OpenWalkError::Walk(e) => e.errno,
+            OpenWalkError::Open(errno) => *errno,
+        }
+    }
+}
+
+/// How many bytes of a file a flight reads: what a request carries, at most 128 KiB
+/// (Linux's first readahead window), so that opening a big file to read a little of
+/// it does not make the server read much more.
+pub fn first_read(session: &Session) -> u32 {
+    (session.msize() - wasm9p_proto::consts::IOHDRSZ).min(128 << 10)
+}
+
+impl Session {
+    /// Whether the server says it handles this connection's requests in order (see
+    /// the module docs); asked once, on `root`.
+    pub async fn handles_requests_in_order(&self, root: &Fid) -> bool {
+        *self
+            .inner
+            .ordered
+            .get_or_init(|| async {
+                let Ok(newfid) = self.inner.alloc_fid() else {
+                    return false;
+                };
+                let probe = Fid::new(self.clone(), newfid, root.qid);
+                let msg = Txattrwalk {
+                    fid: root.id,
+                    newfid,
+                    name: ORDERED_XATTR.into(),
+                };
+                match self.call(msg.into()).await {
+                    // Bound to the (empty) value: dropping it clunks it.
+                    Ok(Message::Rxattrwalk(_)) => true,
+                    Ok(_) | Err(Errno::ETIMEDOUT | Errno::EIO) => {
+                        drop(probe);
+                        false
+                    }
+                    Err(_) => {
+                        probe.forget();
+                        false
+                    }
+                }
+            })
+            .await
+    }
+
+    /// Opens sent as one flight, and requests of flights sent again because the
+    /// server refused them while their walk succeeded.
+    pub fn flights(&self) -> (u64, u64) {
+        (
+            self.inner.flights.load(Ordering::Relaxed),
+            self.inner.flight_retries.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Waits for a call of a flight, if it was sent.
+async fn reply(call: Option<Result<Call, Errno>>) -> Option<Result<Message, Errno>> {
+    Some(match call? {
+        Ok(call) => call.wait().await,
+        Err(errno) => Err(errno),
+    })
+}
+
+impl Fid {
+    /// Walks `names` to a new fid and opens it with `flags`; with `attrs`, asks its
+    /// attributes beside the open; with `read` above 0, its first `read` bytes too
+    /// (only in a flight: see the module docs). One round trip on a server that
+    /// handles requests in order and a path of at most 16 names; otherwise the walk,
+    /// then the open beside the attributes (and no read).
+    pub async fn walk_open<S: AsRef<str>>(
+        &self,
+        names: &[S],
+        flags: u32,
+        attrs: bool,
+        read: u32,
+    ) -> Result<OpenedWalk, OpenWalkError> {
+        let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
+        let flight = names.len() <= wasm9p_proto::consts::MAXWELEM
+            && !names.is_empty()
+            && self.session.handles_requests_in_order(self).await;
+        if !flight {
+            let walk = self.walk(&names).await?;
+            return open_walked(walk, flags, attrs, None).await;
+        }
+        let fail = |errno| WalkError {
+            index: 0,
+            errno,
+            qids: Vec::new(),
+        };
+        let newfid = self.session.inner.alloc_fid().map_err(fail)?;
+        // Made before anything is sent: if this future is dropped mid-flight, the
+        // server may have bound newfid, and dropping `new` clunks it.
+        let new = Fid::new(self.session.clone(), newfid, self.qid);
+        let walk = Twalk {
+            fid: self.id,
+            newfid,
+            wnames: names.clone(),
+        };
+        let walk = match self.session.start(walk.into()).await {
+            Ok(call) => call,
+            Err(errno) => {
+                new.forget();
+                return Err(fail(errno).into());
+            }
+        };
+        // Behind the walk, only in free slots: waiting for one while holding the walk's
+        // could deadlock every caller doing the same.
+        let open = self.session.try_start(Tlopen { fid: newfid, flags }.into());
+        let attr = attrs
+            .then(|| {
+                let msg = Tgetattr {
+                    fid: newfid,
+                    request_mask: getattr::BASIC,
+                };
+                self.session.try_start(msg.into())
+            })
+            .flatten();
+        let data = (read > 0)
+            .then(|| {
+                let msg = Tread {
+                    fid: newfid,
+                    offset: 0,
+                    count: read,
+                };
+                self.session.try_start(msg.into())
+            })
+            .flatten();
+        if open.is_some() {
+            self.session.inner.flights.fetch_add(1, Ordering::Relaxed);
+        }
+        // Every reply is in before the walk's outcome frees newfid (see the module docs).
+        let walked = walk.wait().await;
+        let (open, attr, data) = (reply(open).await, reply(attr).await, reply(data).await);
+        let qids = match walked {
+            Ok(Message::Rwalk(r)) if r.wqids.len() == names.len() => r.wqids,
+            Ok(Message::Rwalk(r)) if r.wqids.len() < names.len() => {
+                new.forget(); // a partial walk binds nothing
+                return Err(WalkError {
+                    index: r.wqids.len(),
+                    errno: Errno::ENOENT,
+                    qids: r.wqids,
+                }
+                .into());
+            }
+            Ok(_) => {
+                drop(new); // more qids than names: a broken server; clunk to be safe
+                return Err(fail(Errno::EIO).into());
+            }
+            Err(errno @ (Errno::ETIMEDOUT | Errno::EIO)) => {
+                drop(new); // no answer: newfid may be bound
+                return Err(fail(errno).into());
+            }
+            Err(errno) => {
+                new.forget();
+                return Err(fail(errno).into());
+            }
+        };
+        let qid: Qid = qids.last().copied().unwrap_or(self.qid);
+        let walk = Walk {
+            fid: new.with_qid(qid),
+            qids,
+        };
+        let attr = attr.and_then(|r| match r {
+            Ok(Message::Rgetattr(a)) => Some(a),
+            _ => None,
+        });
+        let data = data.and_then(|r| match r {
+            Ok(Message::Rread(r)) if r.data.0.len() <= read as usize => Some(r.data.0),
+            _ => None,
+        });
+        match open {
+            Some(Ok(Message::Rlopen(_))) => Ok(OpenedWalk { walk, attr, data }),
+            // Refused (or not sent): asked again now that the walk is answered.
+            Some(_) | None => {
+                self.session
+                    .inner
+                    .flight_retries
+                    .fetch_add(1, Ordering::Relaxed);
+                open_walked(walk, flags, attrs, attr).await
+            }
+        }
+    }
+}
+
+/// Opens a walked fid, its attributes asked beside the open unless known.
+async fn open_walked(
+    walk: Walk,
+    flags: u32,
+    attrs: bool,
+    attr: Option<Rgetattr>,
+) -> Result<OpenedWalk, OpenWalkError> {
+    let (opened, attr) = match (attrs, attr) {
+        (true, None) => {
+            let (opened, attr) = tokio::join!(walk.fid.lopen(flags), walk.fid.getattr());
+            (opened, attr.ok())
+        }
+        (_, attr) => (walk.fid.lopen(flags).await, attr),
+    };
+    opened.map_err(OpenWalkError::Open)?;
+    Ok(OpenedWalk {
+        walk,
+        attr,
+        data: None,
+    })
+}

@@ -1,0 +1,293 @@
+//! Flights (`Fid::walk_open`): a walk and the open, attributes and first read of the
+//! fid it binds, sent at once to a server that says it handles requests in order.
+//!
+//! The proof that they are one round trip: a link between client and server that
+//! holds every reply back. With no reply delivered, our server still receives the
+//! Twalk, Tlopen, Tgetattr and Tread; a client waiting for each reply would send the
+//! Twalk alone. The same link, swapping the first two requests, shows a refused open
+//! sent again (nothing is taken on trust). Against diod, which makes no promise, the
+//! requests go one after another and the results are the same.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+use wasm9p_guest_fs::client::{ClientConfig, OpenWalkError, Session};
+use wasm9p_proto::consts::open;
+use wasm9p_proto::transport::{duplex, BoxStream};
+use wasm9p_proto::{Addr, Errno};
+use wasm9p_server::{ExportConfig, Server, ServerConfig};
+use wasm9p_tests::{Diod, Tree};
+
+const TWALK: u8 = 110;
+const TLOPEN: u8 = 12;
+const TGETATTR: u8 = 24;
+const TREAD: u8 = 116;
+
+/// What the link does with frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hold {
+    /// Everything passes.
+    Nothing,
+    /// Replies wait; requests pass.
+    Replies,
+    /// Replies wait, and the next request is held until the one after it has passed.
+    RepliesAndSwapNext,
+}
+
+/// A link between a client and a server that counts requests and holds frames as told.
+struct Gate {
+    hold: watch::Sender<Hold>,
+    requests: Arc<Mutex<Vec<u8>>>,
+}
+
+async fn read_frame(from: &mut (impl tokio::io::AsyncRead + Unpin)) -> Option<Vec<u8>> {
+    let mut size = [0u8; 4];
+    from.read_exact(&mut size).await.ok()?;
+    let mut frame = size.to_vec();
+    frame.resize(u32::from_le_bytes(size) as usize, 0);
+    from.read_exact(&mut frame[4..]).await.ok()?;
+    Some(frame)
+}
+
+impl Gate {
+    /// The client's end of a link to `server`.
+    fn start(server: Server) -> (Gate, BoxStream) {
+        let (client_end, gate_client) = duplex();
+        let (gate_server, server_end) = duplex();
+        tokio::spawn(async move { server.serve_connection(server_end, "gate".into()).await });
+        let (hold, _) = watch::channel(Hold::Nothing);
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let gate = Gate {
+            hold,
+            requests: requests.clone(),
+        };
+        let mut holds = gate.hold.subscribe();
+        let mut replies_hold = gate.hold.subscribe();
+        let (to_server, mut to_server_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+        let (to_client, mut to_client_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+        // A reader per end; a writer per direction, which holds as told.
+        let (mut client_read, mut client_write) = tokio::io::split(gate_client);
+        let (mut server_read, mut server_write) = tokio::io::split(gate_server);
+        tokio::spawn(async move {
+            while let Some(frame) = read_frame(&mut client_read).await {
+                if to_server.send(frame).is_err() {
+                    break;
+                }
+            }
+        });
+        tokio::spawn(async move {
+            while let Some(frame) = read_frame(&mut server_read).await {
+                if to_client.send(frame).is_err() {
+                    break;
+                }
+            }
+        });
+        tokio::spawn(async move {
+            let mut swapped: Option<Vec<u8>> = None;
+            while let Some(frame) = to_server_rx.recv().await {
+                requests.lock().unwrap().push(frame[4]);
+                if *holds.borrow_and_update() == Hold::RepliesAndSwapNext && swapped.is_none() {
+                    swapped = Some(frame);
+                    continue;
+                }
+                if server_write.write_all(&frame).await.is_err() {
+                    break;
+                }
+                if let Some(first) = swapped.take() {
+                    if server_write.write_all(&first).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        tokio::spawn(async move {
+            while let Some(frame) = to_client_rx.recv().await {
+                let _ = replies_hold.wait_for(|h| *h == Hold::Nothing).await;
+                if client_write.write_all(&frame).await.is_err() {
+                    break;
+                }
+            }
+        });
+        (gate, client_end)
+    }
+
+    fn set(&self, hold: Hold) {
+        self.hold.send_replace(hold);
+    }
+
+    fn requests(&self) -> Vec<u8> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    /// Waits until `n` requests have crossed since `from` (at most 20 s: a client
+    /// that waits for replies the gate holds never sends them).
+    async fn wait_for_requests(&self, from: usize, n: usize) -> Vec<u8> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let seen = self.requests();
+            if seen.len() >= from + n {
+                return seen[from..].to_vec();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "with the replies held, only {:?} reached the server",
+                &seen[from..]
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+fn fixture() -> tempfile::TempDir {
+    Tree::build(&[
+        Tree::Dir("sub", vec![Tree::file("inner.txt", "inner")]),
+        Tree::File(
+            "big.bin",
+            (0..300_000u32).map(|i| (i % 251) as u8).collect(),
+        ),
+    ])
+}
+
+fn config() -> ClientConfig {
+    ClientConfig {
+        timeout: Duration::from_secs(20),
+        ..ClientConfig::default()
+    }
+}
+
+async fn settle(session: &Session, baseline: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while session.live_fids() != baseline {
+        assert!(Instant::now() < deadline, "fids leaked");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_with_its_attributes_and_first_read_is_one_round_trip_on_our_server() {
+    let dir = fixture();
+    let server = Server::new(ServerConfig {
+        exports: vec![ExportConfig::new(dir.path())],
+        ..Default::default()
+    })
+    .unwrap();
+    let (gate, client_end) = Gate::start(server);
+    let session = Session::over(client_end, config()).await.unwrap();
+    let root = Arc::new(session.attach("").await.unwrap());
+    assert!(session.handles_requests_in_order(&root).await);
+    settle(&session, 1).await; // the probe's fid is clunked
+
+    gate.set(Hold::Replies);
+    let before = gate.requests().len();
+    let opening = tokio::spawn({
+        let root = root.clone();
+        async move {
+            root.walk_open(&["sub", "inner.txt"], open::RDONLY, true, 4096)
+                .await
+        }
+    });
+    let sent = gate.wait_for_requests(before, 4).await;
+    assert_eq!(
+        sent,
+        [TWALK, TLOPEN, TGETATTR, TREAD],
+        "one flight, in order"
+    );
+    gate.set(Hold::Nothing);
+    let opened = opening.await.unwrap().unwrap();
+    assert_eq!(opened.walk.qids.len(), 2);
+    assert_eq!(opened.attr.as_ref().map(|a| a.size), Some(5));
+    assert_eq!(opened.data.as_deref(), Some(&b"inner"[..]));
+    // The fid is open: it reads.
+    assert_eq!(&opened.walk.fid.read_at(1, 10).await.unwrap()[..], b"nner");
+    assert_eq!(session.flights(), (1, 0));
+    drop(opened);
+
+    // A missing name: the walk's error, with the index to cache as missing, and every
+    // request of the flight answered before the fid number is free again.
+    let missing = root
+        .walk_open(&["sub", "nope.txt"], open::RDONLY, true, 4096)
+        .await
+        .unwrap_err();
+    match missing {
+        OpenWalkError::Walk(w) => assert_eq!((w.index, w.errno), (1, Errno::ENOENT)),
+        other => panic!("expected a walk error, got {other:?}"),
+    }
+    // A directory opened read-only works; the read beside it fails and is left out.
+    let opened = root
+        .walk_open(&["sub"], open::RDONLY, true, 4096)
+        .await
+        .unwrap();
+    assert!(opened.data.is_none());
+    drop(opened);
+    settle(&session, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_the_server_took_before_its_walk_is_sent_again_after_it() {
+    let dir = fixture();
+    let server = Server::new(ServerConfig {
+        exports: vec![ExportConfig::new(dir.path())],
+        ..Default::default()
+    })
+    .unwrap();
+    let (gate, client_end) = Gate::start(server);
+    let session = Session::over(client_end, config()).await.unwrap();
+    let root = Arc::new(session.attach("").await.unwrap());
+    assert!(session.handles_requests_in_order(&root).await);
+    settle(&session, 1).await;
+
+    // The Twalk reaches the server after the Tlopen: the open (and the read behind
+    // it) find no fid, and the client opens again once the walk is answered.
+    gate.set(Hold::RepliesAndSwapNext);
+    let before = gate.requests().len();
+    let opening = tokio::spawn({
+        let root = root.clone();
+        async move { root.walk_open(&["big.bin"], open::RDONLY, true, 4096).await }
+    });
+    gate.wait_for_requests(before, 4).await;
+    gate.set(Hold::Nothing);
+    let opened = opening.await.unwrap().unwrap();
+    assert_eq!(session.flights(), (1, 1), "one flight, its open sent again");
+    assert!(
+        opened.data.is_none(),
+        "the read before the open is not believed"
+    );
+    assert_eq!(opened.attr.as_ref().map(|a| a.size), Some(300_000));
+    let bytes = opened.walk.fid.read_at(299_990, 100).await.unwrap();
+    let want: Vec<u8> = (299_990..300_000u32).map(|i| (i % 251) as u8).collect();
+    assert_eq!(&bytes[..], &want[..]);
+    drop(opened);
+    settle(&session, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diod_makes_no_promise_and_gets_the_requests_one_after_another() {
+    let dir = fixture();
+    let diod = Diod::start(dir.path());
+    let addr = Addr::Tcp {
+        host: "127.0.0.1".into(),
+        port: diod.port,
+    };
+    let session = Session::connect(&addr, config()).await.unwrap();
+    let root = session.attach(dir.path().to_str().unwrap()).await.unwrap();
+    let opened = root
+        .walk_open(&["sub", "inner.txt"], open::RDONLY, true, 4096)
+        .await
+        .unwrap();
+    assert!(!session.handles_requests_in_order(&root).await);
+    assert_eq!(session.flights(), (0, 0));
+    assert!(opened.data.is_none(), "no read without a flight");
+    assert_eq!(opened.attr.as_ref().map(|a| a.size), Some(5));
+    assert_eq!(&opened.walk.fid.read_at(0, 10).await.unwrap()[..], b"inner");
+    let counts: std::collections::HashMap<_, _> = session.counts().snapshot().into_iter().collect();
+    assert_eq!(counts.get("xattrwalk"), Some(&1), "asked once: {counts:?}");
+    drop(opened);
+    let missing = root
+        .walk_open(&["sub", "nope.txt"], open::RDONLY, true, 4096)
+        .await
+        .unwrap_err();
+    assert_eq!(missing.errno(), Errno::ENOENT);
+    settle(&session, 1).await;
+}
