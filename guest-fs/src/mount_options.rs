@@ -485,6 +485,16 @@ mod tests {
     }
 
     #[test]
+    fn pipeline_is_on_unless_turned_off() {
+        assert!(parse("cache=loose").unwrap().pipeline);
+        assert!(parse("cache=loose,pipeline=on").unwrap().pipeline);
+        assert!(!parse("cache=loose,pipeline=off").unwrap().pipeline);
+        assert!(!parse("cache=loose,pipeline=0").unwrap().pipeline);
+        assert!(parse("cache=loose,pipeline=maybe").is_err());
+        assert!(parse("cache=loose,pipeline").is_err());
+    }
+
+    #[test]
     fn modes_by_name_and_by_linux_bitmask() {
         for (text, mode) in [
             ("none", 0),

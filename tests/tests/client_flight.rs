@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
-use wasm9p_guest_fs::client::{ClientConfig, OpenWalkError, Session};
+use wasm9p_guest_fs::client::{ClientConfig, First, OpenWalkError, Session};
 use wasm9p_proto::consts::open;
 use wasm9p_proto::transport::{duplex, BoxStream};
 use wasm9p_proto::{Addr, Errno};
@@ -24,6 +24,7 @@ const TWALK: u8 = 110;
 const TLOPEN: u8 = 12;
 const TGETATTR: u8 = 24;
 const TREAD: u8 = 116;
+const TREADDIR: u8 = 40;
 
 /// What the link does with frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,7 +185,7 @@ async fn an_open_with_its_attributes_and_first_read_is_one_round_trip_on_our_ser
     let opening = tokio::spawn({
         let root = root.clone();
         async move {
-            root.walk_open(&["sub", "inner.txt"], open::RDONLY, true, 4096)
+            root.walk_open(&["sub", "inner.txt"], open::RDONLY, true, First::Read(4096))
                 .await
         }
     });
@@ -207,7 +208,7 @@ async fn an_open_with_its_attributes_and_first_read_is_one_round_trip_on_our_ser
     // A missing name: the walk's error, with the index to cache as missing, and every
     // request of the flight answered before the fid number is free again.
     let missing = root
-        .walk_open(&["sub", "nope.txt"], open::RDONLY, true, 4096)
+        .walk_open(&["sub", "nope.txt"], open::RDONLY, true, First::Read(4096))
         .await
         .unwrap_err();
     match missing {
@@ -216,10 +217,44 @@ async fn an_open_with_its_attributes_and_first_read_is_one_round_trip_on_our_ser
     }
     // A directory opened read-only works; the read beside it fails and is left out.
     let opened = root
-        .walk_open(&["sub"], open::RDONLY, true, 4096)
+        .walk_open(&["sub"], open::RDONLY, true, First::Read(4096))
         .await
         .unwrap();
     assert!(opened.data.is_none());
+    drop(opened);
+
+    // A directory's listing: its first entries in the flight of its walk and open.
+    gate.set(Hold::Replies);
+    let before = gate.requests().len();
+    let listing = tokio::spawn({
+        let root = root.clone();
+        async move {
+            let flags = open::RDONLY | open::DIRECTORY;
+            root.walk_open(&["sub"], flags, false, First::Entries(8192))
+                .await
+        }
+    });
+    let sent = gate.wait_for_requests(before, 3).await;
+    assert_eq!(sent, [TWALK, TLOPEN, TREADDIR], "one flight, in order");
+    gate.set(Hold::Nothing);
+    let opened = listing.await.unwrap().unwrap();
+    let mut names: Vec<String> = opened
+        .entries
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|e| e.name.clone())
+        .collect();
+    names.sort();
+    assert_eq!(names, [".", "..", "inner.txt"]);
+    let rest = opened
+        .walk
+        .fid
+        .readdir_all_after(Some(Vec::new()))
+        .await
+        .unwrap();
+    assert!(rest.is_empty(), "an empty first batch is the end");
+    assert_eq!(session.flights(), (4, 0));
     drop(opened);
     settle(&session, 1).await;
 }
@@ -244,7 +279,10 @@ async fn an_open_the_server_took_before_its_walk_is_sent_again_after_it() {
     let before = gate.requests().len();
     let opening = tokio::spawn({
         let root = root.clone();
-        async move { root.walk_open(&["big.bin"], open::RDONLY, true, 4096).await }
+        async move {
+            root.walk_open(&["big.bin"], open::RDONLY, true, First::Read(4096))
+                .await
+        }
     });
     gate.wait_for_requests(before, 4).await;
     gate.set(Hold::Nothing);
@@ -273,7 +311,7 @@ async fn diod_makes_no_promise_and_gets_the_requests_one_after_another() {
     let session = Session::connect(&addr, config()).await.unwrap();
     let root = session.attach(dir.path().to_str().unwrap()).await.unwrap();
     let opened = root
-        .walk_open(&["sub", "inner.txt"], open::RDONLY, true, 4096)
+        .walk_open(&["sub", "inner.txt"], open::RDONLY, true, First::Read(4096))
         .await
         .unwrap();
     assert!(!session.handles_requests_in_order(&root).await);
@@ -285,7 +323,7 @@ async fn diod_makes_no_promise_and_gets_the_requests_one_after_another() {
     assert_eq!(counts.get("xattrwalk"), Some(&1), "asked once: {counts:?}");
     drop(opened);
     let missing = root
-        .walk_open(&["sub", "nope.txt"], open::RDONLY, true, 4096)
+        .walk_open(&["sub", "nope.txt"], open::RDONLY, true, First::Read(4096))
         .await
         .unwrap_err();
     assert_eq!(missing.errno(), Errno::ENOENT);

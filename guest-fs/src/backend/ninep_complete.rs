@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use wasm9p_proto::consts::open;
 use wasm9p_proto::{Errno, Qid};
 
 use super::ninep::{parts, NinepFs, MAX_COUNTED_DIRS};
@@ -60,7 +59,7 @@ impl NinepFs {
     async fn read_complete(&self, dir: &Node) {
         let Ok(n) = parts(dir) else { return };
         let mut seen = self.seen_before(dir);
-        let Ok(fid) = self.walk(&n.path).await else {
+        let Ok((fid, mut first)) = self.open_dir(&n.path).await else {
             return;
         };
         if !n.path.is_empty() {
@@ -71,14 +70,15 @@ impl NinepFs {
             }
             seen.dir_version = fid.qid.version;
         }
-        if fid.lopen(open::RDONLY | open::DIRECTORY).await.is_err() {
-            return;
-        }
         let mut names = std::collections::HashMap::new();
         let mut offset = 0;
         loop {
-            let Ok(batch) = fid.readdir(offset, u32::MAX).await else {
-                return;
+            let batch = match first.take() {
+                Some(batch) => batch,
+                None => match fid.readdir(offset, u32::MAX).await {
+                    Ok(batch) => batch,
+                    Err(_) => return,
+                },
             };
             let Some(last) = batch.last() else { break };
             offset = last.offset;
@@ -115,7 +115,7 @@ impl NinepFs {
             }
         }
         let mut seen = self.seen_before(dir);
-        let fid = self.walk(&parts(dir)?.path).await?;
+        let (fid, first) = self.open_dir(&parts(dir)?.path).await?;
         if !path.is_empty() {
             seen.dir_version = if fid.qid.path == dir.id {
                 fid.qid.version
@@ -123,11 +123,10 @@ impl NinepFs {
                 0
             };
         }
-        fid.lopen(open::RDONLY | open::DIRECTORY).await?;
         if self.meta {
             // Cache the whole listing; cookies index it.
             let entries: Vec<Entry> = fid
-                .readdir_all()
+                .readdir_all_after(first)
                 .await?
                 .into_iter()
                 .filter(|e| e.name != "." && e.name != "..")

@@ -10,6 +10,9 @@
 //! cache and the bytes to the page cache, keyed as a read would key them, so the
 //! guest's `fstat` and `read` find them there. A file of up to 128 KiB comes whole.
 //!
+//! Directory listings read cold (`open_dir`: a complete directory's, a guest's
+//! `readdir`) get their first Treaddir in the flight of their walk and open likewise.
+//!
 //! Not while an open of the file buffers writes through this mount (its size is the
 //! guest's, not the server's yet), nor where the mount would not open it at all
 //! (a checking mode's file opened at this version before waits for its first read).
@@ -18,14 +21,14 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use wasm9p_proto::consts::open;
-use wasm9p_proto::{Errno, Qid};
+use wasm9p_proto::{DirEntry, Errno, Qid};
 
 use super::ninep::NinepFs;
 use super::ninep_check::content_stamp;
 use super::ninep_file::{carve_pages, Source};
 use super::{OpenFile, OpenFlags};
 use crate::cache::{MountCache, PAGE_SIZE};
-use crate::client::{first_read, OpenWalkError};
+use crate::client::{first_entries, first_read, Fid, First, OpenWalkError};
 use crate::path::SharedPath;
 
 impl NinepFs {
@@ -49,10 +52,10 @@ impl NinepFs {
         flags: OpenFlags,
         at: Instant,
     ) -> Result<(Box<dyn OpenFile>, Qid), Errno> {
-        let read = first_read(self.session());
+        let first = first_read(self.session());
         let flown = self
             .root
-            .walk_open(&path.to_vec(), open::RDONLY, true, read)
+            .walk_open(&path.to_vec(), open::RDONLY, true, first)
             .await
             .map_err(|e| {
                 if let OpenWalkError::Walk(w) = &e {
@@ -80,12 +83,43 @@ impl NinepFs {
         }
         let size = attr.size;
         self.cache.insert_attr(attr);
-        if let Some(data) = data {
+        if let (Some(data), First::Read(asked)) = (data, first) {
             let generation = self.cache.generation(qid.path);
-            keep_first_pages(&self.cache, qid, generation, data, read, size);
+            keep_first_pages(&self.cache, qid, generation, data, asked, size);
         }
         let open = self.open_file(Source::Ready(fid), qid, flags).await?;
         Ok((open, qid))
+    }
+}
+
+impl NinepFs {
+    /// Walks to directory `path` and opens it for reading, with its first entries
+    /// (`Some`) in the same flight where the mount pipelines: a listing read cold
+    /// waits one round trip before its second Treaddir instead of three.
+    pub(super) async fn open_dir(
+        &self,
+        path: &SharedPath,
+    ) -> Result<(Fid, Option<Vec<DirEntry>>), Errno> {
+        let flags = open::RDONLY | open::DIRECTORY;
+        if !self.pipeline {
+            let fid = self.walk(path).await?;
+            fid.lopen(flags).await?;
+            return Ok((fid, None));
+        }
+        let at = Instant::now();
+        let first = first_entries(self.session());
+        let flown = self
+            .root
+            .walk_open(&path.to_vec(), flags, false, first)
+            .await
+            .map_err(|e| {
+                if let OpenWalkError::Walk(w) = &e {
+                    self.record_dirs(&w.qids, at);
+                }
+                e.errno()
+            })?;
+        self.record_dirs(&flown.walk.qids, at);
+        Ok((flown.walk.fid, flown.entries))
     }
 }
 

@@ -2,12 +2,13 @@
 //!
 //! Opening a file the client has no fid for takes a Twalk, a Tlopen on the fid the walk
 //! binds, and (for a reader) a Tgetattr and a first Tread: three round trips one after
-//! another, because 9P2000.L has no open-by-name. Over a slow link (a hypervisor's, a
+//! another, because 9P2000.L has no open-by-name (a directory's listing likewise: a
+//! Twalk, a Tlopen, a first Treaddir). Over a slow link (a hypervisor's, a
 //! network's) those round trips are what a cold compile waits for.
 //!
 //! A server that handles a connection's requests in order (each request sees what the
 //! metadata requests before it did) can take all four at once: the Tlopen arrives after
-//! the Twalk that binds its fid, and the Tread after the Tlopen. A wasm9p server says it
+//! the Twalk that binds its fid, and the Tread (or Treaddir) after the Tlopen. A wasm9p server says it
 //! does by answering the extended attribute [`ORDERED_XATTR`]; the session asks once, at
 //! its first flight (a Txattrwalk, and the Tclunk of the fid it binds). Other servers
 //! (diod's worker threads, QEMU's coroutines) may run two requests of a connection at
@@ -22,11 +23,25 @@
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
+use wasm9p_proto::consts::READDIRHDRSZ;
 use wasm9p_proto::consts::{getattr, ORDERED_XATTR};
-use wasm9p_proto::{Errno, Message, Qid, Rgetattr, Tgetattr, Tlopen, Tread, Twalk, Txattrwalk};
+use wasm9p_proto::{
+    DirEntry, Errno, Message, Qid, Rgetattr, Tgetattr, Tlopen, Tread, Treaddir, Twalk, Txattrwalk,
+};
 
 use super::fid::{Fid, Walk, WalkError};
 use super::session::{Call, Session};
+
+/// What a flight asks of the opened fid after the open (and the attributes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum First {
+    /// Nothing.
+    Nothing,
+    /// A file's first bytes: a Tread of this many from offset 0.
+    Read(u32),
+    /// A directory's first entries: a Treaddir of this many bytes from cookie 0.
+    Entries(u32),
+}
 
 /// A file walked to and opened, with what came back beside the open.
 #[derive(Debug)]
@@ -35,9 +50,12 @@ pub struct OpenedWalk {
     pub walk: Walk,
     /// The file's attributes, when they were asked for and came.
     pub attr: Option<Rgetattr>,
-    /// The file's first bytes (from offset 0; fewer than asked at its end), when they
-    /// were asked for and came in the flight.
+    /// The file's first bytes (from offset 0; fewer than asked at its end), when
+    /// [`First::Read`] was asked and came in the flight.
     pub data: Option<Bytes>,
+    /// The directory's first entries (from cookie 0; empty at its end), when
+    /// [`First::Entries`] was asked and came in the flight.
+    pub entries: Option<Vec<DirEntry>>,
 }
 
 /// Why [`Fid::walk_open`] failed.
@@ -64,8 +82,13 @@ impl OpenWalkError {
 /// How many bytes of a file a flight reads: what a request carries, at most 128 KiB
 /// (Linux's first readahead window), so that opening a big file to read a little of
 /// it does not make the server read much more.
-pub fn first_read(session: &Session) -> u32 {
-    (session.msize() - wasm9p_proto::consts::IOHDRSZ).min(128 << 10)
+pub fn first_read(session: &Session) -> First {
+    First::Read((session.msize() - wasm9p_proto::consts::IOHDRSZ).min(128 << 10))
+}
+
+/// The most directory entries a flight reads: what one Treaddir carries.
+pub fn first_entries(session: &Session) -> First {
+    First::Entries(session.msize() - READDIRHDRSZ)
 }
 
 impl Session {
@@ -121,16 +144,16 @@ async fn reply(call: Option<Result<Call, Errno>>) -> Option<Result<Message, Errn
 
 impl Fid {
     /// Walks `names` to a new fid and opens it with `flags`; with `attrs`, asks its
-    /// attributes beside the open; with `read` above 0, its first `read` bytes too
-    /// (only in a flight: see the module docs). One round trip on a server that
-    /// handles requests in order and a path of at most 16 names; otherwise the walk,
-    /// then the open beside the attributes (and no read).
+    /// attributes beside the open; and what `first` says after it (only in a flight:
+    /// see the module docs). One round trip on a server that handles requests in
+    /// order and a path of 1 to 16 names; otherwise the walk, then the open beside the
+    /// attributes (and not `first`).
     pub async fn walk_open<S: AsRef<str>>(
         &self,
         names: &[S],
         flags: u32,
         attrs: bool,
-        read: u32,
+        first: First,
     ) -> Result<OpenedWalk, OpenWalkError> {
         let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
         let flight = names.len() <= wasm9p_proto::consts::MAXWELEM
@@ -173,22 +196,32 @@ impl Fid {
                 self.session.try_start(msg.into())
             })
             .flatten();
-        let data = (read > 0)
-            .then(|| {
-                let msg = Tread {
+        let then = match first {
+            First::Nothing => None,
+            First::Read(count) => Some(
+                Tread {
                     fid: newfid,
                     offset: 0,
-                    count: read,
-                };
-                self.session.try_start(msg.into())
-            })
-            .flatten();
+                    count,
+                }
+                .into(),
+            ),
+            First::Entries(count) => Some(
+                Treaddir {
+                    fid: newfid,
+                    offset: 0,
+                    count,
+                }
+                .into(),
+            ),
+        };
+        let then = then.and_then(|msg| self.session.try_start(msg));
         if open.is_some() {
             self.session.inner.flights.fetch_add(1, Ordering::Relaxed);
         }
         // Every reply is in before the walk's outcome frees newfid (see the module docs).
         let walked = walk.wait().await;
-        let (open, attr, data) = (reply(open).await, reply(attr).await, reply(data).await);
+        let (open, attr, then) = (reply(open).await, reply(attr).await, reply(then).await);
         let qids = match walked {
             Ok(Message::Rwalk(r)) if r.wqids.len() == names.len() => r.wqids,
             Ok(Message::Rwalk(r)) if r.wqids.len() < names.len() => {
@@ -222,12 +255,27 @@ impl Fid {
             Ok(Message::Rgetattr(a)) => Some(a),
             _ => None,
         });
-        let data = data.and_then(|r| match r {
-            Ok(Message::Rread(r)) if r.data.0.len() <= read as usize => Some(r.data.0),
-            _ => None,
-        });
+        let (mut data, mut entries) = (None, None);
+        match (first, then) {
+            (First::Read(count), Some(Ok(Message::Rread(r))))
+                if r.data.0.len() <= count as usize =>
+            {
+                data = Some(r.data.0);
+            }
+            (First::Entries(count), Some(Ok(Message::Rreaddir(r))))
+                if r.data.0.len() <= count as usize =>
+            {
+                entries = DirEntry::decode_all(r.data.0).ok();
+            }
+            _ => {}
+        }
         match open {
-            Some(Ok(Message::Rlopen(_))) => Ok(OpenedWalk { walk, attr, data }),
+            Some(Ok(Message::Rlopen(_))) => Ok(OpenedWalk {
+                walk,
+                attr,
+                data,
+                entries,
+            }),
             // Refused (or not sent): asked again now that the walk is answered.
             Some(_) | None => {
                 self.session
@@ -259,5 +307,6 @@ async fn open_walked(
         walk,
         attr,
         data: None,
+        entries: None,
     })
 }

@@ -193,10 +193,22 @@ impl Fid {
 
     /// Every entry of an open directory.
     pub async fn readdir_all(&self) -> Result<Vec<DirEntry>, Errno> {
+        self.readdir_all_after(None).await
+    }
+
+    /// Every entry of an open directory, the first Treaddir's entries (from cookie 0)
+    /// given when they came already (`Fid::walk_open`'s `entries`).
+    pub async fn readdir_all_after(
+        &self,
+        mut first: Option<Vec<DirEntry>>,
+    ) -> Result<Vec<DirEntry>, Errno> {
         let mut all: Vec<DirEntry> = Vec::new();
         let mut offset = 0;
         loop {
-            let batch = self.readdir(offset, u32::MAX).await?;
+            let batch = match first.take() {
+                Some(batch) => batch,
+                None => self.readdir(offset, u32::MAX).await?,
+            };
             let Some(last) = batch.last() else {
                 return Ok(all);
             };
