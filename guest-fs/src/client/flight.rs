@@ -187,7 +187,7 @@ impl Fid {
         // Behind the walk, only in free slots: waiting for one while holding the walk's
         // could deadlock every caller doing the same.
         let open = self.session.try_start(Tlopen { fid: newfid, flags }.into());
-        let attr = attrs
+        let attr = (attrs && open.is_some())
             .then(|| {
                 let msg = Tgetattr {
                     fid: newfid,
@@ -215,7 +215,9 @@ impl Fid {
                 .into(),
             ),
         };
-        let then = then.and_then(|msg| self.session.try_start(msg));
+        let then = then
+            .filter(|_| open.is_some())
+            .and_then(|msg| self.session.try_start(msg));
         if open.is_some() {
             self.session.inner.flights.fetch_add(1, Ordering::Relaxed);
         }
@@ -276,14 +278,16 @@ impl Fid {
                 data,
                 entries,
             }),
-            // Refused (or not sent): asked again now that the walk is answered.
-            Some(_) | None => {
+            // Refused: asked again now that the walk is answered.
+            Some(_) => {
                 self.session
                     .inner
                     .flight_retries
                     .fetch_add(1, Ordering::Relaxed);
                 open_walked(walk, flags, attrs, attr).await
             }
+            // No slot was free for it: sent now.
+            None => open_walked(walk, flags, attrs, None).await,
         }
     }
 }
