@@ -340,13 +340,13 @@ impl Mounted {
         let r = stats.as_ref().map(|s| s.reconnect).unwrap_or_default();
         let reconnect = json!({ "reconnects": r.reconnects, "retried": r.retried,
                                 "failed": r.failed, "stale_fids": r.stale_fids });
-        let (pipelined, retries) = stats
+        let (flights, retries) = stats
             .as_ref()
-            .map_or((0, 0), |s| (s.pipelined_opens, s.pipeline_retries));
+            .map_or((0, 0), |s| (s.flights, s.flight_retries));
         let mut entry = json!({ "target": self.spec.target, "type": self.spec.type_name(),
                 "rpc": rpc, "failed_walks": failed_walks, "cache": cache,
-                "reconnect": reconnect, "pipelined_opens": pipelined,
-                "pipeline_retries": retries });
+                "reconnect": reconnect, "flights": flights,
+                "flight_retries": retries });
         if let Some(plugin) = &self.plugin {
             entry["tier"] = plugin.tier_stats();
         }

@@ -1,5 +1,6 @@
-//! Flights (`Fid::walk_open`): a walk and the open, attributes and first read of the
-//! fid it binds, sent at once to a server that says it handles requests in order.
+//! Flights (`Fid::walk_open`, `Fid::walk_getattr`): a walk and the open, attributes
+//! and first read (or entries) of the fid it binds, or its attributes alone, sent at
+//! once to a server that says it handles requests in order.
 //!
 //! The proof that they are one round trip: a link between client and server that
 //! holds every reply back. With no reply delivered, our server still receives the
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
-use wasm9p_guest_fs::client::{ClientConfig, First, OpenWalkError, Session};
+use wasm9p_guest_fs::client::{ClientConfig, First, FlightError, Session};
 use wasm9p_proto::consts::open;
 use wasm9p_proto::transport::{duplex, BoxStream};
 use wasm9p_proto::{Addr, Errno};
@@ -212,7 +213,7 @@ async fn an_open_with_its_attributes_and_first_read_is_one_round_trip_on_our_ser
         .await
         .unwrap_err();
     match missing {
-        OpenWalkError::Walk(w) => assert_eq!((w.index, w.errno), (1, Errno::ENOENT)),
+        FlightError::Walk(w) => assert_eq!((w.index, w.errno), (1, Errno::ENOENT)),
         other => panic!("expected a walk error, got {other:?}"),
     }
     // A directory opened read-only works; the read beside it fails and is left out.
@@ -255,8 +256,25 @@ async fn an_open_with_its_attributes_and_first_read_is_one_round_trip_on_our_ser
         .await
         .unwrap();
     assert!(rest.is_empty(), "an empty first batch is the end");
-    assert_eq!(session.flights(), (4, 0));
     drop(opened);
+    settle(&session, 1).await;
+
+    // A stat of a file: its attributes in the flight of its walk.
+    gate.set(Hold::Replies);
+    let before = gate.requests().len();
+    let stat = tokio::spawn({
+        let root = root.clone();
+        async move { root.walk_getattr(&["sub", "inner.txt"]).await }
+    });
+    let sent = gate.wait_for_requests(before, 2).await;
+    assert_eq!(sent, [TWALK, TGETATTR], "one flight, in order");
+    gate.set(Hold::Nothing);
+    let (walk, attr) = stat.await.unwrap().unwrap();
+    assert_eq!((attr.size, attr.qid), (5, walk.fid.qid));
+    drop(walk);
+    let missing = root.walk_getattr(&["nope"]).await.unwrap_err();
+    assert_eq!(missing.errno(), Errno::ENOENT);
+    assert_eq!(session.flights(), (6, 0));
     settle(&session, 1).await;
 }
 
@@ -328,5 +346,9 @@ async fn diod_makes_no_promise_and_gets_the_requests_one_after_another() {
         .await
         .unwrap_err();
     assert_eq!(missing.errno(), Errno::ENOENT);
+    let (walk, attr) = root.walk_getattr(&["sub", "inner.txt"]).await.unwrap();
+    assert_eq!((attr.size, attr.qid.path), (5, walk.fid.qid.path));
+    drop(walk);
+    assert_eq!(session.flights(), (0, 0));
     settle(&session, 1).await;
 }

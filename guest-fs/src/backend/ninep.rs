@@ -13,6 +13,9 @@
 //! open, keyed by qid version) when the mode has FILE, buffer writes when it has
 //! WRITEBACK, and in loose mode reopen a file read before without any RPC (see
 //! `ninep_file`). A stat or truncate by path first sends what open files still buffer.
+//! A read-only open that must ask the server, and a listing read cold, go as one flight
+//! (walk, open, attributes, first read or entries) to a server that promises to start
+//! a connection's requests in order (`ninep_flight`, `pipeline=on`).
 //!
 //! How long cached answers are believed is the mount's [`Trust`]: forever in loose
 //! mode, else for a window (`revalidate=MS`; every use in a metadata mode without
@@ -58,11 +61,13 @@ pub struct MountStats {
     pub cache_bytes: u64,
     /// What reconnecting did (`reconnect=on`; zero otherwise).
     pub reconnect: ReconnectStats,
-    /// Opens sent as one flight (walk, open, attributes, first read: `pipeline=on`).
-    pub pipelined_opens: u64,
-    /// Opens of a flight the server refused while its walk succeeded, sent again
+    /// Flights sent (`pipeline=on`): cold opens (walk, open, attributes, first read),
+    /// listings (walk, open, first entries) and stats (walk, attributes), each with
+    /// its walk.
+    pub flights: u64,
+    /// Requests of a flight the server refused while its walk succeeded, sent again
     /// after the walk's reply (0 on a server that keeps its promise of order).
-    pub pipeline_retries: u64,
+    pub flight_retries: u64,
 }
 
 /// What a 9p node carries besides its id.
@@ -205,8 +210,8 @@ impl NinepFs {
             cache: self.cache.stats(),
             cache_bytes: self.cache.bytes(),
             reconnect: self.session().reconnects(),
-            pipelined_opens: self.session().flights().0,
-            pipeline_retries: self.session().flights().1,
+            flights: self.session().flights().0,
+            flight_retries: self.session().flights().1,
         }
     }
 
@@ -419,6 +424,13 @@ impl Backend for NinepFs {
             }
             let path = &parts(n)?.path;
             let at = Instant::now();
+            let checkable = self.meta && self.checks && self.cache.unconfirmed_attr(n.id).is_some();
+            if self.pipeline && !checkable {
+                let a = self.getattr_in_flight(path, at).await?;
+                let attr = attr_of(&a);
+                self.cache.insert_attr(a);
+                return Ok(attr);
+            }
             let fid = self.walk(path).await?;
             if self.meta && self.checks && !path.is_empty() {
                 // Attributes past the window stand if the file's version has not moved

@@ -11,7 +11,10 @@
 //! guest's `fstat` and `read` find them there. A file of up to 128 KiB comes whole.
 //!
 //! Directory listings read cold (`open_dir`: a complete directory's, a guest's
-//! `readdir`) get their first Treaddir in the flight of their walk and open likewise.
+//! `readdir`) get their first Treaddir in the flight of their walk and open likewise,
+//! and a `stat` of a file the cache does not know its Tgetattr in the flight of its
+//! walk (`getattr_in_flight`; not where cached attributes wait to be confirmed by the
+//! walk's qid, which a walk alone does).
 //!
 //! Not while an open of the file buffers writes through this mount (its size is the
 //! guest's, not the server's yet), nor where the mount would not open it at all
@@ -21,14 +24,14 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use wasm9p_proto::consts::open;
-use wasm9p_proto::{DirEntry, Errno, Qid};
+use wasm9p_proto::{DirEntry, Errno, Qid, Rgetattr};
 
 use super::ninep::NinepFs;
 use super::ninep_check::content_stamp;
 use super::ninep_file::{carve_pages, Source};
 use super::{OpenFile, OpenFlags};
 use crate::cache::{MountCache, PAGE_SIZE};
-use crate::client::{first_entries, first_read, Fid, First, OpenWalkError};
+use crate::client::{first_entries, first_read, Fid, First, FlightError};
 use crate::path::SharedPath;
 
 impl NinepFs {
@@ -58,7 +61,7 @@ impl NinepFs {
             .walk_open(&path.to_vec(), open::RDONLY, true, first)
             .await
             .map_err(|e| {
-                if let OpenWalkError::Walk(w) = &e {
+                if let FlightError::Walk(w) = &e {
                     self.record_dirs(&w.qids, at);
                 }
                 e.errno()
@@ -113,13 +116,30 @@ impl NinepFs {
             .walk_open(&path.to_vec(), flags, false, first)
             .await
             .map_err(|e| {
-                if let OpenWalkError::Walk(w) = &e {
+                if let FlightError::Walk(w) = &e {
                     self.record_dirs(&w.qids, at);
                 }
                 e.errno()
             })?;
         self.record_dirs(&flown.walk.qids, at);
         Ok((flown.walk.fid, flown.entries))
+    }
+
+    /// The attributes of the file at `path`, from one flight (walk, attributes): a
+    /// `stat` of a file the cache does not know, one round trip instead of two.
+    pub(super) async fn getattr_in_flight(
+        &self,
+        path: &SharedPath,
+        at: Instant,
+    ) -> Result<Rgetattr, Errno> {
+        let (walk, attr) = self.root.walk_getattr(&path.to_vec()).await.map_err(|e| {
+            if let FlightError::Walk(w) = &e {
+                self.record_dirs(&w.qids, at);
+            }
+            e.errno()
+        })?;
+        self.record_dirs(&walk.qids, at);
+        Ok(attr)
     }
 }
 

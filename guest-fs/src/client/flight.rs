@@ -58,23 +58,24 @@ pub struct OpenedWalk {
     pub entries: Option<Vec<DirEntry>>,
 }
 
-/// Why [`Fid::walk_open`] failed.
+/// Why [`Fid::walk_open`] or [`Fid::walk_getattr`] failed.
 #[derive(Debug, thiserror::Error)]
-pub enum OpenWalkError {
+pub enum FlightError {
     /// The walk did not reach the file.
     #[error(transparent)]
     Walk(#[from] WalkError),
-    /// The file is there but the server would not open it.
-    #[error("open failed: {0}")]
-    Open(Errno),
+    /// The file is there but the server refused what was asked of it (the open, the
+    /// attributes).
+    #[error("refused: {0}")]
+    Refused(Errno),
 }
 
-impl OpenWalkError {
+impl FlightError {
     /// The errno to give whoever asked.
     pub fn errno(&self) -> Errno {
         match self {
-            OpenWalkError::Walk(e) => e.errno,
-            OpenWalkError::Open(errno) => *errno,
+            FlightError::Walk(e) => e.errno,
+            FlightError::Refused(errno) => *errno,
         }
     }
 }
@@ -124,8 +125,9 @@ impl Session {
             .await
     }
 
-    /// Opens sent as one flight, and requests of flights sent again because the
-    /// server refused them while their walk succeeded.
+    /// Flights sent (opens, listings and stats that went with their walk), and
+    /// requests of flights sent again because the server refused them while their
+    /// walk succeeded.
     pub fn flights(&self) -> (u64, u64) {
         (
             self.inner.flights.load(Ordering::Relaxed),
@@ -143,26 +145,25 @@ async fn reply(call: Option<Result<Call, Errno>>) -> Option<Result<Message, Errn
 }
 
 impl Fid {
-    /// Walks `names` to a new fid and opens it with `flags`; with `attrs`, asks its
-    /// attributes beside the open; and what `first` says after it (only in a flight:
-    /// see the module docs). One round trip on a server that handles requests in
-    /// order and a path of 1 to 16 names; otherwise the walk, then the open beside the
-    /// attributes (and not `first`).
-    pub async fn walk_open<S: AsRef<str>>(
+    /// Whether `names` can go as a flight from this fid: 1 to 16 names, and a server
+    /// that handles requests in order.
+    async fn can_fly(&self, names: &[String]) -> bool {
+        (1..=wasm9p_proto::consts::MAXWELEM).contains(&names.len())
+            && self.session.handles_requests_in_order(self).await
+    }
+
+    /// Sends a Twalk of `names` to a new fid and the requests `behind` makes for that
+    /// fid after it, without waiting; then waits for every reply. The first request
+    /// behind goes in a free slot or not at all, the others only if it went (waiting
+    /// for a slot while holding the walk's could deadlock every caller doing the same).
+    /// Returns the walk as [`Fid::walk`] does (the new fid given back or clunked on
+    /// failure, once every reply is in), and the replies of the requests behind it
+    /// (`None`: not sent).
+    async fn fly(
         &self,
-        names: &[S],
-        flags: u32,
-        attrs: bool,
-        first: First,
-    ) -> Result<OpenedWalk, OpenWalkError> {
-        let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
-        let flight = names.len() <= wasm9p_proto::consts::MAXWELEM
-            && !names.is_empty()
-            && self.session.handles_requests_in_order(self).await;
-        if !flight {
-            let walk = self.walk(&names).await?;
-            return open_walked(walk, flags, attrs, None).await;
-        }
+        names: &[String],
+        behind: impl FnOnce(u32) -> Vec<Message>,
+    ) -> Result<(Walk, Vec<Option<Result<Message, Errno>>>), WalkError> {
         let fail = |errno| WalkError {
             index: 0,
             errno,
@@ -175,55 +176,29 @@ impl Fid {
         let walk = Twalk {
             fid: self.id,
             newfid,
-            wnames: names.clone(),
+            wnames: names.to_vec(),
         };
         let walk = match self.session.start(walk.into()).await {
             Ok(call) => call,
             Err(errno) => {
                 new.forget();
-                return Err(fail(errno).into());
+                return Err(fail(errno));
             }
         };
-        // Behind the walk, only in free slots: waiting for one while holding the walk's
-        // could deadlock every caller doing the same.
-        let open = self.session.try_start(Tlopen { fid: newfid, flags }.into());
-        let attr = (attrs && open.is_some())
-            .then(|| {
-                let msg = Tgetattr {
-                    fid: newfid,
-                    request_mask: getattr::BASIC,
-                };
-                self.session.try_start(msg.into())
-            })
-            .flatten();
-        let then = match first {
-            First::Nothing => None,
-            First::Read(count) => Some(
-                Tread {
-                    fid: newfid,
-                    offset: 0,
-                    count,
-                }
-                .into(),
-            ),
-            First::Entries(count) => Some(
-                Treaddir {
-                    fid: newfid,
-                    offset: 0,
-                    count,
-                }
-                .into(),
-            ),
-        };
-        let then = then
-            .filter(|_| open.is_some())
-            .and_then(|msg| self.session.try_start(msg));
-        if open.is_some() {
+        let mut calls: Vec<Option<Result<Call, Errno>>> = Vec::new();
+        for msg in behind(newfid) {
+            let sent = calls.is_empty() || calls[0].is_some();
+            calls.push(sent.then(|| self.session.try_start(msg)).flatten());
+        }
+        if calls.first().is_some_and(Option::is_some) {
             self.session.inner.flights.fetch_add(1, Ordering::Relaxed);
         }
         // Every reply is in before the walk's outcome frees newfid (see the module docs).
         let walked = walk.wait().await;
-        let (open, attr, then) = (reply(open).await, reply(attr).await, reply(then).await);
+        let mut replies = Vec::with_capacity(calls.len());
+        for call in calls {
+            replies.push(reply(call).await);
+        }
         let qids = match walked {
             Ok(Message::Rwalk(r)) if r.wqids.len() == names.len() => r.wqids,
             Ok(Message::Rwalk(r)) if r.wqids.len() < names.len() => {
@@ -232,20 +207,19 @@ impl Fid {
                     index: r.wqids.len(),
                     errno: Errno::ENOENT,
                     qids: r.wqids,
-                }
-                .into());
+                });
             }
             Ok(_) => {
                 drop(new); // more qids than names: a broken server; clunk to be safe
-                return Err(fail(Errno::EIO).into());
+                return Err(fail(Errno::EIO));
             }
             Err(errno @ (Errno::ETIMEDOUT | Errno::EIO)) => {
                 drop(new); // no answer: newfid may be bound
-                return Err(fail(errno).into());
+                return Err(fail(errno));
             }
             Err(errno) => {
                 new.forget();
-                return Err(fail(errno).into());
+                return Err(fail(errno));
             }
         };
         let qid: Qid = qids.last().copied().unwrap_or(self.qid);
@@ -253,12 +227,81 @@ impl Fid {
             fid: new.with_qid(qid),
             qids,
         };
+        Ok((walk, replies))
+    }
+
+    /// A request of a flight was refused while its walk succeeded: it is sent again.
+    fn count_retry(&self) {
+        self.session
+            .inner
+            .flight_retries
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Walks `names` to a new fid and opens it with `flags`; with `attrs`, asks its
+    /// attributes beside the open; and what `first` says after it (only in a flight:
+    /// see the module docs). One round trip on a server that handles requests in
+    /// order and a path of 1 to 16 names; otherwise the walk, then the open beside the
+    /// attributes (and not `first`).
+    pub async fn walk_open<S: AsRef<str>>(
+        &self,
+        names: &[S],
+        flags: u32,
+        attrs: bool,
+        first: First,
+    ) -> Result<OpenedWalk, FlightError> {
+        let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
+        if !self.can_fly(&names).await {
+            let walk = self.walk(&names).await?;
+            return open_walked(walk, flags, attrs, None).await;
+        }
+        let (walk, replies) = self
+            .fly(&names, |fid| {
+                let mut behind: Vec<Message> = vec![Tlopen { fid, flags }.into()];
+                if attrs {
+                    let mask = getattr::BASIC;
+                    behind.push(
+                        Tgetattr {
+                            fid,
+                            request_mask: mask,
+                        }
+                        .into(),
+                    );
+                }
+                match first {
+                    First::Nothing => {}
+                    First::Read(count) => behind.push(
+                        Tread {
+                            fid,
+                            offset: 0,
+                            count,
+                        }
+                        .into(),
+                    ),
+                    First::Entries(count) => behind.push(
+                        Treaddir {
+                            fid,
+                            offset: 0,
+                            count,
+                        }
+                        .into(),
+                    ),
+                }
+                behind
+            })
+            .await?;
+        let mut replies = replies.into_iter();
+        let open = replies.next().flatten();
+        let attr = match attrs {
+            true => replies.next().flatten(),
+            false => None,
+        };
         let attr = attr.and_then(|r| match r {
             Ok(Message::Rgetattr(a)) => Some(a),
             _ => None,
         });
         let (mut data, mut entries) = (None, None);
-        match (first, then) {
+        match (first, replies.next().flatten()) {
             (First::Read(count), Some(Ok(Message::Rread(r))))
                 if r.data.0.len() <= count as usize =>
             {
@@ -280,14 +323,46 @@ impl Fid {
             }),
             // Refused: asked again now that the walk is answered.
             Some(_) => {
-                self.session
-                    .inner
-                    .flight_retries
-                    .fetch_add(1, Ordering::Relaxed);
+                self.count_retry();
                 open_walked(walk, flags, attrs, attr).await
             }
             // No slot was free for it: sent now.
             None => open_walked(walk, flags, attrs, None).await,
+        }
+    }
+
+    /// Walks `names` to a new fid and asks its attributes: one round trip on a server
+    /// that handles requests in order (a path of 1 to 16 names), else two. A `stat`
+    /// of a file the cache does not know.
+    pub async fn walk_getattr<S: AsRef<str>>(
+        &self,
+        names: &[S],
+    ) -> Result<(Walk, Rgetattr), FlightError> {
+        let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
+        if !self.can_fly(&names).await {
+            let walk = self.walk(&names).await?;
+            let attr = walk.fid.getattr().await.map_err(FlightError::Refused)?;
+            return Ok((walk, attr));
+        }
+        let (walk, mut replies) = self
+            .fly(&names, |fid| {
+                let mask = getattr::BASIC;
+                vec![Tgetattr {
+                    fid,
+                    request_mask: mask,
+                }
+                .into()]
+            })
+            .await?;
+        match replies.pop().flatten() {
+            Some(Ok(Message::Rgetattr(a))) => Ok((walk, a)),
+            refused => {
+                if refused.is_some() {
+                    self.count_retry();
+                }
+                let attr = walk.fid.getattr().await.map_err(FlightError::Refused)?;
+                Ok((walk, attr))
+            }
         }
     }
 }
@@ -298,7 +373,7 @@ async fn open_walked(
     flags: u32,
     attrs: bool,
     attr: Option<Rgetattr>,
-) -> Result<OpenedWalk, OpenWalkError> {
+) -> Result<OpenedWalk, FlightError> {
     let (opened, attr) = match (attrs, attr) {
         (true, None) => {
             let (opened, attr) = tokio::join!(walk.fid.lopen(flags), walk.fid.getattr());
@@ -306,7 +381,7 @@ async fn open_walked(
         }
         (_, attr) => (walk.fid.lopen(flags).await, attr),
     };
-    opened.map_err(OpenWalkError::Open)?;
+    opened.map_err(FlightError::Refused)?;
     Ok(OpenedWalk {
         walk,
         attr,

@@ -48,6 +48,6 @@ mod reconnect;
 mod session;
 
 pub use fid::{Fid, Walk, WalkError};
-pub use flight::{first_entries, first_read, First, OpenWalkError, OpenedWalk};
+pub use flight::{first_entries, first_read, First, FlightError, OpenedWalk};
 pub use ops::SetAttr;
 pub use session::{ClientConfig, ConnectError, ReconnectStats, RpcCounts, Session};

@@ -235,6 +235,7 @@ async fn a_cold_open_on_our_server_is_one_flight_whose_pages_answer_the_fstat_an
         Tree::File("page.bin", page.clone()),
         Tree::File("big.bin", big.clone()),
         Tree::file("empty", ""),
+        Tree::file("unopened", "unopened"),
     ]);
     for kind in SERVERS {
         let server = Remote::start(kind, dir.path());
@@ -253,13 +254,9 @@ async fn a_cold_open_on_our_server_is_one_flight_whose_pages_answer_the_fstat_an
             ] {
                 let what = format!("{kind} {spec} {path}");
                 let file = ns.resolve(path, true).await.unwrap();
-                let (flights, reads) = (fs.stats().pipelined_opens, rpcs(&fs, "read"));
+                let (flights, reads) = (fs.stats().flights, rpcs(&fs, "read"));
                 let open = fs.open(&file.node, READ).await.unwrap();
-                assert_eq!(
-                    fs.stats().pipelined_opens,
-                    flights + u64::from(flies),
-                    "{what}"
-                );
+                assert_eq!(fs.stats().flights, flights + u64::from(flies), "{what}");
                 assert_eq!(rpcs(&fs, "read"), reads + u64::from(flies), "{what}");
                 // Counted by type: the Tclunk of the file before may still go out.
                 let asked = || ["walk", "lopen", "getattr", "read"].map(|t| rpcs(&fs, t));
@@ -275,7 +272,20 @@ async fn a_cold_open_on_our_server_is_one_flight_whose_pages_answer_the_fstat_an
                     assert_eq!(sent, 0, "fstat and reads came with the open: {what}");
                 }
             }
-            assert_eq!(fs.stats().pipeline_retries, 0, "{kind} {spec}");
+            // A stat of a file the cache does not know: one flight (walk, attributes).
+            ns.resolve("/unopened", true).await.unwrap();
+            let (flights, walks) = (fs.stats().flights, rpcs(&fs, "walk"));
+            let getattrs = rpcs(&fs, "getattr");
+            let attr = ns.getattr("/unopened", true).await.unwrap();
+            assert_eq!(attr.size, 8, "{kind} {spec}");
+            assert_eq!(rpcs(&fs, "walk"), walks + 1, "{kind} {spec}");
+            assert_eq!(rpcs(&fs, "getattr"), getattrs + 1, "{kind} {spec}");
+            assert_eq!(
+                fs.stats().flights,
+                flights + u64::from(flies),
+                "{kind} {spec}"
+            );
+            assert_eq!(fs.stats().flight_retries, 0, "{kind} {spec}");
         }
     }
 }
