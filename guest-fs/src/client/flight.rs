@@ -8,9 +8,11 @@
 //!
 //! A server that handles a connection's requests in order (each request sees what the
 //! metadata requests before it did) can take all four at once: the Tlopen arrives after
-//! the Twalk that binds its fid, and the Tread (or Treaddir) after the Tlopen. A wasm9p server says it
-//! does by answering the extended attribute [`ORDERED_XATTR`]; the session asks once, at
-//! its first flight (a Txattrwalk, and the Tclunk of the fid it binds). Other servers
+//! the Twalk that binds its fid, and the Tread (or Treaddir) after the Tlopen. A `stat`
+//! of a file the client knows nothing of is a Twalk and a Tgetattr: one flight too. A
+//! wasm9p server says it does by answering the extended attribute [`ORDERED_XATTR`];
+//! the session asks once, at its first flight (a Txattrwalk, and the Tclunk of the fid
+//! it binds). Other servers
 //! (diod's worker threads, QEMU's coroutines) may run two requests of a connection at
 //! once, where a request on a fid still being walked is undefined, so they get the
 //! requests one round trip after another, as before.
