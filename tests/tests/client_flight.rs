@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
-use wasm9p_guest_fs::client::{ClientConfig, First, FlightError, Session};
+use wasm9p_guest_fs::client::{ClientConfig, Fid, First, FlightError, Session};
 use wasm9p_proto::consts::open;
 use wasm9p_proto::transport::{duplex, BoxStream};
 use wasm9p_proto::{Addr, Errno};
@@ -167,11 +167,11 @@ async fn settle(session: &Session, baseline: usize) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_open_with_its_attributes_and_first_read_is_one_round_trip_on_our_server() {
-    let dir = fixture();
+/// Our server on `dir` behind a gate (letting everything pass), a session through it,
+/// its root, and the session's answer on order already asked.
+async fn gated(dir: &std::path::Path) -> (Gate, Session, Arc<Fid>) {
     let server = Server::new(ServerConfig {
-        exports: vec![ExportConfig::new(dir.path())],
+        exports: vec![ExportConfig::new(dir)],
         ..Default::default()
     })
     .unwrap();
@@ -180,6 +180,13 @@ async fn an_open_with_its_attributes_and_first_read_is_one_round_trip_on_our_ser
     let root = Arc::new(session.attach("").await.unwrap());
     assert!(session.handles_requests_in_order(&root).await);
     settle(&session, 1).await; // the probe's fid is clunked
+    (gate, session, root)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_with_its_attributes_and_first_read_is_one_round_trip_on_our_server() {
+    let dir = fixture();
+    let (gate, session, root) = gated(dir.path()).await;
 
     gate.set(Hold::Replies);
     let before = gate.requests().len();
@@ -281,16 +288,7 @@ async fn an_open_with_its_attributes_and_first_read_is_one_round_trip_on_our_ser
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_the_server_took_before_its_walk_is_sent_again_after_it() {
     let dir = fixture();
-    let server = Server::new(ServerConfig {
-        exports: vec![ExportConfig::new(dir.path())],
-        ..Default::default()
-    })
-    .unwrap();
-    let (gate, client_end) = Gate::start(server);
-    let session = Session::over(client_end, config()).await.unwrap();
-    let root = Arc::new(session.attach("").await.unwrap());
-    assert!(session.handles_requests_in_order(&root).await);
-    settle(&session, 1).await;
+    let (gate, session, root) = gated(dir.path()).await;
 
     // The Twalk reaches the server after the Tlopen: the open (and the read behind
     // it) find no fid, and the client opens again once the walk is answered.

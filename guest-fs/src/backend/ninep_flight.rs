@@ -35,6 +35,15 @@ use crate::client::{first_entries, first_read, Fid, First, FlightError};
 use crate::path::SharedPath;
 
 impl NinepFs {
+    /// A flight sent at `at` failed: the directories its walk passed are recorded as
+    /// any walk's are; the errno for whoever asked.
+    fn flight_failed(&self, e: FlightError, at: Instant) -> Errno {
+        if let FlightError::Walk(w) = &e {
+            self.record_dirs(&w.qids, at);
+        }
+        e.errno()
+    }
+
     /// Whether an open of `qid` (as the cache knows it) that asks the server should
     /// go as one flight.
     pub(super) fn opens_in_flight(&self, qid: Qid, generation: u64) -> bool {
@@ -60,12 +69,7 @@ impl NinepFs {
             .root
             .walk_open(&path.to_vec(), open::RDONLY, true, first)
             .await
-            .map_err(|e| {
-                if let FlightError::Walk(w) = &e {
-                    self.record_dirs(&w.qids, at);
-                }
-                e.errno()
-            })?;
+            .map_err(|e| self.flight_failed(e, at))?;
         self.record_dirs(&flown.walk.qids, at);
         let fid = flown.walk.fid;
         let mut qid = fid.qid;
@@ -115,12 +119,7 @@ impl NinepFs {
             .root
             .walk_open(&path.to_vec(), flags, false, first)
             .await
-            .map_err(|e| {
-                if let FlightError::Walk(w) = &e {
-                    self.record_dirs(&w.qids, at);
-                }
-                e.errno()
-            })?;
+            .map_err(|e| self.flight_failed(e, at))?;
         self.record_dirs(&flown.walk.qids, at);
         Ok((flown.walk.fid, flown.entries))
     }
@@ -132,12 +131,11 @@ impl NinepFs {
         path: &SharedPath,
         at: Instant,
     ) -> Result<Rgetattr, Errno> {
-        let (walk, attr) = self.root.walk_getattr(&path.to_vec()).await.map_err(|e| {
-            if let FlightError::Walk(w) = &e {
-                self.record_dirs(&w.qids, at);
-            }
-            e.errno()
-        })?;
+        let (walk, attr) = self
+            .root
+            .walk_getattr(&path.to_vec())
+            .await
+            .map_err(|e| self.flight_failed(e, at))?;
         self.record_dirs(&walk.qids, at);
         Ok(attr)
     }
