@@ -253,7 +253,6 @@ impl NinepFile {
                 fid.lopen(p9).await?;
                 (tokio::sync::OnceCell::new_with(Some(Arc::new(fid))), None)
             }
-
             // Only read-only opens are deferred, or opened in a flight.
             _ if !read_only => return Err(Errno::EINVAL),
             Source::Ready(fid) => (tokio::sync::OnceCell::new_with(Some(Arc::new(fid))), None),
