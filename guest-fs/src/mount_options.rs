@@ -200,10 +200,10 @@ pub struct NinepOptions {
     /// listing is read and answers every later lookup in it (`None`: `off`). Only in
     /// modes that cache metadata; see [`crate::cache::MAX_COMPLETE`].
     pub complete_dirs: Option<u32>,
-    /// `pipeline=on|off`: a read-only open the server must answer goes as one flight
-    /// (walk, open, attributes, first read) when the server says it handles requests
-    /// in order (see `client::Fid::walk_open`). Only in modes that cache metadata and
-    /// pages, which keep what the flight brings.
+    /// `pipeline=on|off`: a read-only open the server must answer, a listing and a
+    /// stat go as one flight (walk, open, attributes, first read or entries) when the
+    /// server says it handles requests in order (see `client::Fid::walk_open`); off,
+    /// every request waits for the reply before it and the server is not asked.
     pub pipeline: bool,
     /// `cache=fscache`: where the store lives, and its bound (`None` in other modes).
     pub fscache: Option<FscacheOptions>,

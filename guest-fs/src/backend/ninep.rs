@@ -13,9 +13,10 @@
 //! open, keyed by qid version) when the mode has FILE, buffer writes when it has
 //! WRITEBACK, and in loose mode reopen a file read before without any RPC (see
 //! `ninep_file`). A stat or truncate by path first sends what open files still buffer.
-//! A read-only open that must ask the server, and a listing read cold, go as one flight
-//! (walk, open, attributes, first read or entries) to a server that promises to start
-//! a connection's requests in order (`ninep_flight`, `pipeline=on`).
+//! A read-only open that must ask the server fetches the file's attributes with it; it,
+//! a listing read cold and a stat go as one flight (walk, open, attributes, first read
+//! or entries) to a server that promises to start a connection's requests in order
+//! (`ninep_flight`, `pipeline=on`).
 //!
 //! How long cached answers are believed is the mount's [`Trust`]: forever in loose
 //! mode, else for a window (`revalidate=MS`; every use in a metadata mode without
@@ -81,7 +82,7 @@ pub(super) struct NinepNode {
 pub struct NinepFs {
     pub(super) root: Arc<Fid>,
     pub(super) cache: Arc<MountCache>,
-    mode: CacheMode,
+    pub(super) mode: CacheMode,
     pub(super) meta: bool,
     /// `meta` and `symlink_cache=on`.
     pub(super) symlinks: bool,
@@ -89,9 +90,9 @@ pub struct NinepFs {
     pub(super) checks: bool,
     /// `nocto`: opens believe a file's version for the window, like the rest.
     nocto: bool,
-    /// `pipeline=on` where it can work: a cold read-only open is one flight
-    /// (`open_in_flight`).
-    pub(super) pipeline: bool,
+    /// A read-only open that asks the server fetches the file's attributes with it
+    /// (`open_in_flight`): metadata is cached, and believed for more than one use.
+    pub(super) opens_with_attrs: bool,
     failed_walks: AtomicU64,
     /// Lookups in flight, by directory and name.
     inflight: Flights<(u64, String), Result<Qid, Errno>>,
@@ -164,6 +165,9 @@ impl NinepFs {
         options: &NinepOptions,
     ) -> Result<NinepFs, Errno> {
         let at = Instant::now();
+        if !options.pipeline {
+            session.without_flights();
+        }
         let root = session.attach(aname).await?;
         let trust = options.trust();
         let cache = MountCache::new(options.cache_size, options.negtimeout).trusting(trust);
@@ -178,8 +182,7 @@ impl NinepFs {
             symlinks: options.cache.has(CacheMode::META) && options.symlink_cache,
             checks: trust != Trust::Forever,
             nocto: options.nocto,
-            pipeline: options.pipeline
-                && options.cache.has(CacheMode::META | CacheMode::FILE)
+            opens_with_attrs: options.cache.has(CacheMode::META)
                 && !matches!(trust, Trust::For(window) if window.is_zero()),
             failed_walks: AtomicU64::new(0),
             inflight: Flights::default(),
@@ -424,11 +427,15 @@ impl Backend for NinepFs {
             }
             let path = &parts(n)?.path;
             let at = Instant::now();
+            // Attributes past the window may be confirmed by the walk's qid alone;
+            // else the walk and the Tgetattr go together (one flight, where it flies).
             let checkable = self.meta && self.checks && self.cache.unconfirmed_attr(n.id).is_some();
-            if self.pipeline && !checkable {
+            if !checkable {
                 let a = self.getattr_in_flight(path, at).await?;
                 let attr = attr_of(&a);
-                self.cache.insert_attr(a);
+                if self.meta {
+                    self.cache.insert_attr(a);
+                }
                 return Ok(attr);
             }
             let fid = self.walk(path).await?;

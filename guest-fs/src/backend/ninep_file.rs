@@ -15,11 +15,9 @@
 //! Tgetattr) before its next read of pages, and reads the new version's pages if it
 //! moved.
 //!
-//! Attributes with the open (META): a read-only open that asks the server, of a file
-//! whose attributes are not cached, sends its Tgetattr beside its Tlopen, so the
-//! `fstat` that follows (a compiler's, of each header) is answered from the cache: a
-//! cold header costs three round trips (walk, open with attributes, read) instead of
-//! four, the same requests.
+//! Attributes with the open (META): a read-only open that asks the server is opened
+//! with its attributes (and first pages) by `ninep_flight`, so the `fstat` that
+//! follows (a compiler's, of each header) is answered from the cache.
 //!
 //! Pages (FILE): reads go through the mount's page cache, shared by every open of the
 //! file by every guest, keyed by the qid version the file was opened at. A miss fetches
@@ -228,27 +226,6 @@ impl NinepFile {
         }
         let read_only = !(flags.write || flags.truncate || flags.append);
         let (fid, lazy) = match source {
-            // A read-only open of a file whose attributes are not cached: the `fstat`
-            // that follows an open (a compiler's, of every header it reads) would wait
-            // for a round trip of its own. The Tgetattr goes out beside the Tlopen
-            // instead (a walked fid answers it, opened or not), so both cost one
-            // round trip. Not while another open of the file buffers writes (its
-            // size would be the server's, not the one the guest wrote), nor where
-            // every use asks the server again (a zero window).
-            Source::Opened(fid)
-                if read_only
-                    && mode.has(CacheMode::META)
-                    && !matches!(cache.trust(), Trust::For(window) if window.is_zero())
-                    && cache.peek_attr(qid.path).is_none()
-                    && !writers.buffering(qid.path) =>
-            {
-                let (opened, attr) = tokio::join!(fid.lopen(p9), fid.getattr());
-                opened?;
-                if let Some(attr) = attr.ok().filter(|a| a.qid.path == qid.path) {
-                    cache.insert_attr(attr);
-                }
-                (tokio::sync::OnceCell::new_with(Some(Arc::new(fid))), None)
-            }
             Source::Opened(fid) => {
                 fid.lopen(p9).await?;
                 (tokio::sync::OnceCell::new_with(Some(Arc::new(fid))), None)

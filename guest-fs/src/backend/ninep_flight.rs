@@ -1,14 +1,17 @@
-//! Cold opens in one flight (`pipeline=on`, the default where metadata and pages are
-//! cached).
+//! Opens, listings and stats that ask the server, in one flight where the server
+//! allows it.
 //!
 //! A read-only open that must ask the server (the file not opened through this mount
 //! before, or close-to-open) walks to the file, opens it, fetches its attributes (the
-//! `fstat` a compiler sends next) and reads its first bytes (the read it sends after):
-//! on a server that handles a connection's requests in order, all four go out at once
-//! ([`Fid::walk_open`](crate::client::Fid::walk_open)), so a header a compiler opens
-//! cold costs one round trip instead of three. The attributes go to the attribute
-//! cache and the bytes to the page cache, keyed as a read would key them, so the
-//! guest's `fstat` and `read` find them there. A file of up to 128 KiB comes whole.
+//! `fstat` a compiler sends next) and, with a page cache, reads its first bytes (the
+//! read it sends after). All of it is [`Fid::walk_open`](crate::client::Fid::walk_open):
+//! on a server that handles a connection's requests in order (and `pipeline=on`, the
+//! default) the four go out at once, so a header a compiler opens cold costs one round
+//! trip; elsewhere the walk, then the open beside the attributes: two. The attributes
+//! go to the attribute cache and the bytes to the page cache, keyed as a read would key
+//! them, so the guest's `fstat` and `read` find them there. A file of up to 128 KiB
+//! comes whole. This is done where metadata is cached and believed for more than one
+//! use (not with a zero window, where every use asks again).
 //!
 //! Directory listings read cold (`open_dir`: a complete directory's, a guest's
 //! `readdir`) get their first Treaddir in the flight of their walk and open likewise,
@@ -32,6 +35,7 @@ use super::ninep_file::{carve_pages, Source};
 use super::{OpenFile, OpenFlags};
 use crate::cache::{MountCache, PAGE_SIZE};
 use crate::client::{first_entries, first_read, Fid, First, FlightError};
+use crate::mount_options::CacheMode;
 use crate::path::SharedPath;
 
 impl NinepFs {
@@ -47,7 +51,7 @@ impl NinepFs {
     /// Whether an open of `qid` (as the cache knows it) that asks the server should
     /// go as one flight.
     pub(super) fn opens_in_flight(&self, qid: Qid, generation: u64) -> bool {
-        self.pipeline
+        self.opens_with_attrs
             && !self.writers.buffering(qid.path)
             && !(self.checks
                 && self
@@ -64,7 +68,10 @@ impl NinepFs {
         flags: OpenFlags,
         at: Instant,
     ) -> Result<(Box<dyn OpenFile>, Qid), Errno> {
-        let first = first_read(self.session());
+        let first = match self.mode.has(CacheMode::FILE) {
+            true => first_read(self.session()),
+            false => First::Nothing, // no page cache to keep it in
+        };
         let flown = self
             .root
             .walk_open(&path.to_vec(), open::RDONLY, true, first)
@@ -108,11 +115,6 @@ impl NinepFs {
         path: &SharedPath,
     ) -> Result<(Fid, Option<Vec<DirEntry>>), Errno> {
         let flags = open::RDONLY | open::DIRECTORY;
-        if !self.pipeline {
-            let fid = self.walk(path).await?;
-            fid.lopen(flags).await?;
-            return Ok((fid, None));
-        }
         let at = Instant::now();
         let first = first_entries(self.session());
         let flown = self

@@ -127,6 +127,13 @@ impl Session {
             .await
     }
 
+    /// Sends no flight from now on (a mount's `pipeline=off`): every request of a walk
+    /// and what follows it waits for the reply before it, and the server is not asked
+    /// for its promise of order.
+    pub fn without_flights(&self) {
+        self.inner.no_flights.store(true, Ordering::Relaxed);
+    }
+
     /// Flights sent (opens, listings and stats that went with their walk), and
     /// requests of flights sent again because the server refused them while their
     /// walk succeeded.
@@ -147,10 +154,11 @@ async fn reply(call: Option<Result<Call, Errno>>) -> Option<Result<Message, Errn
 }
 
 impl Fid {
-    /// Whether `names` can go as a flight from this fid: 1 to 16 names, and a server
-    /// that handles requests in order.
+    /// Whether `names` can go as a flight from this fid: 1 to 16 names, flights not
+    /// turned off, and a server that handles requests in order.
     async fn can_fly(&self, names: &[String]) -> bool {
         (1..=wasm9p_proto::consts::MAXWELEM).contains(&names.len())
+            && !self.session.inner.no_flights.load(Ordering::Relaxed)
             && self.session.handles_requests_in_order(self).await
     }
 

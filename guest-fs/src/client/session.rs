@@ -171,6 +171,8 @@ pub(crate) struct Inner {
     /// Whether the server says it handles a connection's requests in order (asked
     /// once, at the first flight: `flight`).
     pub(crate) ordered: tokio::sync::OnceCell<bool>,
+    /// Set by [`Session::without_flights`]: requests go one after another.
+    pub(crate) no_flights: AtomicBool,
     /// Opens sent as one flight, and requests of a flight the server refused that
     /// were sent again after the walk's reply.
     pub(crate) flights: AtomicU64,
@@ -301,6 +303,7 @@ impl Session {
             no_unlinkat: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             ordered: tokio::sync::OnceCell::new(),
+            no_flights: AtomicBool::new(false),
             flights: AtomicU64::new(0),
             flight_retries: AtomicU64::new(0),
             config,

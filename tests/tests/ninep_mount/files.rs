@@ -286,6 +286,9 @@ async fn a_cold_open_on_our_server_is_one_flight_whose_pages_answer_the_fstat_an
                 "{kind} {spec}"
             );
             assert_eq!(fs.stats().flight_retries, 0, "{kind} {spec}");
+            if spec.contains("pipeline=off") {
+                assert_eq!(rpcs(&fs, "xattrwalk"), 0, "not even asked: {kind}");
+            }
         }
     }
 }
