@@ -1,6 +1,7 @@
-//! Flights (`Fid::walk_open`, `Fid::walk_getattr`): a walk and the open, attributes
-//! and first read (or entries) of the fid it binds, or its attributes alone, sent at
-//! once to a server that says it handles requests in order.
+//! Flights (`Fid::walk_open`, `Fid::walk_getattr`, `Fid::walk_readlink`): a walk and
+//! the open, attributes and first read (or entries) of the fid it binds, or its
+//! attributes or link target alone, sent at once to a server that says it handles
+//! requests in order.
 //!
 //! The proof that they are one round trip: a link between client and server that
 //! holds every reply back. With no reply delivered, our server still receives the
@@ -26,6 +27,7 @@ const TLOPEN: u8 = 12;
 const TGETATTR: u8 = 24;
 const TREAD: u8 = 116;
 const TREADDIR: u8 = 40;
+const TREADLINK: u8 = 22;
 
 /// What the link does with frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,7 +146,13 @@ impl Gate {
 
 fn fixture() -> tempfile::TempDir {
     Tree::build(&[
-        Tree::Dir("sub", vec![Tree::file("inner.txt", "inner")]),
+        Tree::Dir(
+            "sub",
+            vec![
+                Tree::file("inner.txt", "inner"),
+                Tree::Symlink("link", "inner.txt"),
+            ],
+        ),
         Tree::File(
             "big.bin",
             (0..300_000u32).map(|i| (i % 251) as u8).collect(),
@@ -255,7 +263,7 @@ async fn an_open_with_its_attributes_and_first_read_is_one_round_trip_on_our_ser
         .map(|e| e.name.clone())
         .collect();
     names.sort();
-    assert_eq!(names, [".", "..", "inner.txt"]);
+    assert_eq!(names, [".", "..", "inner.txt", "link"]);
     let rest = opened
         .walk
         .fid
@@ -282,6 +290,26 @@ async fn an_open_with_its_attributes_and_first_read_is_one_round_trip_on_our_ser
     let missing = root.walk_getattr(&["nope"]).await.unwrap_err();
     assert_eq!(missing.errno(), Errno::ENOENT);
     assert_eq!(session.flights(), (6, 0));
+    settle(&session, 1).await;
+
+    // A link's target: its Treadlink in the flight of its walk.
+    gate.set(Hold::Replies);
+    let before = gate.requests().len();
+    let reading = tokio::spawn({
+        let root = root.clone();
+        async move { root.walk_readlink(&["sub", "link"]).await }
+    });
+    let sent = gate.wait_for_requests(before, 2).await;
+    assert_eq!(sent, [TWALK, TREADLINK], "one flight, in order");
+    gate.set(Hold::Nothing);
+    let (walk, target) = reading.await.unwrap().unwrap();
+    assert_eq!(target, "inner.txt");
+    assert_eq!(walk.qids.len(), 2);
+    drop(walk);
+    // Not a link: the server's refusal, asked again once the walk is answered.
+    let refused = root.walk_readlink(&["sub", "inner.txt"]).await.unwrap_err();
+    assert_eq!(refused.errno(), Errno::EINVAL);
+    assert_eq!(session.flights(), (8, 1));
     settle(&session, 1).await;
 }
 
@@ -346,6 +374,9 @@ async fn diod_makes_no_promise_and_gets_the_requests_one_after_another() {
     assert_eq!(missing.errno(), Errno::ENOENT);
     let (walk, attr) = root.walk_getattr(&["sub", "inner.txt"]).await.unwrap();
     assert_eq!((attr.size, attr.qid.path), (5, walk.fid.qid.path));
+    drop(walk);
+    let (walk, target) = root.walk_readlink(&["sub", "link"]).await.unwrap();
+    assert_eq!(target, "inner.txt");
     drop(walk);
     assert_eq!(session.flights(), (0, 0));
     settle(&session, 1).await;

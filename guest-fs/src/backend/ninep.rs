@@ -398,8 +398,8 @@ impl Backend for NinepFs {
                     return Ok(target);
                 }
             }
-            let fid = self.walk(&n.path).await?;
-            let target: Arc<str> = Arc::from(fid.readlink().await?);
+            let (fid, target) = self.readlink_in_flight(&n.path).await?;
+            let target: Arc<str> = Arc::from(target);
             if self.symlinks {
                 let read_at = if fid.qid.path == n.qid.path {
                     fid.qid.version

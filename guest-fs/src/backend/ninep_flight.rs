@@ -17,7 +17,8 @@
 //! `readdir`) get their first Treaddir in the flight of their walk and open likewise,
 //! and a `stat` of a file the cache does not know its Tgetattr in the flight of its
 //! walk (`getattr_in_flight`; not where cached attributes wait to be confirmed by the
-//! walk's qid, which a walk alone does).
+//! walk's qid, which a walk alone does). A symbolic link read on the server gets its
+//! Treadlink in the flight of its walk (`readlink_in_flight`).
 //!
 //! Not while an open of the file buffers writes through this mount (its size is the
 //! guest's, not the server's yet), nor where the mount would not open it at all
@@ -140,6 +141,22 @@ impl NinepFs {
             .map_err(|e| self.flight_failed(e, at))?;
         self.record_dirs(&walk.qids, at);
         Ok(attr)
+    }
+
+    /// The target of the symbolic link at `path`, and the fid walked to it, from one
+    /// flight (walk, readlink) where the mount pipelines.
+    pub(super) async fn readlink_in_flight(
+        &self,
+        path: &SharedPath,
+    ) -> Result<(Fid, String), Errno> {
+        let at = Instant::now();
+        let (walk, target) = self
+            .root
+            .walk_readlink(&path.to_vec())
+            .await
+            .map_err(|e| self.flight_failed(e, at))?;
+        self.record_dirs(&walk.qids, at);
+        Ok((walk.fid, target))
     }
 }
 

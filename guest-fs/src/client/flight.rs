@@ -9,7 +9,8 @@
 //! A server that handles a connection's requests in order (each request sees what the
 //! metadata requests before it did) can take all four at once: the Tlopen arrives after
 //! the Twalk that binds its fid, and the Tread (or Treaddir) after the Tlopen. A `stat`
-//! of a file the client knows nothing of is a Twalk and a Tgetattr: one flight too. A
+//! of a file the client knows nothing of is a Twalk and a Tgetattr, and reading a link
+//! it never read a Twalk and a Treadlink: one flight each too. A
 //! wasm9p server says it does by answering the extended attribute [`ORDERED_XATTR`];
 //! the session asks once, at its first flight (a Txattrwalk, and the Tclunk of the fid
 //! it binds). Other servers
@@ -28,7 +29,8 @@ use bytes::Bytes;
 use wasm9p_proto::consts::READDIRHDRSZ;
 use wasm9p_proto::consts::{getattr, ORDERED_XATTR};
 use wasm9p_proto::{
-    DirEntry, Errno, Message, Qid, Rgetattr, Tgetattr, Tlopen, Tread, Treaddir, Twalk, Txattrwalk,
+    DirEntry, Errno, Message, Qid, Rgetattr, Tgetattr, Tlopen, Tread, Treaddir, Treadlink, Twalk,
+    Txattrwalk,
 };
 
 use super::fid::{Fid, Walk, WalkError};
@@ -348,32 +350,65 @@ impl Fid {
         &self,
         names: &[S],
     ) -> Result<(Walk, Rgetattr), FlightError> {
-        let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
-        if !self.can_fly(&names).await {
-            let walk = self.walk(&names).await?;
-            let attr = walk.fid.getattr().await.map_err(FlightError::Refused)?;
-            return Ok((walk, attr));
-        }
-        let (walk, mut replies) = self
-            .fly(&names, |fid| {
-                let mask = getattr::BASIC;
-                vec![Tgetattr {
-                    fid,
-                    request_mask: mask,
-                }
-                .into()]
-            })
-            .await?;
-        match replies.pop().flatten() {
-            Some(Ok(Message::Rgetattr(a))) => Ok((walk, a)),
-            refused => {
-                if refused.is_some() {
-                    self.count_retry();
-                }
-                let attr = walk.fid.getattr().await.map_err(FlightError::Refused)?;
-                Ok((walk, attr))
+        let ask = |fid| {
+            let mask = getattr::BASIC;
+            Tgetattr {
+                fid,
+                request_mask: mask,
             }
+            .into()
+        };
+        self.walk_ask(names, ask, |reply| match reply {
+            Message::Rgetattr(a) => Some(a),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Walks `names` to a new fid and reads the symbolic link there: one round trip
+    /// on a server that handles requests in order (a path of 1 to 16 names), else two.
+    pub async fn walk_readlink<S: AsRef<str>>(
+        &self,
+        names: &[S],
+    ) -> Result<(Walk, String), FlightError> {
+        let ask = |fid| Treadlink { fid }.into();
+        self.walk_ask(names, ask, |reply| match reply {
+            Message::Rreadlink(r) => Some(r.target),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Walks `names` to a new fid and sends the one request `ask` makes for it, in the
+    /// walk's flight where it can go (else after the walk); `answer` takes its reply
+    /// (`None`: a reply of the wrong type, EIO). A request refused in the flight is
+    /// sent again after the walk, and its error then is the answer.
+    async fn walk_ask<S: AsRef<str>, T>(
+        &self,
+        names: &[S],
+        ask: impl Fn(u32) -> Message,
+        answer: impl Fn(Message) -> Option<T>,
+    ) -> Result<(Walk, T), FlightError> {
+        let names: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
+        let (walk, flown) = match self.can_fly(&names).await {
+            true => {
+                let (walk, mut replies) = self.fly(&names, |fid| vec![ask(fid)]).await?;
+                (walk, replies.pop().flatten())
+            }
+            false => (self.walk(&names).await?, None),
+        };
+        match flown.map(|reply| reply.map(&answer)) {
+            Some(Ok(Some(answered))) => return Ok((walk, answered)),
+            Some(_) => self.count_retry(),
+            None => {}
         }
+        let reply = self
+            .session
+            .call(ask(walk.fid.id))
+            .await
+            .map_err(FlightError::Refused)?;
+        let answered = answer(reply).ok_or(FlightError::Refused(Errno::EIO))?;
+        Ok((walk, answered))
     }
 }
 

@@ -226,6 +226,7 @@ async fn a_cold_open_fetches_the_attributes_its_fstat_asks_for_and_keeps_buffere
 
 #[tokio::test]
 async fn a_cold_open_on_our_server_is_one_flight_whose_pages_answer_the_fstat_and_reads() {
+    // (And a cold stat, and a cold readlink: one flight each.)
     // Sizes around the flight's read (128 KiB) and the page (64 KiB): a header, a
     // file ending on a page boundary, one past what the flight reads, an empty one.
     let big: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
@@ -236,6 +237,7 @@ async fn a_cold_open_on_our_server_is_one_flight_whose_pages_answer_the_fstat_an
         Tree::File("big.bin", big.clone()),
         Tree::file("empty", ""),
         Tree::file("unopened", "unopened"),
+        Tree::Symlink("link", "h.h"),
     ]);
     for kind in SERVERS {
         let server = Remote::start(kind, dir.path());
@@ -280,6 +282,19 @@ async fn a_cold_open_on_our_server_is_one_flight_whose_pages_answer_the_fstat_an
             assert_eq!(attr.size, 8, "{kind} {spec}");
             assert_eq!(rpcs(&fs, "walk"), walks + 1, "{kind} {spec}");
             assert_eq!(rpcs(&fs, "getattr"), getattrs + 1, "{kind} {spec}");
+            assert_eq!(
+                fs.stats().flights,
+                flights + u64::from(flies),
+                "{kind} {spec}"
+            );
+            assert_eq!(fs.stats().flight_retries, 0, "{kind} {spec}");
+            // A link read cold: one flight (walk, readlink).
+            ns.resolve("/link", false).await.unwrap();
+            let (flights, walks) = (fs.stats().flights, rpcs(&fs, "walk"));
+            let readlinks = rpcs(&fs, "readlink");
+            assert_eq!(ns.readlink("/link").await.unwrap().as_ref(), "h.h");
+            assert_eq!(rpcs(&fs, "walk"), walks + 1, "{kind} {spec}");
+            assert_eq!(rpcs(&fs, "readlink"), readlinks + 1, "{kind} {spec}");
             assert_eq!(
                 fs.stats().flights,
                 flights + u64::from(flies),
