@@ -63,8 +63,8 @@ pub struct MountStats {
     /// What reconnecting did (`reconnect=on`; zero otherwise).
     pub reconnect: ReconnectStats,
     /// Flights sent (`pipeline=on`): cold opens (walk, open, attributes, first read),
-    /// listings (walk, open, first entries) and stats (walk, attributes), each with
-    /// its walk.
+    /// listings (walk, open, first entries), stats (walk, attributes) and link reads
+    /// (walk, readlink), each with its walk.
     pub flights: u64,
     /// Requests of a flight the server refused while its walk succeeded, sent again
     /// after the walk's reply (0 on a server that keeps its promise of order).
