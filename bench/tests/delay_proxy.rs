@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use wasm9p_guest_fs::client::{ClientConfig, Session};
 use wasm9p_proto::consts::{NOFID, NOTAG};
-use wasm9p_proto::{encode_frame, Message, Tattach, Tclunk, Tgetattr, Tversion, Twalk};
+use wasm9p_proto::{encode_frame, Message, Tattach, Tclunk, Tflush, Tgetattr, Tversion, Twalk};
 use wasm9p_tests::{TestServer, Tree};
 
 const PROXY: &str = env!("CARGO_BIN_EXE_delay-proxy");
@@ -89,7 +89,7 @@ fn exchange(link: &mut TcpStream, requests: &[(u16, Message)]) -> Vec<u8> {
 }
 
 #[test]
-fn a_round_trip_is_a_wait_for_a_reply_requests_sent_together_share_one_and_clunks_count_none() {
+fn a_round_trip_is_a_wait_for_a_reply_requests_sent_together_share_one_clunks_and_flushes_none() {
     let dir = Tree::build(&[Tree::file("a", "content of a")]);
     let server = TestServer::tcp(dir.path());
     let (mut child, addr) = proxy(&server.addr, 100_000);
@@ -151,8 +151,9 @@ fn a_round_trip_is_a_wait_for_a_reply_requests_sent_together_share_one_and_clunk
         ),
         // 4: a request sent while only a clunk is on the wire waits on its own.
         exchange(&mut link, &[(1, Tclunk { fid: 1 }.into()), (2, getattr(0))]),
-        // None: a clunk alone.
+        // None: a clunk alone, a flush alone.
         exchange(&mut link, &[(1, Tclunk { fid: 0 }.into())]),
+        exchange(&mut link, &[(1, Tflush { oldtag: 7 }.into())]),
     ];
     let lerror = 7;
     assert!(
@@ -166,7 +167,7 @@ fn a_round_trip_is_a_wait_for_a_reply_requests_sent_together_share_one_and_clunk
         .unwrap();
     assert_eq!(
         line.trim(),
-        "delay-proxy: connection closed: 9 requests, 4 round trips"
+        "delay-proxy: connection closed: 10 requests, 4 round trips"
     );
     let _ = child.kill();
     let _ = child.wait();

@@ -11,7 +11,8 @@
 //! The delay is kept to within tens of microseconds: each connection's replies wait on
 //! a thread of their own in `nanosleep` with a timer slack of 1 ns. (Until 2026-12-02
 //! they waited on tokio's timer, which rounds every deadline up to its next
-//! millisecond: "200 us" was anything from 200 us to 1.2 ms, "1 ms" up to 2 ms.)
+//! millisecond: a round trip through the proxy took 1.2 ms at "0", 1.3 ms at
+//! "200 us" and 2.3 ms at "1 ms"; `bench/proxy-latency` measures it.)
 //!
 //! When a connection ends it prints one line on stderr: `delay-proxy: connection
 //! closed: N requests, M round trips`. A round trip is a request that reached the
@@ -22,7 +23,7 @@
 //! client that does one thing at a time (`--jobs 1`) this is the number of delays the
 //! run paid: the requests it sent one after another.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::ExitCode;
@@ -83,6 +84,9 @@ fn main() -> ExitCode {
 struct Waiting {
     /// Tags of requests whose replies have not left the proxy, but Tclunks and Tflushes.
     tags: HashSet<u16>,
+    /// Tflushes on the wire: their tag, and the tag they flush (whose request may get
+    /// no reply of its own: the Rflush answers for it).
+    flushes: HashMap<u16, u16>,
     requests: u64,
     round_trips: u64,
 }
@@ -103,6 +107,10 @@ fn relay(client: TcpStream, server: TcpStream, delay: Duration) -> std::io::Resu
                 {
                     let mut w = waiting.lock().unwrap_or_else(PoisonError::into_inner);
                     w.requests += 1;
+                    if Message::type_name(ty) == Some("Tflush") && frame.len() >= 9 {
+                        w.flushes
+                            .insert(tag, u16::from_le_bytes([frame[7], frame[8]]));
+                    }
                     if !matches!(Message::type_name(ty), Some("Tclunk" | "Tflush")) {
                         if w.tags.is_empty() {
                             w.round_trips += 1;
@@ -134,11 +142,13 @@ fn relay(client: TcpStream, server: TcpStream, delay: Duration) -> std::io::Resu
         // Before the write: once the client has the reply it may send what it waited
         // to send, and that must find this request answered.
         let tag = u16::from_le_bytes([frame[5], frame[6]]);
-        waiting
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .tags
-            .remove(&tag);
+        {
+            let mut w = waiting.lock().unwrap_or_else(PoisonError::into_inner);
+            w.tags.remove(&tag);
+            if let Some(flushed) = w.flushes.remove(&tag) {
+                w.tags.remove(&flushed);
+            }
+        }
         if client_out.write_all(&frame).is_err() {
             break;
         }
