@@ -13,7 +13,9 @@
 //!
 //! Usage: `tenant-fairness [WASM9P]` (default: the `wasm9p` next to this binary);
 //! BENCH_SECONDS (3) per phase, BENCH_ROUNDS (3); BENCH_SERVE_ARGS: more arguments for
-//! `wasm9p serve` (say `--rate tenant-a=300M`), split at spaces.
+//! `wasm9p serve` (say `--rate tenant-a=300M`), split at spaces; BENCH_B_NICE (0): the
+//! nice value of B's client thread (a diagnostic: with B's client given the CPU first,
+//! what is left of B's latency is the server's doing).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -87,6 +89,10 @@ async fn metadata(addr: &Addr, aname: &str, duration: Duration) -> Vec<u64> {
 async fn metadata_apart(addr: &Addr, aname: &str, duration: Duration) -> Vec<u64> {
     let (addr, aname) = (addr.clone(), aname.to_string());
     tokio::task::spawn_blocking(move || {
+        let nice = std::env::var("BENCH_B_NICE").map_or(0, |v| v.parse::<i32>().unwrap());
+        if nice != 0 {
+            set_thread_nice(nice);
+        }
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -119,6 +125,14 @@ async fn stream(addr: Addr, aname: String, stop: Arc<AtomicBool>, bytes: Arc<Ato
             at + got.len() as u64
         };
     }
+}
+
+/// Sets the calling thread's nice value (Linux keeps one per thread).
+#[allow(unsafe_code)]
+fn set_thread_nice(nice: i32) {
+    // SAFETY: plain integers; no memory is touched.
+    let done = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as u32, nice) };
+    assert_eq!(done, 0, "setpriority: {}", std::io::Error::last_os_error());
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
