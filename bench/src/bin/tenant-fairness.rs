@@ -13,7 +13,8 @@
 //!
 //! Usage: `tenant-fairness [WASM9P]` (default: the `wasm9p` next to this binary);
 //! BENCH_SECONDS (3) per phase, BENCH_ROUNDS (3); BENCH_SERVE_ARGS: more arguments for
-//! `wasm9p serve` (say `--rate tenant-a=300M`), split at spaces; BENCH_B_NICE (0): the
+//! `wasm9p serve` (say `--rate tenant-a=300M`), split at spaces; BENCH_SERVERS (1): 2
+//! serves each tenant from a server process of its own; BENCH_B_NICE (0): the
 //! nice value of B's client thread (a diagnostic: with B's client given the CPU first,
 //! what is left of B's latency is the server's doing).
 
@@ -46,14 +47,17 @@ fn env(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn start(bin: &Path, a: &Path, b: &Path, la: &str, lb: &str) -> Server {
+/// `wasm9p serve` of each export in `exports` (a directory and the listener its
+/// tenant comes in by, bound to it by a `listen:` rule).
+fn start(bin: &Path, exports: &[(&Path, &str)]) -> Server {
     let name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
-    let mut child = Command::new(bin)
-        .args(["serve", "--export", a.to_str().unwrap(), "--export"])
-        .arg(b)
-        .args(["--listen", la, "--listen", lb])
-        .args(["--allow", &format!("{}=listen:{la}", name(a))])
-        .args(["--allow", &format!("{}=listen:{lb}", name(b))])
+    let mut command = Command::new(bin);
+    command.arg("serve");
+    for (dir, listen) in exports {
+        command.arg("--export").arg(dir).args(["--listen", listen]);
+        command.args(["--allow", &format!("{}=listen:{listen}", name(dir))]);
+    }
+    let mut child = command
         .args(
             std::env::var("BENCH_SERVE_ARGS")
                 .unwrap_or_default()
@@ -163,7 +167,12 @@ async fn main() {
         format!("unix:{}", work.path().join("a.sock").display()),
         format!("unix:{}", work.path().join("b.sock").display()),
     );
-    let _server = start(&bin, &a, &b, &la, &lb);
+    // BENCH_SERVERS=2: each tenant on a server process of its own (a diagnostic: what
+    // B still waits for then is not inside the server).
+    let _servers = match env("BENCH_SERVERS", 1) {
+        2 => vec![start(&bin, &[(&a, &la)]), start(&bin, &[(&b, &lb)])],
+        _ => vec![start(&bin, &[(&a, &la), (&b, &lb)])],
+    };
     let (addr_a, addr_b): (Addr, Addr) = (la.parse().unwrap(), lb.parse().unwrap());
     let b_name = "tenant-b".to_string();
     // Warm: the file into the page cache, the server's paths.
