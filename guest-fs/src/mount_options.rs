@@ -200,8 +200,8 @@ pub struct NinepOptions {
     /// listing is read and answers every later lookup in it (`None`: `off`). Only in
     /// modes that cache metadata; see [`crate::cache::MAX_COMPLETE`].
     pub complete_dirs: Option<u32>,
-    /// `pipeline=on|off`: a read-only open the server must answer, a listing and a
-    /// stat go as one flight (walk, open, attributes, first read or entries) when the
+    /// `pipeline=on|off`: a read-only open the server must answer, a listing, a stat
+    /// and a link read go as one flight (the walk and what follows on its fid) when the
     /// server says it handles requests in order (see `client::Fid::walk_open`); off,
     /// every request waits for the reply before it and the server is not asked.
     pub pipeline: bool,

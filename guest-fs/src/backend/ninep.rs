@@ -14,9 +14,9 @@
 //! WRITEBACK, and in loose mode reopen a file read before without any RPC (see
 //! `ninep_file`). A stat or truncate by path first sends what open files still buffer.
 //! A read-only open that must ask the server fetches the file's attributes with it; it,
-//! a listing read cold and a stat go as one flight (walk, open, attributes, first read
-//! or entries) to a server that promises to start a connection's requests in order
-//! (`ninep_flight`, `pipeline=on`).
+//! a listing read cold, a stat and a link read go as one flight (the walk and what
+//! follows on its fid) to a server that promises to start a connection's requests in
+//! order (`ninep_flight`, `pipeline=on`).
 //!
 //! How long cached answers are believed is the mount's [`Trust`]: forever in loose
 //! mode, else for a window (`revalidate=MS`; every use in a metadata mode without
@@ -206,6 +206,7 @@ impl NinepFs {
     /// the cache counters, and the bytes the caches hold.
     pub fn stats(&self) -> MountStats {
         let counts = self.session().counts();
+        let (flights, flight_retries) = self.session().flights();
         MountStats {
             rpc: counts.snapshot(),
             rpc_total: counts.total(),
@@ -213,8 +214,8 @@ impl NinepFs {
             cache: self.cache.stats(),
             cache_bytes: self.cache.bytes(),
             reconnect: self.session().reconnects(),
-            flights: self.session().flights().0,
-            flight_retries: self.session().flights().1,
+            flights,
+            flight_retries,
         }
     }
 

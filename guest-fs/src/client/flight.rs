@@ -10,12 +10,11 @@
 //! metadata requests before it did) can take all four at once: the Tlopen arrives after
 //! the Twalk that binds its fid, and the Tread (or Treaddir) after the Tlopen. A `stat`
 //! of a file the client knows nothing of is a Twalk and a Tgetattr, and reading a link
-//! it never read a Twalk and a Treadlink: one flight each too. A
-//! wasm9p server says it does by answering the extended attribute [`ORDERED_XATTR`];
-//! the session asks once, at its first flight (a Txattrwalk, and the Tclunk of the fid
-//! it binds). Other servers
-//! (diod's worker threads, QEMU's coroutines) may run two requests of a connection at
-//! once, where a request on a fid still being walked is undefined, so they get the
+//! it never read a Twalk and a Treadlink: one flight each too. A wasm9p server says it
+//! does by answering the extended attribute [`ORDERED_XATTR`]; the session asks once,
+//! at its first flight (a Txattrwalk, and the Tclunk of the fid it binds). Other
+//! servers (diod's worker threads, QEMU's coroutines) may run two requests of a
+//! connection at once, where a request on a fid still being walked is undefined, so they get the
 //! requests one round trip after another, as before.
 //!
 //! Even on a server that promised, nothing is taken on trust: a request of the flight
@@ -62,14 +61,14 @@ pub struct OpenedWalk {
     pub entries: Option<Vec<DirEntry>>,
 }
 
-/// Why [`Fid::walk_open`] or [`Fid::walk_getattr`] failed.
+/// Why [`Fid::walk_open`], [`Fid::walk_getattr`] or [`Fid::walk_readlink`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum FlightError {
     /// The walk did not reach the file.
     #[error(transparent)]
     Walk(#[from] WalkError),
     /// The file is there but the server refused what was asked of it (the open, the
-    /// attributes).
+    /// attributes, the link's target).
     #[error("refused: {0}")]
     Refused(Errno),
 }
@@ -136,7 +135,8 @@ impl Session {
         self.inner.no_flights.store(true, Ordering::Relaxed);
     }
 
-    /// Flights sent (opens, listings and stats that went with their walk), and
+    /// Flights sent (opens, listings, stats and link reads that went with their
+    /// walk), and
     /// requests of flights sent again because the server refused them while their
     /// walk succeeded.
     pub fn flights(&self) -> (u64, u64) {

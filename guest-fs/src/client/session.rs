@@ -173,8 +173,8 @@ pub(crate) struct Inner {
     pub(crate) ordered: tokio::sync::OnceCell<bool>,
     /// Set by [`Session::without_flights`]: requests go one after another.
     pub(crate) no_flights: AtomicBool,
-    /// Opens sent as one flight, and requests of a flight the server refused that
-    /// were sent again after the walk's reply.
+    /// Flights sent (a walk and the requests on its fid: `flight`), and requests of
+    /// a flight the server refused that were sent again after the walk's reply.
     pub(crate) flights: AtomicU64,
     pub(crate) flight_retries: AtomicU64,
 }
