@@ -568,3 +568,93 @@ async fn a_rate_cap_holds_an_exports_reads_to_its_bytes_a_second() {
         assert!(stderr.contains(needle), "{cap}: {stderr}");
     }
 }
+
+/// How many of the server's threads are tenants' I/O threads (`ps -L` shows them by
+/// this name).
+fn tenant_threads(server: &Served) -> usize {
+    std::fs::read_dir(format!("/proc/{}/task", server.0.id()))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end() == "wasm9p-tenant")
+        .count()
+}
+
+/// Waits (bounded) until the server has `n` tenant threads; false if it never does.
+async fn tenant_threads_become(server: &Served, n: usize) -> bool {
+    let deadline = std::time::Instant::now() + wasm9p_tests::TEST_TIMEOUT;
+    while tenant_threads(server) != n {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    true
+}
+
+#[tokio::test]
+async fn each_tenant_is_served_on_a_thread_of_its_own_that_ends_with_its_last_connection() {
+    let t = tenants();
+    let work = tempfile::tempdir().unwrap();
+    let (la, lb) = (
+        format!("unix:{}", work.path().join("a").display()),
+        format!("unix:{}", work.path().join("b").display()),
+    );
+    let (a, b) = (name(t.a.path()), name(t.b.path()));
+    let args = with_both_exports(
+        &t,
+        &[
+            "--listen",
+            &la,
+            "--listen",
+            &lb,
+            "--allow",
+            &format!("{a}=listen:{la}"),
+            "--allow",
+            &format!("{b}=listen:{lb}"),
+        ],
+    );
+    let server = serve(&args);
+    let (addr_a, addr_b): (Addr, Addr) = (la.parse().unwrap(), lb.parse().unwrap());
+    assert_eq!(tenant_threads(&server), 0, "a thread before any tenant");
+    // Two connections of tenant a, one of tenant b: two threads, each serving.
+    let mut conns = Vec::new();
+    for (addr, export) in [(&addr_a, &a), (&addr_a, &a), (&addr_b, &b)] {
+        let mut conn = Conn::connect(addr).await;
+        conn.version(65536).await;
+        conn.attach(0, export).await.unwrap();
+        conns.push(conn);
+    }
+    assert_eq!(conns[0].cat(5, "a.txt").await.unwrap(), b"tenant a\n");
+    assert_eq!(conns[1].cat(5, "a.txt").await.unwrap(), b"tenant a\n");
+    assert_eq!(conns[2].cat(5, "b.txt").await.unwrap(), b"tenant b\n");
+    assert_eq!(tenant_threads(&server), 2, "one thread per tenant");
+    // A's first connection gone: a still has one, so its thread stays.
+    conns.remove(0);
+    assert_eq!(conns[0].cat(6, "a.txt").await.unwrap(), b"tenant a\n");
+    assert_eq!(tenant_threads(&server), 2);
+    // Every connection gone: so are the threads; a tenant coming back gets one again.
+    conns.clear();
+    assert!(
+        tenant_threads_become(&server, 0).await,
+        "tenant threads outlived their connections: {}",
+        tenant_threads(&server)
+    );
+    let mut again = Conn::connect(&addr_b).await;
+    again.version(65536).await;
+    again.attach(0, &b).await.unwrap();
+    assert_eq!(again.cat(5, "b.txt").await.unwrap(), b"tenant b\n");
+    assert_eq!(tenant_threads(&server), 1);
+}
+
+#[tokio::test]
+async fn without_rules_no_connection_gets_a_thread_of_its_own() {
+    let t = tenants();
+    let work = tempfile::tempdir().unwrap();
+    let listen = format!("unix:{}", work.path().join("s").display());
+    let server = serve(&with_both_exports(&t, &["--listen", &listen]));
+    let mut conn = Conn::connect(&listen.parse::<Addr>().unwrap()).await;
+    conn.version(65536).await;
+    conn.attach(0, &name(t.b.path())).await.unwrap();
+    assert_eq!(conn.cat(5, "b.txt").await.unwrap(), b"tenant b\n");
+    assert_eq!(tenant_threads(&server), 0);
+}

@@ -9,9 +9,10 @@
 //! bounded per connection.
 //!
 //! Many clients: access rules ([`access`]) bind exports to peers and make peers tenants,
-//! whose connections share bounds (`tenants`) and whose data requests run on data
-//! threads of their own, tenants in turn (`scheduler`); byte-rate caps hold an export's
-//! reads and writes to a rate (`rates`, [`RateCap`]).
+//! whose connections share bounds (`tenants`) and run on an I/O thread of the tenant's
+//! own (`io_thread`), and whose data requests run on data threads, tenants in turn
+//! (`scheduler`); byte-rate caps hold an export's reads and writes to a rate (`rates`,
+//! [`RateCap`]).
 //!
 //! What it is not: an authenticating server (Tauth is refused with ENOENT, which both
 //! the Linux client and diod's tools take as "no auth needed"), nor a server that
@@ -45,6 +46,7 @@
 pub mod access;
 mod export;
 mod fid;
+mod io_thread;
 mod ops;
 mod rates;
 mod scheduler;
@@ -57,7 +59,7 @@ use std::io;
 use std::sync::Arc;
 
 use wasm9p_proto::consts::{DEFAULT_MSIZE, MAX_MSIZE, MIN_MSIZE};
-use wasm9p_proto::transport::{BoxStream, Listener, Peer};
+use wasm9p_proto::transport::{Accepted, BoxStream, Listener, Peer};
 
 pub use access::{AccessRule, PeerMatch};
 pub use export::{Export, ExportConfig};
@@ -178,7 +180,7 @@ impl Shared {
 
     /// The tenant a new connection of `peer` joins (none without rules, or for a peer
     /// known by nothing); `Err` when that tenant has all the connections it may.
-    fn join(&self, peer: &Peer) -> Result<Option<tenants::Membership>, ()> {
+    fn join(&self, peer: &Peer) -> Result<Option<tenants::Membership>, tenants::Full> {
         let rules = self
             .access
             .read()
@@ -262,9 +264,43 @@ impl Server {
         self.serve_peer(stream, Peer::local(peer)).await
     }
 
-    /// Serves one connection from `peer` until it closes or breaks.
+    /// Serves one connection from `peer` until it closes or breaks, on the runtime
+    /// this is awaited on (the stream is already tied to it): unlike the connections
+    /// [`Server::serve`] accepts, a tenant's connection served this way does not run
+    /// on the tenant's I/O thread.
     pub async fn serve_peer(&self, stream: BoxStream, peer: Peer) {
-        session::run(self.shared.clone(), stream, peer).await
+        match self.shared.join(&peer) {
+            Ok(member) => session::run(self.shared.clone(), stream, peer, member).await,
+            Err(refused) => tracing::warn!("{}: {refused}; closing the connection", peer.name),
+        }
+    }
+
+    /// Starts serving a connection `serve` accepted: a tenant's on its I/O thread
+    /// (`io_thread`), any other as a task on the async workers.
+    fn start_session(&self, accepted: Accepted, peer: Peer) {
+        let member = match self.shared.join(&peer) {
+            Ok(member) => member,
+            Err(refused) => {
+                return tracing::warn!("{}: {refused}; closing the connection", peer.name);
+            }
+        };
+        let tenant = member.as_ref().map(|m| m.0.clone());
+        let shared = self.shared.clone();
+        let name = peer.name.clone();
+        let session = async move {
+            match accepted.into_stream() {
+                Ok(stream) => session::run(shared, stream, peer, member).await,
+                Err(e) => tracing::warn!("{}: {e}; closing the connection", peer.name),
+            }
+        };
+        match tenant.as_deref().map(tenants::Tenant::io_thread) {
+            Some(Ok(thread)) => thread.spawn(session),
+            // Dropping the session closes the connection.
+            Some(Err(e)) => {
+                tracing::warn!("{name}: no I/O thread for its tenant ({e}); closing the connection")
+            }
+            None => drop(tokio::spawn(session)),
+        }
     }
 
     /// Whether access rules were given (else every peer may attach every export).
@@ -298,17 +334,16 @@ impl Server {
     }
 
     /// Accepts connections on `listener` until `shutdown` completes; each connection is
-    /// served on its own task. Accept errors are logged and do not stop the server.
+    /// served on its own task: a tenant's on the tenant's I/O thread (where access rules
+    /// make peers tenants, see `io_thread`), any other on the async workers of the
+    /// runtime this is awaited on. Accept errors are logged and do not stop the server.
     pub async fn serve(&self, listener: Listener, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
-                accepted = listener.accept_peer() => match accepted {
-                    Ok((stream, peer)) => {
-                        let server = self.clone();
-                        tokio::spawn(async move { server.serve_peer(stream, peer).await });
-                    }
+                accepted = listener.accept_detached() => match accepted {
+                    Ok((accepted, peer)) => self.start_session(accepted, peer),
                     Err(e) => {
                         tracing::warn!("accept on {}: {e}", listener.local_addr());
                         // Out of fds or similar: back off instead of spinning.

@@ -2,14 +2,15 @@
 //!
 //! Without access rules every request runs on the async workers: metadata inline on its
 //! connection's reader task, data (reads, writes, fsyncs, listings) as a task of its
-//! own. Where rules make peers tenants, one tenant streaming large reads would keep
-//! those workers busy copying, and another tenant's metadata request (which needs a
-//! worker for its reader task) would wait behind them. So a tenant's data requests run
-//! here instead:
+//! own. Where rules make peers tenants, each tenant's connections run on its own I/O
+//! thread (`crate::io_thread`), metadata inline on their readers as before; a data
+//! request there would hold up the tenant's other requests for as long as a cold disk
+//! takes, and tenants' data requests would compete for CPUs unchecked. So a tenant's
+//! data requests run here instead:
 //!
 //! - on [`data_threads`] threads of their own, one process-wide set, each at a lower
-//!   CPU priority (nice +[`DATA_NICE`]) than the async workers: a metadata request that
-//!   wakes finds a worker free and a CPU it may take from a data thread;
+//!   CPU priority (nice +[`DATA_NICE`]) than the I/O threads: a metadata request that
+//!   wakes its tenant's thread finds a CPU it may take from a data thread;
 //! - from one queue per tenant, the tenants with work taken in turn, one request each:
 //!   a tenant with 32 reads queued and one with a single read get the threads alike,
 //!   whatever their queues' lengths.

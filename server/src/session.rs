@@ -1,6 +1,7 @@
 //! One connection: a reader that decodes frames and starts a task per request, and a
-//! writer that batches replies onto the socket. A tenant's data requests run on the
-//! data threads instead, in the tenant's turn (`crate::scheduler`).
+//! writer that batches replies onto the socket, both on the async workers, or on the
+//! tenant's I/O thread for a tenant's connection (`crate::io_thread`). A tenant's data
+//! requests run on the data threads instead, in the tenant's turn (`crate::scheduler`).
 //!
 //! Rules kept here: Tversion comes first and resets the session; a body that fails to
 //! decode gets Rlerror for its tag and the connection goes on; a frame whose length is
@@ -28,6 +29,7 @@ use wasm9p_proto::{
 };
 
 use crate::fid::FidTable;
+use crate::tenants::Membership;
 use crate::{Shared, MAX_INFLIGHT_PER_CONNECTION};
 
 /// Per-connection state shared by the request tasks.
@@ -99,12 +101,15 @@ fn error_reply(errno: Errno) -> Message {
     Rlerror { ecode: errno.0 }.into()
 }
 
-pub(crate) async fn run(shared: Arc<Shared>, stream: BoxStream, who: Peer) {
+/// Serves one connection of `who`, a member of `member`'s tenant if it has one (kept
+/// until the connection's end).
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    stream: BoxStream,
+    who: Peer,
+    member: Option<Membership>,
+) {
     let peer = who.name.clone();
-    let Ok(member) = shared.join(&who) else {
-        tracing::warn!("{peer}: has all the connections a peer may; closing this one");
-        return;
-    };
     let tenant = member.as_ref().map(|m| m.0.clone());
     let (mut reader, writer) = tokio::io::split(stream);
     let writer: SharedWriter = Arc::new(AsyncMutex::new(writer));

@@ -9,14 +9,20 @@
 //! rules (one client, or clients that trust each other) there are no tenants and only
 //! the per-connection bounds hold. Connections known by nothing (in process) are no
 //! tenant.
+//!
+//! A tenant's connections accepted by [`crate::Server::serve`] run on the tenant's own
+//! I/O thread (`io_thread`), started with the first of them.
 
 use std::collections::HashMap;
+use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use tokio::sync::Semaphore;
 use wasm9p_proto::transport::{Peer, PeerId};
 use wasm9p_proto::Addr;
+
+use crate::io_thread::IoThread;
 
 /// The bounds each tenant gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,9 +53,26 @@ pub(crate) struct Tenant {
     /// Permits for requests in flight.
     pub requests: Arc<Semaphore>,
     limits: PeerLimits,
+    /// Where its connections run, once one needs it.
+    io: OnceLock<IoThread>,
+    /// Held while the I/O thread starts, so that it starts once.
+    io_starting: Mutex<()>,
 }
 
 impl Tenant {
+    /// The tenant's I/O thread, started at the first call.
+    pub fn io_thread(&self) -> io::Result<&IoThread> {
+        if let Some(thread) = self.io.get() {
+            return Ok(thread);
+        }
+        let _starting = self.io_starting.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(thread) = self.io.get() {
+            return Ok(thread);
+        }
+        let thread = IoThread::start()?;
+        Ok(self.io.get_or_init(|| thread))
+    }
+
     /// Takes a fid from the tenant's share; false when it is spent.
     pub fn take_fid(&self) -> bool {
         self.fids
@@ -66,6 +89,16 @@ impl Tenant {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |m| {
                 Some(m.saturating_sub(n))
             });
+    }
+}
+
+/// Why a connection joins no tenant: the tenant has all the connections it may.
+#[derive(Debug)]
+pub(crate) struct Full;
+
+impl std::fmt::Display for Full {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("has all the connections a peer may")
     }
 }
 
@@ -98,7 +131,7 @@ impl Tenants {
 
     /// Counts a new connection of `peer` in its tenant: `Err` when the tenant has all
     /// the connections it may, `Ok(None)` for a peer known by nothing.
-    pub fn join(&self, peer: &Peer) -> Result<Option<Membership>, ()> {
+    pub fn join(&self, peer: &Peer) -> Result<Option<Membership>, Full> {
         if peer.id == PeerId::Unknown {
             return Ok(None);
         }
@@ -114,6 +147,8 @@ impl Tenants {
                         fids: AtomicUsize::new(0),
                         requests: Arc::new(Semaphore::new(self.limits.requests)),
                         limits: self.limits,
+                        io: OnceLock::new(),
+                        io_starting: Mutex::new(()),
                     });
                     live.insert(key, Arc::downgrade(&t));
                     t
@@ -127,7 +162,7 @@ impl Tenants {
             });
         match joined {
             Ok(_) => Ok(Some(Membership(tenant))),
-            Err(_) => Err(()),
+            Err(_) => Err(Full),
         }
     }
 }

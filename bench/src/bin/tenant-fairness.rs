@@ -16,7 +16,9 @@
 //! `wasm9p serve` (say `--rate tenant-a=300M`), split at spaces; BENCH_SERVERS (1): 2
 //! serves each tenant from a server process of its own; BENCH_B_NICE (0): the
 //! nice value of B's client thread (a diagnostic: with B's client given the CPU first,
-//! what is left of B's latency is the server's doing).
+//! what is left of B's latency is the server's doing); BENCH_B_CONNECTIONS (1): B's
+//! connections, each doing the same on a thread of its own (the round trips column
+//! counts them all: what one tenant's thread in the server gets through).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -89,19 +91,30 @@ async fn metadata(addr: &Addr, aname: &str, duration: Duration) -> Vec<u64> {
     out
 }
 
-/// [`metadata`] on a thread and runtime of its own.
+/// [`metadata`] on a thread and runtime of its own, over each of BENCH_B_CONNECTIONS
+/// connections at once (one by default); every round trip of all of them.
 async fn metadata_apart(addr: &Addr, aname: &str, duration: Duration) -> Vec<u64> {
-    let (addr, aname) = (addr.clone(), aname.to_string());
+    let nice = std::env::var("BENCH_B_NICE").map_or(0, |v| v.parse::<i32>().unwrap());
+    let threads: Vec<_> = (0..env("BENCH_B_CONNECTIONS", 1))
+        .map(|_| {
+            let (addr, aname) = (addr.clone(), aname.to_string());
+            std::thread::spawn(move || {
+                if nice != 0 {
+                    set_thread_nice(nice);
+                }
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(metadata(&addr, &aname, duration))
+            })
+        })
+        .collect();
     tokio::task::spawn_blocking(move || {
-        let nice = std::env::var("BENCH_B_NICE").map_or(0, |v| v.parse::<i32>().unwrap());
-        if nice != 0 {
-            set_thread_nice(nice);
-        }
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(metadata(&addr, &aname, duration))
+        threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect()
     })
     .await
     .unwrap()

@@ -1,9 +1,10 @@
 //! Listening on any transport.
 
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 use super::{BoxStream, Peer, PeerId};
 use crate::addr::Addr;
@@ -24,6 +25,53 @@ enum Inner {
     Tcp(TcpListener),
     Unix(UnixListener, SocketFile),
     Vsock(tokio_vsock::VsockListener),
+}
+
+/// An accepted connection not yet tied to an async runtime, from
+/// [`Listener::accept_detached`]: a server that serves some peers on threads of their
+/// own accepts on one runtime and hands the connection to another, where
+/// [`Accepted::into_stream`] registers it.
+#[derive(Debug)]
+pub struct Accepted {
+    fd: OwnedFd,
+    kind: Kind,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Tcp,
+    Unix,
+    Vsock,
+}
+
+impl Accepted {
+    /// The connection as a stream of the tokio runtime this is called on, whose I/O
+    /// driver then wakes whoever waits on it. Panics outside a runtime with I/O enabled
+    /// (as tokio's `from_std` does); fails if the runtime cannot watch one more socket.
+    pub fn into_stream(self) -> io::Result<BoxStream> {
+        Ok(match self.kind {
+            Kind::Tcp => {
+                let stream = std::net::TcpStream::from(self.fd);
+                stream.set_nonblocking(true)?;
+                Box::new(TcpStream::from_std(stream)?)
+            }
+            Kind::Unix => {
+                let stream = std::os::unix::net::UnixStream::from(self.fd);
+                stream.set_nonblocking(true)?;
+                Box::new(UnixStream::from_std(stream)?)
+            }
+            Kind::Vsock => Box::new(tokio_vsock::VsockStream::new(vsock::VsockStream::from(
+                self.fd,
+            ))?),
+        })
+    }
+}
+
+/// An accepted connection, registered with the runtime that accepted it.
+enum Registered {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+    Vsock(tokio_vsock::VsockStream),
 }
 
 /// Removes a Unix socket file when dropped.
@@ -103,6 +151,37 @@ impl Listener {
 
     /// Waits for the next connection; returns it and who is at the other end.
     pub async fn accept_peer(&self) -> io::Result<(BoxStream, Peer)> {
+        let (stream, peer) = self.accept_registered().await?;
+        let stream: BoxStream = match stream {
+            Registered::Tcp(s) => Box::new(s),
+            Registered::Unix(s) => Box::new(s),
+            Registered::Vsock(s) => Box::new(s),
+        };
+        Ok((stream, peer))
+    }
+
+    /// Waits for the next connection, like [`Listener::accept_peer`], and returns it
+    /// untied from this runtime, to be served on another ([`Accepted::into_stream`]).
+    pub async fn accept_detached(&self) -> io::Result<(Accepted, Peer)> {
+        let (stream, peer) = self.accept_registered().await?;
+        let accepted = match stream {
+            Registered::Tcp(s) => Accepted {
+                fd: s.into_std()?.into(),
+                kind: Kind::Tcp,
+            },
+            Registered::Unix(s) => Accepted {
+                fd: s.into_std()?.into(),
+                kind: Kind::Unix,
+            },
+            Registered::Vsock(s) => Accepted {
+                fd: s.into(),
+                kind: Kind::Vsock,
+            },
+        };
+        Ok((accepted, peer))
+    }
+
+    async fn accept_registered(&self) -> io::Result<(Registered, Peer)> {
         let listener = Some(self.addr.clone());
         match &self.inner {
             Inner::Tcp(l) => {
@@ -110,7 +189,7 @@ impl Listener {
                 stream.set_nodelay(true)?;
                 let id = PeerId::Ip(peer.ip().to_canonical());
                 let name = peer.to_string();
-                Ok((Box::new(stream), Peer { name, listener, id }))
+                Ok((Registered::Tcp(stream), Peer { name, listener, id }))
             }
             Inner::Unix(l, file) => {
                 let (stream, _) = l.accept().await?;
@@ -124,13 +203,13 @@ impl Listener {
                     ),
                     Err(_) => (PeerId::Unknown, format!("unix:{}", file.0.display())),
                 };
-                Ok((Box::new(stream), Peer { name, listener, id }))
+                Ok((Registered::Unix(stream), Peer { name, listener, id }))
             }
             Inner::Vsock(l) => {
                 let (stream, peer) = l.accept().await?;
                 let name = format!("vsock:{}:{}", peer.cid(), peer.port());
                 let id = PeerId::Vsock { cid: peer.cid() };
-                Ok((Box::new(stream), Peer { name, listener, id }))
+                Ok((Registered::Vsock(stream), Peer { name, listener, id }))
             }
         }
     }
@@ -190,6 +269,46 @@ mod tests {
         ping(&addr).await;
         server.await.unwrap();
         assert!(!path.exists(), "socket file removed with its listener");
+    }
+
+    /// Serves one echo on a thread and runtime of its own, as a server's tenant
+    /// threads do: the connection is accepted here and registered there.
+    fn echo_elsewhere(accepted: Accepted) -> std::thread::JoinHandle<std::thread::ThreadId> {
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let mut s = accepted.into_stream().unwrap();
+                let mut buf = [0u8; 4];
+                s.read_exact(&mut buf).await.unwrap();
+                s.write_all(&buf).await.unwrap();
+                std::thread::current().id()
+            })
+        })
+    }
+
+    #[tokio::test]
+    async fn a_detached_connection_is_served_by_the_runtime_it_is_handed_to() {
+        let dir = tempfile::tempdir().unwrap();
+        for addr in [
+            "tcp:127.0.0.1:0".parse().unwrap(),
+            Addr::Unix(dir.path().join("d.sock")),
+        ] {
+            let listener = Listener::bind(&addr).await.unwrap();
+            let addr = listener.local_addr().clone();
+            let client = tokio::spawn(async move { ping(&addr).await });
+            let (accepted, peer) = listener.accept_detached().await.unwrap();
+            assert!(peer.id != crate::transport::PeerId::Unknown, "{peer:?}");
+            assert_eq!(peer.listener.as_ref(), Some(listener.local_addr()));
+            let served_on = tokio::task::spawn_blocking(|| echo_elsewhere(accepted).join())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_ne!(served_on, std::thread::current().id());
+            client.await.unwrap();
+        }
     }
 
     #[test]

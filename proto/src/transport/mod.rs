@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use crate::addr::Addr;
 
 pub use fc_vsock::{fc_vsock_accept_handshake, fc_vsock_client_handshake, HANDSHAKE_TIMEOUT};
-pub use listener::Listener;
+pub use listener::{Accepted, Listener};
 pub use peer::{Peer, PeerId};
 
 /// A connected byte stream of any transport.
