@@ -38,6 +38,32 @@ fn with_both_exports(t: &Tenants, rest: &[&str]) -> Vec<String> {
     args
 }
 
+/// Each tenant's export bound by a `listen:` rule to a Unix listener of its own in
+/// `work` (the hybrid-vsock shape).
+struct Listeners {
+    la: String,
+    lb: String,
+    /// The exports' names.
+    a: String,
+    b: String,
+    /// `wasm9p serve` arguments for all that, then the `rest` given.
+    args: Vec<String>,
+}
+
+fn each_on_its_listener(t: &Tenants, work: &Path, rest: &[&str]) -> Listeners {
+    let (la, lb) = (
+        format!("unix:{}", work.join("a").display()),
+        format!("unix:{}", work.join("b").display()),
+    );
+    let (a, b) = (name(t.a.path()), name(t.b.path()));
+    let (allow_a, allow_b) = (format!("{a}=listen:{la}"), format!("{b}=listen:{lb}"));
+    let mut flags = vec!["--listen", &la, "--listen", &lb];
+    flags.extend(["--allow", &allow_a, "--allow", &allow_b]);
+    flags.extend(rest);
+    let args = with_both_exports(t, &flags);
+    Listeners { la, lb, a, b, args }
+}
+
 fn name(dir: &Path) -> String {
     dir.file_name().unwrap().to_string_lossy().into_owned()
 }
@@ -380,22 +406,10 @@ async fn rules_read_again_on_sighup_keep_connections_and_take_away_only_what_the
 async fn a_peers_connections_and_fids_are_bounded_together_and_others_are_not_held_back() {
     let t = tenants();
     let work = tempfile::tempdir().unwrap();
-    let (la, lb) = (
-        format!("unix:{}", work.path().join("a").display()),
-        format!("unix:{}", work.path().join("b").display()),
-    );
-    let (a, b) = (name(t.a.path()), name(t.b.path()));
-    let args = with_both_exports(
+    let Listeners { la, lb, a, b, args } = each_on_its_listener(
         &t,
+        work.path(),
         &[
-            "--listen",
-            &la,
-            "--listen",
-            &lb,
-            "--allow",
-            &format!("{a}=listen:{la}"),
-            "--allow",
-            &format!("{b}=listen:{lb}"),
             "--max-connections-per-peer",
             "2",
             "--max-fids-per-peer",
@@ -595,24 +609,7 @@ async fn tenant_threads_become(server: &Served, n: usize) -> bool {
 async fn each_tenant_is_served_on_a_thread_of_its_own_that_ends_with_its_last_connection() {
     let t = tenants();
     let work = tempfile::tempdir().unwrap();
-    let (la, lb) = (
-        format!("unix:{}", work.path().join("a").display()),
-        format!("unix:{}", work.path().join("b").display()),
-    );
-    let (a, b) = (name(t.a.path()), name(t.b.path()));
-    let args = with_both_exports(
-        &t,
-        &[
-            "--listen",
-            &la,
-            "--listen",
-            &lb,
-            "--allow",
-            &format!("{a}=listen:{la}"),
-            "--allow",
-            &format!("{b}=listen:{lb}"),
-        ],
-    );
+    let Listeners { la, lb, a, b, args } = each_on_its_listener(&t, work.path(), &[]);
     let server = serve(&args);
     let (addr_a, addr_b): (Addr, Addr) = (la.parse().unwrap(), lb.parse().unwrap());
     assert_eq!(tenant_threads(&server), 0, "a thread before any tenant");
