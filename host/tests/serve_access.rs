@@ -309,6 +309,19 @@ fn a_rule_for_no_export_and_a_malformed_rule_are_refused_at_start() {
     }
 }
 
+#[test]
+fn a_bound_of_no_tenant_threads_is_refused_at_start() {
+    let t = tenants();
+    let out = Command::new(BIN)
+        .args(["serve", "--export", t.a.path().to_str().unwrap()])
+        .args(["--listen", "tcp:127.0.0.1:0", "--max-tenant-threads", "0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--max-tenant-threads"), "{stderr}");
+}
+
 #[tokio::test]
 async fn an_export_marked_ro_refuses_changes_and_its_neighbour_does_not() {
     let t = tenants();
@@ -616,10 +629,7 @@ async fn each_tenant_is_served_on_a_thread_of_its_own_that_ends_with_its_last_co
     // Two connections of tenant a, one of tenant b: two threads, each serving.
     let mut conns = Vec::new();
     for (addr, export) in [(&addr_a, &a), (&addr_a, &a), (&addr_b, &b)] {
-        let mut conn = Conn::connect(addr).await;
-        conn.version(65536).await;
-        conn.attach(0, export).await.unwrap();
-        conns.push(conn);
+        conns.push(Conn::attached(addr, 65536, export).await.0);
     }
     assert_eq!(conns[0].cat(5, "a.txt").await.unwrap(), b"tenant a\n");
     assert_eq!(conns[1].cat(5, "a.txt").await.unwrap(), b"tenant a\n");
@@ -636,9 +646,7 @@ async fn each_tenant_is_served_on_a_thread_of_its_own_that_ends_with_its_last_co
         "tenant threads outlived their connections: {}",
         tenant_threads(&server)
     );
-    let mut again = Conn::connect(&addr_b).await;
-    again.version(65536).await;
-    again.attach(0, &b).await.unwrap();
+    let mut again = Conn::attached(&addr_b, 65536, &b).await.0;
     assert_eq!(again.cat(5, "b.txt").await.unwrap(), b"tenant b\n");
     assert_eq!(tenant_threads(&server), 1);
 }
@@ -649,9 +657,31 @@ async fn without_rules_no_connection_gets_a_thread_of_its_own() {
     let work = tempfile::tempdir().unwrap();
     let listen = format!("unix:{}", work.path().join("s").display());
     let server = serve(&with_both_exports(&t, &["--listen", &listen]));
-    let mut conn = Conn::connect(&listen.parse::<Addr>().unwrap()).await;
-    conn.version(65536).await;
-    conn.attach(0, &name(t.b.path())).await.unwrap();
+    let addr: Addr = listen.parse().unwrap();
+    let (mut conn, _) = Conn::attached(&addr, 65536, &name(t.b.path())).await;
     assert_eq!(conn.cat(5, "b.txt").await.unwrap(), b"tenant b\n");
     assert_eq!(tenant_threads(&server), 0);
+}
+
+#[tokio::test]
+async fn tenants_past_the_thread_bound_are_served_on_the_shared_threads() {
+    let t = tenants();
+    let work = tempfile::tempdir().unwrap();
+    let Listeners { la, lb, a, b, args } =
+        each_on_its_listener(&t, work.path(), &["--max-tenant-threads", "1"]);
+    let server = serve(&args);
+    let (addr_a, addr_b): (Addr, Addr) = (la.parse().unwrap(), lb.parse().unwrap());
+    let mut first = Conn::attached(&addr_a, 65536, &a).await.0;
+    // B finds no thread free: served all the same, on the shared workers.
+    let mut second = Conn::attached(&addr_b, 65536, &b).await.0;
+    assert_eq!(second.cat(5, "b.txt").await.unwrap(), b"tenant b\n");
+    assert_eq!(first.cat(5, "a.txt").await.unwrap(), b"tenant a\n");
+    assert_eq!(tenant_threads(&server), 1, "past the bound");
+    // A's thread gone with A: B's next connection gets it.
+    drop(first);
+    assert!(tenant_threads_become(&server, 0).await);
+    let mut third = Conn::attached(&addr_b, 65536, &b).await.0;
+    assert_eq!(third.cat(5, "b.txt").await.unwrap(), b"tenant b\n");
+    assert_eq!(second.cat(6, "b.txt").await.unwrap(), b"tenant b\n");
+    assert_eq!(tenant_threads(&server), 1);
 }

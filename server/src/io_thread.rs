@@ -22,12 +22,56 @@
 //!   replies come back here to be written.
 //! - Without access rules there are no tenants and every connection is a task on the
 //!   server's async workers, as for an embedded server's in-process pipe.
+//! - At most [`crate::ServerConfig::max_tenant_threads`] run at once (a thread costs
+//!   about 32 KiB, and many peers could otherwise spend the host's threads): a tenant
+//!   that finds none free has its connections served on the async workers, as without
+//!   rules, and gets a thread of its own with a later connection once one is free.
 
 use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use tokio::runtime::{Builder, Handle};
 use tokio::sync::oneshot;
+
+/// How many I/O threads may run at once, and how many do.
+#[derive(Debug)]
+pub(crate) struct Slots {
+    taken: AtomicUsize,
+    max: usize,
+    /// Whether running out was logged (once per server).
+    said_full: AtomicBool,
+}
+
+impl Slots {
+    pub fn new(max: usize) -> Arc<Slots> {
+        Arc::new(Slots {
+            taken: AtomicUsize::new(0),
+            max,
+            said_full: AtomicBool::new(false),
+        })
+    }
+
+    fn take(self: &Arc<Self>) -> Option<Slot> {
+        self.taken
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(self.clone()))
+    }
+}
+
+/// One I/O thread's place among [`Slots`], given back when dropped.
+#[derive(Debug)]
+struct Slot(Arc<Slots>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.taken.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// A running I/O thread; dropping it stops the thread's runtime, and with it any task
 /// still there.
@@ -36,11 +80,23 @@ pub(crate) struct IoThread {
     runtime: Handle,
     /// Dropped with the thread's owner: the runtime then stops.
     _stop: oneshot::Sender<()>,
+    _slot: Slot,
 }
 
 impl IoThread {
-    /// Starts a thread named `wasm9p-tenant` running a runtime of its own.
-    pub fn start() -> io::Result<IoThread> {
+    /// Starts a thread named `wasm9p-tenant` running a runtime of its own, if `slots`
+    /// has one free (`None`, logged the first time, if not).
+    pub fn start(slots: &Arc<Slots>) -> io::Result<Option<IoThread>> {
+        let Some(slot) = slots.take() else {
+            if !slots.said_full.swap(true, Ordering::AcqRel) {
+                tracing::warn!(
+                    "all {} tenant threads are taken: tenants beyond them share the async \
+                     workers (--max-tenant-threads)",
+                    slots.max
+                );
+            }
+            return Ok(None);
+        };
         let runtime = Builder::new_current_thread().enable_all().build()?;
         let handle = runtime.handle().clone();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -51,10 +107,11 @@ impl IoThread {
                     let _ = stopped.await;
                 });
             })?;
-        Ok(IoThread {
+        Ok(Some(IoThread {
             runtime: handle,
             _stop: stop,
-        })
+            _slot: slot,
+        }))
     }
 
     /// Runs `task` on this thread.
@@ -73,7 +130,12 @@ mod tests {
 
     #[test]
     fn a_task_runs_on_the_thread_and_the_thread_ends_when_dropped() {
-        let thread = IoThread::start().unwrap();
+        let slots = Slots::new(1);
+        let thread = IoThread::start(&slots).unwrap().unwrap();
+        assert!(
+            IoThread::start(&slots).unwrap().is_none(),
+            "a second thread past the bound"
+        );
         let (tx, rx) = std::sync::mpsc::channel();
         thread.spawn(async move {
             let me = std::thread::current();
@@ -99,5 +161,9 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(running() < before, "the thread outlived its owner");
+        assert!(
+            IoThread::start(&slots).unwrap().is_some(),
+            "its slot was given back"
+        );
     }
 }

@@ -85,6 +85,9 @@ pub struct ServerConfig {
     pub peer_limits: PeerLimits,
     /// Byte-rate caps per export (see `rates`); none: no cap.
     pub rates: Vec<RateCap>,
+    /// With access rules, most tenants served on I/O threads of their own at once
+    /// (see `io_thread`); the others' connections share the async workers.
+    pub max_tenant_threads: usize,
 }
 
 impl Default for ServerConfig {
@@ -95,9 +98,13 @@ impl Default for ServerConfig {
             access: Vec::new(),
             peer_limits: PeerLimits::default(),
             rates: Vec::new(),
+            max_tenant_threads: DEFAULT_MAX_TENANT_THREADS,
         }
     }
 }
+
+/// The default of [`ServerConfig::max_tenant_threads`].
+pub const DEFAULT_MAX_TENANT_THREADS: usize = 1024;
 
 /// A 9P2000.L server; cheap to clone, shareable across listeners.
 #[derive(Clone, Debug)]
@@ -229,7 +236,7 @@ impl Server {
                 msize,
                 access: std::sync::RwLock::new(Arc::new(access)),
                 rules_generation: Default::default(),
-                tenants: tenants::Tenants::new(config.peer_limits),
+                tenants: tenants::Tenants::new(config.peer_limits, config.max_tenant_threads),
                 refused: Default::default(),
                 rates: buckets,
             }),
@@ -294,12 +301,13 @@ impl Server {
             }
         };
         match tenant.as_deref().map(tenants::Tenant::io_thread) {
-            Some(Ok(thread)) => thread.spawn(session),
+            Some(Ok(Some(thread))) => thread.spawn(session),
             // Dropping the session closes the connection.
             Some(Err(e)) => {
                 tracing::warn!("{name}: no I/O thread for its tenant ({e}); closing the connection")
             }
-            None => drop(tokio::spawn(session)),
+            // No tenant, or no thread free for it.
+            None | Some(Ok(None)) => drop(tokio::spawn(session)),
         }
     }
 

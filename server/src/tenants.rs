@@ -22,7 +22,7 @@ use tokio::sync::Semaphore;
 use wasm9p_proto::transport::{Peer, PeerId};
 use wasm9p_proto::Addr;
 
-use crate::io_thread::IoThread;
+use crate::io_thread::{IoThread, Slots};
 
 /// The bounds each tenant gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,22 +55,24 @@ pub(crate) struct Tenant {
     limits: PeerLimits,
     /// Where its connections run, once one needs it.
     io: OnceLock<IoThread>,
+    /// The server's I/O threads, which it may have one of.
+    io_slots: Arc<Slots>,
     /// Held while the I/O thread starts, so that it starts once.
     io_starting: Mutex<()>,
 }
 
 impl Tenant {
-    /// The tenant's I/O thread, started at the first call.
-    pub fn io_thread(&self) -> io::Result<&IoThread> {
+    /// The tenant's I/O thread, started at the first call that finds one free (`None`:
+    /// the server's are all taken).
+    pub fn io_thread(&self) -> io::Result<Option<&IoThread>> {
         if let Some(thread) = self.io.get() {
-            return Ok(thread);
+            return Ok(Some(thread));
         }
         let _starting = self.io_starting.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(thread) = self.io.get() {
-            return Ok(thread);
+            return Ok(Some(thread));
         }
-        let thread = IoThread::start()?;
-        Ok(self.io.get_or_init(|| thread))
+        Ok(IoThread::start(&self.io_slots)?.map(|thread| self.io.get_or_init(|| thread)))
     }
 
     /// Takes a fid from the tenant's share; false when it is spent.
@@ -115,17 +117,20 @@ impl Drop for Membership {
 type Key = (Option<Addr>, PeerId);
 
 /// Every tenant with a connection open.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Tenants {
     limits: PeerLimits,
     live: Mutex<HashMap<Key, Weak<Tenant>>>,
+    io_slots: Arc<Slots>,
 }
 
 impl Tenants {
-    pub fn new(limits: PeerLimits) -> Tenants {
+    /// Tenants with `limits` each, and at most `io_threads` I/O threads among them.
+    pub fn new(limits: PeerLimits, io_threads: usize) -> Tenants {
         Tenants {
             limits,
             live: Mutex::default(),
+            io_slots: Slots::new(io_threads),
         }
     }
 
@@ -148,6 +153,7 @@ impl Tenants {
                         requests: Arc::new(Semaphore::new(self.limits.requests)),
                         limits: self.limits,
                         io: OnceLock::new(),
+                        io_slots: self.io_slots.clone(),
                         io_starting: Mutex::new(()),
                     });
                     live.insert(key, Arc::downgrade(&t));
@@ -181,11 +187,14 @@ mod tests {
 
     #[test]
     fn a_tenant_has_its_own_bounds_and_gets_them_back() {
-        let tenants = Tenants::new(PeerLimits {
-            connections: 2,
-            fids: 3,
-            requests: 4,
-        });
+        let tenants = Tenants::new(
+            PeerLimits {
+                connections: 2,
+                fids: 3,
+                requests: 4,
+            },
+            1,
+        );
         let a1 = tenants.join(&user(1)).unwrap().unwrap();
         let a2 = tenants.join(&user(1)).unwrap().unwrap();
         assert!(tenants.join(&user(1)).is_err(), "a third connection");

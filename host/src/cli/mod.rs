@@ -103,6 +103,10 @@ pub struct ServeArgs {
     /// connections (the others wait to be read).
     #[arg(long, value_name = "N", default_value_t = PeerLimits::default().requests as u32, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_requests_per_peer: u32,
+    /// With rules: most tenants served on threads of their own at once; connections of
+    /// tenants beyond them share the server's other threads.
+    #[arg(long, value_name = "N", default_value_t = wasm9p_server::DEFAULT_MAX_TENANT_THREADS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tenant_threads: u32,
     /// Where to listen: tcp:HOST:PORT, unix:PATH, vsock:CID:PORT (vsock:any:PORT),
     /// fc-vsock:UDS_PATH:PORT. Repeatable.
     #[arg(long = "listen", value_name = "ADDR", required = true, value_parser = parse_addr)]
@@ -212,6 +216,7 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             requests: args.max_requests_per_peer as usize,
         },
         rates: args.rates.clone(),
+        max_tenant_threads: args.max_tenant_threads as usize,
     }) {
         Ok(server) => server,
         Err(e) => return fail(EXIT_USAGE, &format!("cannot export: {e}")),
