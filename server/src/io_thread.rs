@@ -5,7 +5,7 @@
 //! reads keeps those workers busy writing its replies, and the kernel's scheduler
 //! lets a thread that has been running wait behind others when it wakes. Another
 //! tenant's request that lands on such a worker waits with it: on 2 CPUs, a
-//! walk+getattr+clunk took 2-3.5 ms at p99 while a neighbour streamed, 6-9x its time
+//! walk+getattr+clunk took 2-4 ms at p99 while a neighbour streamed, 6-10x its time
 //! alone (BENCHMARKS §9). A tenant's own thread sleeps while its tenant is idle, so
 //! when that tenant's request arrives the scheduler runs it at once, whatever the
 //! neighbours do; B's p99 while A streams then stays at what it is alone.

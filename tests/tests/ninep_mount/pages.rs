@@ -187,13 +187,13 @@ async fn concurrent_readers_with_readahead_read_every_file_whole() {
                                     },
                                 )
                                 .await
-                                .unwrap_or_else(|e| panic!("{spec}: open {path}: {e}"));
+                                .unwrap_or_else(|e| panic!("{kind} {spec}: open {path}: {e}"));
                             let mut got = Vec::new();
                             loop {
                                 let piece = file
                                     .read_at(got.len() as u64, 4096)
                                     .await
-                                    .unwrap_or_else(|e| panic!("{spec}: read {path}: {e}"));
+                                    .unwrap_or_else(|e| panic!("{kind} {spec}: read {path}: {e}"));
                                 if piece.is_empty() {
                                     break;
                                 }
