@@ -28,6 +28,8 @@ const TGETATTR: u8 = 24;
 const TREAD: u8 = 116;
 const TREADDIR: u8 = 40;
 const TREADLINK: u8 = 22;
+const TFLUSH: u8 = 108;
+const TCLUNK: u8 = 120;
 
 /// What the link does with frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -379,5 +381,35 @@ async fn diod_makes_no_promise_and_gets_the_requests_one_after_another() {
     assert_eq!(target, "inner.txt");
     drop(walk);
     assert_eq!(session.flights(), (0, 0));
+    settle(&session, 1).await;
+}
+
+/// A read flushed on a fid may still be running on the server until its Rflush; a
+/// server that frees the fid at a Tclunk meanwhile may use it freed (diod crashed so
+/// under concurrent readers). The clunk waits for the Rflush.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fid_is_clunked_only_once_the_flush_of_a_read_on_it_is_answered() {
+    let dir = fixture();
+    let (gate, session, root) = gated(dir.path()).await;
+    let file = root.walk(&["big.bin"]).await.unwrap().fid;
+    file.lopen(open::RDONLY).await.unwrap();
+    gate.set(Hold::Replies);
+    let before = gate.requests().len();
+    // The reader goes away before its reply: the client flushes the read.
+    let read = tokio::time::timeout(Duration::from_millis(100), file.read_at(0, 4096)).await;
+    assert!(read.is_err(), "the reply came through the held gate");
+    drop(file);
+    assert_eq!(gate.wait_for_requests(before, 2).await, [TREAD, TFLUSH]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        gate.requests()[before..],
+        [TREAD, TFLUSH],
+        "the clunk was sent before the Rflush"
+    );
+    gate.set(Hold::Nothing);
+    assert_eq!(
+        gate.wait_for_requests(before, 3).await,
+        [TREAD, TFLUSH, TCLUNK]
+    );
     settle(&session, 1).await;
 }

@@ -153,6 +153,8 @@ pub(crate) struct Inner {
     reconnecting: AtomicBool,
     /// Wakes the calls waiting for a reconnect.
     link_changed: Notify,
+    /// Wakes clunks waiting for Rflushes ([`Inner::flushes_answered`]).
+    flushes_done: Notify,
     reconnects: AtomicU64,
     retried: AtomicU64,
     failed: AtomicU64,
@@ -290,6 +292,7 @@ impl Session {
             addr,
             reconnecting: AtomicBool::new(false),
             link_changed: Notify::new(),
+            flushes_done: Notify::new(),
             reconnects: AtomicU64::new(0),
             retried: AtomicU64::new(0),
             failed: AtomicU64::new(0),
@@ -555,6 +558,33 @@ impl Inner {
 
     pub(crate) fn is_closing(&self) -> bool {
         self.closing.load(Ordering::Relaxed)
+    }
+
+    /// Waits until every Tflush sent is answered (or the session is gone, or the
+    /// configured timeout has passed). A request flushed on a fid may still be running
+    /// on the server until its Rflush; a Tclunk of that fid must not overtake it, since
+    /// a server may free the fid under the request (diod does, and crashes). Clunks
+    /// wait here; without flushes in flight this is one look at the state.
+    pub(crate) async fn flushes_answered(&self) {
+        let deadline = tokio::time::Instant::now() + self.config.timeout;
+        loop {
+            let notified = self.flushes_done.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let st = lock(&self.state);
+                let flushing = st
+                    .pending
+                    .values()
+                    .any(|p| matches!(p, Pending::Flush { .. }));
+                if st.dead || !flushing {
+                    return;
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// The caller of request `id` under `tag` went away: flush it, keeping the tag

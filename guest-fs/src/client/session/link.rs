@@ -66,6 +66,8 @@ impl Inner {
                 st.pending.remove(&old);
                 st.free_tag(old);
                 st.free_tag(tag);
+                drop(st);
+                self.flushes_done.notify_waiters();
                 Ok(())
             }
         }
@@ -93,6 +95,7 @@ impl Inner {
         self.permits.close();
         self.reconnecting.store(false, Ordering::Release);
         self.link_changed.notify_waiters();
+        self.flushes_done.notify_waiters();
     }
 
     /// Starts the reader and writer tasks of connection `epoch`.
