@@ -35,18 +35,32 @@ use super::ninep_check::content_stamp;
 use super::ninep_file::{carve_pages, Source};
 use super::{OpenFile, OpenFlags};
 use crate::cache::{MountCache, PAGE_SIZE};
-use crate::client::{first_entries, first_read, Fid, First, FlightError};
+use crate::client::{first_entries, first_read, Fid, First, FlightError, Walk};
 use crate::mount_options::CacheMode;
 use crate::path::SharedPath;
 
 impl NinepFs {
-    /// A flight sent at `at` failed: the directories its walk passed are recorded as
-    /// any walk's are; the errno for whoever asked.
-    fn flight_failed(&self, e: FlightError, at: Instant) -> Errno {
-        if let FlightError::Walk(w) = &e {
-            self.record_dirs(&w.qids, at);
+    /// What a flight sent at `at` brought back: the directories its walk (`walk` of
+    /// it) passed are recorded as any walk's are, as far as a failed walk went; a
+    /// failure becomes the errno for whoever asked.
+    fn landed<T>(
+        &self,
+        flight: Result<T, FlightError>,
+        walk: impl Fn(&T) -> &Walk,
+        at: Instant,
+    ) -> Result<T, Errno> {
+        match flight {
+            Ok(flown) => {
+                self.record_dirs(&walk(&flown).qids, at);
+                Ok(flown)
+            }
+            Err(e) => {
+                if let FlightError::Walk(w) = &e {
+                    self.record_dirs(&w.qids, at);
+                }
+                Err(e.errno())
+            }
         }
-        e.errno()
     }
 
     /// Whether an open of `qid` (as the cache knows it) that asks the server should
@@ -73,12 +87,11 @@ impl NinepFs {
             true => first_read(self.session()),
             false => First::Nothing, // no page cache to keep it in
         };
-        let flown = self
+        let flight = self
             .root
             .walk_open(&path.to_vec(), open::RDONLY, true, first)
-            .await
-            .map_err(|e| self.flight_failed(e, at))?;
-        self.record_dirs(&flown.walk.qids, at);
+            .await;
+        let flown = self.landed(flight, |f| &f.walk, at)?;
         let fid = flown.walk.fid;
         let mut qid = fid.qid;
         let mut data = flown.data;
@@ -118,12 +131,11 @@ impl NinepFs {
         let flags = open::RDONLY | open::DIRECTORY;
         let at = Instant::now();
         let first = first_entries(self.session());
-        let flown = self
+        let flight = self
             .root
             .walk_open(&path.to_vec(), flags, false, first)
-            .await
-            .map_err(|e| self.flight_failed(e, at))?;
-        self.record_dirs(&flown.walk.qids, at);
+            .await;
+        let flown = self.landed(flight, |f| &f.walk, at)?;
         Ok((flown.walk.fid, flown.entries))
     }
 
@@ -134,12 +146,8 @@ impl NinepFs {
         path: &SharedPath,
         at: Instant,
     ) -> Result<Rgetattr, Errno> {
-        let (walk, attr) = self
-            .root
-            .walk_getattr(&path.to_vec())
-            .await
-            .map_err(|e| self.flight_failed(e, at))?;
-        self.record_dirs(&walk.qids, at);
+        let flight = self.root.walk_getattr(&path.to_vec()).await;
+        let (_, attr) = self.landed(flight, |(walk, _)| walk, at)?;
         Ok(attr)
     }
 
@@ -150,12 +158,8 @@ impl NinepFs {
         path: &SharedPath,
     ) -> Result<(Fid, String), Errno> {
         let at = Instant::now();
-        let (walk, target) = self
-            .root
-            .walk_readlink(&path.to_vec())
-            .await
-            .map_err(|e| self.flight_failed(e, at))?;
-        self.record_dirs(&walk.qids, at);
+        let flight = self.root.walk_readlink(&path.to_vec()).await;
+        let (walk, target) = self.landed(flight, |(walk, _)| walk, at)?;
         Ok((walk.fid, target))
     }
 }

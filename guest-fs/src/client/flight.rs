@@ -14,8 +14,8 @@
 //! does by answering the extended attribute [`ORDERED_XATTR`]; the session asks once,
 //! at its first flight (a Txattrwalk, and the Tclunk of the fid it binds). Other
 //! servers (diod's worker threads, QEMU's coroutines) may run two requests of a
-//! connection at once, where a request on a fid still being walked is undefined, so they get the
-//! requests one round trip after another, as before.
+//! connection at once, where a request on a fid still being walked is undefined, so
+//! they get the requests one round trip after another, as before.
 //!
 //! Even on a server that promised, nothing is taken on trust: a request of the flight
 //! that failed while the walk succeeded is sent again after it (its error then is the
@@ -136,9 +136,8 @@ impl Session {
     }
 
     /// Flights sent (opens, listings, stats and link reads that went with their
-    /// walk), and
-    /// requests of flights sent again because the server refused them while their
-    /// walk succeeded.
+    /// walk), and requests of flights sent again because the server refused them while
+    /// their walk succeeded.
     pub fn flights(&self) -> (u64, u64) {
         (
             self.inner.flights.load(Ordering::Relaxed),
