@@ -316,6 +316,7 @@ impl Mounted {
             "attr_hits": 0, "page_hits": 0, "page_misses": 0, "revalidated": 0,
             "listings_read": 0, "listing_hits": 0, "persistent_hits": 0,
             "persistent_misses": 0, "persistent_bytes": 0, "validations": 0,
+            "validated_ahead": 0,
         });
         if let Some(s) = &stats {
             for (name, n) in &s.rpc {
@@ -330,6 +331,7 @@ impl Mounted {
                 "listings_read": c.listings_read, "listing_hits": c.listing_hits,
                 "persistent_hits": c.persistent_hits, "persistent_misses": c.persistent_misses,
                 "persistent_bytes": c.persistent_bytes, "validations": c.validations,
+                "validated_ahead": c.validated_ahead,
             });
         }
         rpc.insert(

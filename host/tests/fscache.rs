@@ -195,6 +195,11 @@ fn a_second_process_starts_warm_when_nothing_changed() {
         let second = search(server.source(), &fscache(store.path()));
         assert_eq!(second.stdout, reference.stdout, "{name}");
         assert!(second.cache("persistent_hits") > 0, "{name}");
+        assert!(
+            second.cache("persistent_bytes") > 0,
+            "{name}: the store it started from: {:?}",
+            second.mount
+        );
         assert_eq!(
             second.rpc("read"),
             0,
@@ -222,6 +227,14 @@ fn a_second_process_starts_warm_when_nothing_changed() {
                 second.mount["rpc"]
             );
             assert!(second.cache("validations") > 0);
+            // All of them sent together at the store's first use: a fresh process
+            // over a slow link waits one round trip for them, not one each.
+            assert_eq!(
+                second.cache("validated_ahead"),
+                second.cache("validations"),
+                "{name}: {:?}",
+                second.mount
+            );
         }
         // diod keeps no versions: its names are not kept, its pages are (keyed by
         // size, mtime and ctime, fetched at open).

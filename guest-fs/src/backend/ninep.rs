@@ -108,6 +108,11 @@ pub struct NinepFs {
     pub(super) listings: Flights<u64, ()>,
     /// Directories' records being taken from the store on disk.
     pub(super) store_loads: Flights<u64, ()>,
+    /// The store's records confirmed together at its first use (`ninep_store`).
+    pub(super) store_ahead: tokio::sync::OnceCell<()>,
+    /// Whether they may be: not when nothing is believed for any time
+    /// (`revalidate=0`), as each would be confirmed again at its use.
+    pub(super) confirms_ahead: bool,
     pub(super) writers: Arc<Writers>,
 }
 
@@ -193,6 +198,8 @@ impl NinepFs {
             dir_misses: Default::default(),
             listings: Flights::default(),
             store_loads: Flights::default(),
+            store_ahead: tokio::sync::OnceCell::new(),
+            confirms_ahead: !matches!(trust, Trust::For(window) if window.is_zero()),
             writers: Arc::default(),
         })
     }

@@ -7,6 +7,10 @@
 //! qids of the whole path and binds nothing (9P: a partial walk leaves newfid unbound).
 //! The qids it gives also record every directory's version on the way, which confirms
 //! their records for free.
+//!
+//! The first use of the store sends the probes for everything it keeps at once
+//! ([`NinepFs::confirm_ahead`], [`crate::fscache::ahead`]); what that leaves out is
+//! probed when used, one probe at a time.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,6 +23,9 @@ use super::{Node, OpenFile, OpenFlags};
 use crate::cache::{Lookup, MountCache};
 use crate::fscache::Store;
 use crate::mount_options::NinepOptions;
+
+/// Probes of the burst ahead of use in flight at once.
+const AHEAD_IN_FLIGHT: usize = 64;
 
 /// The name a probe walks below its path; if it does exist, the walk gets a fid,
 /// which goes at once, and the answer is the same.
@@ -76,6 +83,55 @@ impl NinepFs {
         }
     }
 
+    /// Confirms, the first time it is called, what the store keeps, in one burst of
+    /// probes sent together ([`crate::fscache::ahead`]); later calls, and those made
+    /// while the burst is out, wait for it. What it confirms is then used without a
+    /// probe of its own: a directory's record by the version the burst recorded, a
+    /// file's attributes and a symlink's target as [`Self::confirmed`] takes them in.
+    async fn confirm_ahead(&self, store: &Store) {
+        self.store_ahead
+            .get_or_init(|| async {
+                use futures_util::stream::{self, StreamExt};
+                if !self.confirms_ahead {
+                    return;
+                }
+                let probes = store.probes_ahead(self.root.qid.path, crate::fscache::MAX_AHEAD);
+                if probes.is_empty() {
+                    return;
+                }
+                store.count_validations_ahead(probes.len() as u64);
+                tracing::debug!("cache=fscache: {} probes ahead of use", probes.len());
+                let at = Instant::now();
+                let asked = probes.into_iter().map(|p| async move {
+                    let qids = self.probe_qids(&p.names).await;
+                    (p, qids)
+                });
+                let answers: Vec<_> = stream::iter(asked)
+                    .buffer_unordered(AHEAD_IN_FLIGHT)
+                    .collect()
+                    .await;
+                // The directories on the way were recorded by the walks themselves;
+                // their attributes kept on disk are taken in once each.
+                let mut dirs = std::collections::HashMap::new();
+                for (probe, qids) in answers {
+                    let Ok(qids) = qids else { continue };
+                    let whole = qids.len() == probe.names.len();
+                    let (last, on_the_way) = match (qids.split_last(), whole) {
+                        (Some((last, before)), true) => (Some(last), before),
+                        _ => (None, &qids[..]),
+                    };
+                    dirs.extend(on_the_way.iter().map(|q| (q.path, *q)));
+                    if let Some(fresh) = last {
+                        self.confirmed(probe.qid, *fresh, at);
+                    }
+                }
+                for fresh in dirs.into_values() {
+                    let _ = self.cache.stored_attr(fresh, at); // nothing, without a record
+                }
+            })
+            .await;
+    }
+
     /// What `dir`'s record on disk says of `name`, once the server has confirmed the
     /// directory is at the record's version (`None`: no record, or out of date).
     pub(super) async fn answer_from_store(
@@ -99,6 +155,7 @@ impl NinepFs {
         let Some(store) = self.store() else {
             return false;
         };
+        self.confirm_ahead(store).await;
         if !store.has_dir(dir.id) {
             return false;
         }
@@ -122,10 +179,12 @@ impl NinepFs {
             Some(seen) => seen,
             None if n.path.is_empty() => {
                 store.count_validation();
+                tracing::debug!("cache=fscache: probing {:?} on use", n.path.to_vec());
                 self.probe(&[]).await.map_or(0, |q| q.version)
             }
             None => {
                 store.count_validation();
+                tracing::debug!("cache=fscache: probing {:?} on use", n.path.to_vec());
                 let mut names = n.path.to_vec();
                 names.extend(name.map(str::to_owned));
                 let at = Instant::now();
@@ -174,9 +233,14 @@ impl NinepFs {
     pub(super) async fn attr_from_store(&self, file: &Node) -> Option<Arc<Rgetattr>> {
         let store = self.store()?;
         store.file(file.id)?;
+        self.confirm_ahead(store).await;
+        if let Some(attr) = self.cache.peek_attr(file.id) {
+            return Some(attr); // confirmed by the burst
+        }
         let n = parts(file).ok()?;
         let at = Instant::now();
         store.count_validation();
+        tracing::debug!("cache=fscache: probing {:?} on use", n.path.to_vec());
         let fresh = self.probe(&n.path.to_vec()).await.ok()?;
         self.cache.stored_attr(fresh, at)
     }
@@ -193,10 +257,12 @@ impl NinepFs {
         generation: u64,
     ) -> Option<Result<Box<dyn OpenFile>, Errno>> {
         let n = parts(file).ok()?;
-        let record = self.store()?.file(file.id)?;
+        let store = self.store()?;
+        let record = store.file(file.id)?;
         if !record.readable {
             return None; // its first open goes to the server, to answer as it would
         }
+        self.confirm_ahead(store).await;
         let at = Instant::now();
         let qid = match self.cache.peek_attr(file.id) {
             // Confirmed in this process already (by a stat).
@@ -217,8 +283,13 @@ impl NinepFs {
     pub(super) async fn link_from_store(&self, link: &Node) -> Option<Arc<str>> {
         let store = self.store()?;
         store.has_link(link.id).then_some(())?;
+        self.confirm_ahead(store).await;
         let n = parts(link).ok()?;
+        if let Some(target) = self.cache.symlink(n.qid) {
+            return Some(target); // confirmed by the burst
+        }
         store.count_validation();
+        tracing::debug!("cache=fscache: probing {:?} on use", n.path.to_vec());
         let fresh = self.probe(&n.path.to_vec()).await.ok()?;
         let target: Arc<str> = match store.link(fresh.path, fresh.version) {
             Some(target) if fresh.path == link.id => target.into(),

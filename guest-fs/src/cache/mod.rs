@@ -252,6 +252,8 @@ pub struct CacheStats {
     pub persistent_bytes: u64,
     /// `cache=fscache`: requests sent to confirm what was read from disk.
     pub validations: u64,
+    /// `cache=fscache`: of those, the ones sent together at the store's first use.
+    pub validated_ahead: u64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -390,6 +392,7 @@ impl MountCache {
             persistent_misses: store.misses,
             persistent_bytes: store.bytes,
             validations: store.validations,
+            validated_ahead: store.validated_ahead,
         }
     }
 }

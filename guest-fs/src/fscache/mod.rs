@@ -18,6 +18,14 @@
 //! dentry gives. After that, answers are believed as the mount's trust says, like any
 //! other.
 //!
+//! The probes go together, ahead of use ([`ahead`]): the first time a mount reaches
+//! for its store it sends, at once, one probe per file and symlink kept and per
+//! directory with nothing kept below it (up to [`MAX_AHEAD`], the most recently used
+//! first), and takes in what they confirm. Over a link with a round trip of
+//! milliseconds, a fresh process then waits one round trip for its confirmations
+//! rather than one per file. What the burst leaves out (records not reachable by name
+//! from the root, or over its bound) is probed when used, as above.
+//!
 //! # On disk
 //! A store per export (`cachetag=NAME`, or the server address and aname) under
 //! `fscache_dir` (default `$WASM9P_FSCACHE_DIR`, `$XDG_CACHE_HOME/wasm9p/fscache`,
@@ -42,6 +50,7 @@
 //! the least recently used pages and records go until the store is within nine
 //! tenths of it.
 
+pub mod ahead;
 mod pages;
 pub mod records;
 
@@ -55,6 +64,11 @@ use std::time::SystemTime;
 
 pub use pages::PageKey;
 pub use records::{DirRecord, FileRecord, LinkRecord, Records};
+
+/// Most probes sent ahead of use at a mount's first reach for its store: on loopback a
+/// probe costs the server about 10 us, so a store that knows far more than this process
+/// will use costs it at most tens of milliseconds.
+pub const MAX_AHEAD: usize = 2048;
 
 /// Default `fscache_size`: 1 GiB.
 pub const DEFAULT_FSCACHE_SIZE: u64 = 1 << 30;
@@ -115,6 +129,8 @@ pub struct StoreStats {
     pub misses: u64,
     /// Requests sent to confirm records read from disk.
     pub validations: u64,
+    /// Of those, the ones sent together ahead of use ([`ahead`]).
+    pub validated_ahead: u64,
     /// Bytes the store takes on disk (as of its last write or sweep).
     pub bytes: u64,
 }
@@ -134,6 +150,7 @@ pub struct Store {
     hits: AtomicU64,
     misses: AtomicU64,
     validations: AtomicU64,
+    validated_ahead: AtomicU64,
     bytes: AtomicU64,
     /// A write failed (the disk is full or went read-only): said once, and nothing is
     /// written any more.
@@ -173,6 +190,7 @@ impl Store {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             validations: AtomicU64::new(0),
+            validated_ahead: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             broken: AtomicBool::new(false),
             queued: Mutex::new(0),
@@ -202,6 +220,7 @@ impl Store {
             hits: get(&self.hits),
             misses: get(&self.misses),
             validations: get(&self.validations),
+            validated_ahead: get(&self.validated_ahead),
             bytes: get(&self.bytes),
         }
     }
@@ -219,6 +238,18 @@ impl Store {
     /// Counts a request sent to confirm a record.
     pub fn count_validation(&self) {
         self.validations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts `n` requests sent together, ahead of use, to confirm records.
+    pub fn count_validations_ahead(&self, n: u64) {
+        self.validations.fetch_add(n, Ordering::Relaxed);
+        self.validated_ahead.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The probes that confirm what this store keeps below the directory with qid
+    /// path `root`, at most `max`, most recently used first ([`ahead`]).
+    pub fn probes_ahead(&self, root: u64, max: usize) -> Vec<ahead::Probe> {
+        ahead::probes(&self.index(), root, max)
     }
 
     fn index(&self) -> std::sync::MutexGuard<'_, Records> {

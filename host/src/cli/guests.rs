@@ -586,8 +586,12 @@ fn run_pass(
     (failed.into_inner(), tiers)
 }
 
+/// Numbers in `--stats` that are a level, not a count: a pass reports them as they are.
+const LEVELS: &[&str] = &["persistent_bytes"];
+
 /// What `now` counts beyond `before`, number by number (two `--stats` snapshots of the
-/// same mounts): a pass's own RPCs, cache hits and wall time.
+/// same mounts): a pass's own RPCs, cache hits and wall time; levels ([`LEVELS`]) as
+/// they are now.
 fn counters_added(now: &serde_json::Value, before: &serde_json::Value) -> serde_json::Value {
     use serde_json::Value;
     match (now, before) {
@@ -598,9 +602,10 @@ fn counters_added(now: &serde_json::Value, before: &serde_json::Value) -> serde_
         (Value::Object(a), Value::Object(b)) => Value::Object(
             a.iter()
                 .map(|(k, v)| {
-                    let added = b
-                        .get(k)
-                        .map_or_else(|| v.clone(), |old| counters_added(v, old));
+                    let added = match b.get(k) {
+                        Some(old) if !LEVELS.contains(&k.as_str()) => counters_added(v, old),
+                        _ => v.clone(),
+                    };
                     (k.clone(), added)
                 })
                 .collect(),
@@ -697,13 +702,17 @@ mod tests {
     #[test]
     fn a_pass_counts_what_it_added_and_keeps_names() {
         let before = serde_json::json!({"wall_ms": 100, "guests": 0,
-            "mounts": [{"target": "/usr", "rpc": {"walk": 10, "total": 12}}]});
+            "mounts": [{"target": "/usr", "rpc": {"walk": 10, "total": 12},
+                        "cache": {"persistent_bytes": 4096, "validations": 2}}]});
         let now = serde_json::json!({"wall_ms": 350, "guests": 4,
-            "mounts": [{"target": "/usr", "rpc": {"walk": 15, "read": 3, "total": 20}}]});
+            "mounts": [{"target": "/usr", "rpc": {"walk": 15, "read": 3, "total": 20},
+                        "cache": {"persistent_bytes": 5000, "validations": 2}}]});
+        // The bytes on disk are a level: the pass reports the store as it left it.
         assert_eq!(
             counters_added(&now, &before),
             serde_json::json!({"wall_ms": 250, "guests": 4,
-                "mounts": [{"target": "/usr", "rpc": {"walk": 5, "read": 3, "total": 8}}]})
+                "mounts": [{"target": "/usr", "rpc": {"walk": 5, "read": 3, "total": 8},
+                            "cache": {"persistent_bytes": 5000, "validations": 0}}]})
         );
     }
 
