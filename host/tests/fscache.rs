@@ -242,6 +242,25 @@ fn a_second_process_starts_warm_when_nothing_changed() {
 }
 
 #[test]
+fn with_revalidate_0_nothing_is_confirmed_ahead_and_answers_stay_exact() {
+    let export = export();
+    let server = Server::ours(export.path());
+    let store = tempfile::tempdir().unwrap();
+    let reference = search(server.source(), "cache=none");
+    let options = format!("{},revalidate=0", fscache(store.path()));
+    let first = search(server.source(), &options);
+    assert_eq!(first.stdout, reference.stdout);
+    // Everything would be confirmed again at its use: a burst ahead would be wasted.
+    let second = search(server.source(), &options);
+    assert_eq!(second.stdout, reference.stdout);
+    assert_eq!(second.cache("validated_ahead"), 0, "{:?}", second.mount);
+    // With the default trust, the same store is confirmed ahead.
+    let third = search(server.source(), &fscache(store.path()));
+    assert_eq!(third.stdout, reference.stdout);
+    assert!(third.cache("validated_ahead") > 0, "{:?}", third.mount);
+}
+
+#[test]
 fn the_next_process_sees_what_changed_on_the_server() {
     for (name, export, server) in servers() {
         let store = tempfile::tempdir().unwrap();
