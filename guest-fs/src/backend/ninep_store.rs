@@ -110,6 +110,11 @@ impl NinepFs {
                     .buffer_unordered(AHEAD_IN_FLIGHT)
                     .collect()
                     .await;
+                tracing::debug!(
+                    "cache=fscache: {} probes answered in {:.1} ms",
+                    answers.len(),
+                    at.elapsed().as_secs_f64() * 1e3
+                );
                 // The directories on the way were recorded by the walks themselves;
                 // their attributes kept on disk are taken in once each.
                 let mut dirs = std::collections::HashMap::new();
@@ -285,7 +290,7 @@ impl NinepFs {
         store.has_link(link.id).then_some(())?;
         self.confirm_ahead(store).await;
         let n = parts(link).ok()?;
-        if let Some(target) = self.cache.symlink(n.qid) {
+        if let Some(target) = self.cache.peek_symlink(n.qid) {
             return Some(target); // confirmed by the burst
         }
         store.count_validation();

@@ -19,7 +19,7 @@ impl MountCache {
                 target,
                 at,
                 ..
-            }) if version == qid.version && (version != 0 || self.young(at, Instant::now())) => {
+            }) if self.target_holds(qid, version, at) => {
                 bump(&self.counters.symlink_hits);
                 Some(target)
             }
@@ -33,6 +33,24 @@ impl MountCache {
                 None
             }
         }
+    }
+
+    /// What [`Self::symlink`] would answer, uncounted and leaving the cache as it is.
+    pub fn peek_symlink(&self, qid: Qid) -> Option<Arc<str>> {
+        match self.store.get(&Key::Symlink(qid.path)) {
+            Some(Entry::Symlink {
+                version,
+                target,
+                at,
+                ..
+            }) if self.target_holds(qid, version, at) => Some(target),
+            _ => None,
+        }
+    }
+
+    /// Whether a target read at `version` (cached at `at`) is the one of link `qid`.
+    fn target_holds(&self, qid: Qid, version: u32, at: Instant) -> bool {
+        version == qid.version && (version != 0 || self.young(at, Instant::now()))
     }
 
     /// Caches the target of symlink `qid`, read now.

@@ -65,9 +65,10 @@ use std::time::SystemTime;
 pub use pages::PageKey;
 pub use records::{DirRecord, FileRecord, LinkRecord, Records};
 
-/// Most probes sent ahead of use at a mount's first reach for its store: on loopback a
-/// probe costs the server about 10 us, so a store that knows far more than this process
-/// will use costs it at most tens of milliseconds.
+/// Most probes sent ahead of use at a mount's first reach for its store. Over loopback
+/// tcp to our server the build workload's 111 are answered in 2.4-3.8 ms (about 25 us
+/// each, in flight together), so a store that knows far more than this process will
+/// use costs it at most about 60 ms.
 pub const MAX_AHEAD: usize = 2048;
 
 /// Default `fscache_size`: 1 GiB.
