@@ -241,12 +241,19 @@ fn a_second_process_starts_warm_when_nothing_changed() {
     }
 }
 
-#[test]
-fn with_revalidate_0_nothing_is_confirmed_ahead_and_answers_stay_exact() {
+/// Our server on a fresh export, an empty store, and the search as `cache=none` sees
+/// it there.
+fn our_server_and_store() -> (Server, tempfile::TempDir, tempfile::TempDir, Run) {
     let export = export();
     let server = Server::ours(export.path());
     let store = tempfile::tempdir().unwrap();
     let reference = search(server.source(), "cache=none");
+    (server, export, store, reference)
+}
+
+#[test]
+fn with_revalidate_0_nothing_is_confirmed_ahead_and_answers_stay_exact() {
+    let (server, _export, store, reference) = our_server_and_store();
     let options = format!("{},revalidate=0", fscache(store.path()));
     let first = search(server.source(), &options);
     assert_eq!(first.stdout, reference.stdout);
@@ -297,10 +304,7 @@ fn the_next_process_sees_what_changed_on_the_server() {
 
 #[test]
 fn two_processes_write_one_store_at_once_and_a_third_gets_both() {
-    let export = export();
-    let server = Server::ours(export.path());
-    let store = tempfile::tempdir().unwrap();
-    let reference = search(server.source(), "cache=none");
+    let (server, _export, store, reference) = our_server_and_store();
     let stats: Vec<_> = (0..2)
         .map(|_| tempfile::NamedTempFile::new().unwrap())
         .collect();
