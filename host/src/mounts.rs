@@ -456,6 +456,10 @@ pub async fn build(
                 )
             }
         };
+        if let Some(fs) = &ninep {
+            // With cache=fscache, the store is confirmed while the guest loads.
+            fs.confirm_store_in_background();
+        }
         ns.mount(&spec.target, backend, spec.read_only)
             .map_err(|e| fail(format!("{e}")))?;
         made.push(Mounted {

@@ -83,6 +83,26 @@ impl NinepFs {
         }
     }
 
+    /// Starts confirming what the store keeps (`cache=fscache`) on the current tokio
+    /// runtime, without waiting: a host calls it once the mount is made, so that the
+    /// confirmations travel while it loads its guest (the guest's first use of the
+    /// store then waits only for what is still out). Nothing without a store or
+    /// outside a runtime.
+    pub fn confirm_store_in_background(self: &Arc<Self>) {
+        if self.store().is_none() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let fs = self.clone();
+        drop(runtime.spawn(async move {
+            if let Some(store) = fs.store() {
+                fs.confirm_ahead(store).await;
+            }
+        }));
+    }
+
     /// Confirms, the first time it is called, what the store keeps, in one burst of
     /// probes sent together ([`crate::fscache::ahead`]); later calls, and those made
     /// while the burst is out, wait for it. What it confirms is then used without a

@@ -17,6 +17,7 @@ use wasm9p_tests::{TestServer, Tree};
 mod coherence;
 mod complete;
 mod files;
+mod fscache;
 mod metadata;
 mod pages;
 
