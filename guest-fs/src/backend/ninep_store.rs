@@ -8,8 +8,9 @@
 //! The qids it gives also record every directory's version on the way, which confirms
 //! their records for free.
 //!
-//! The first use of the store sends the probes for everything it keeps at once
-//! ([`NinepFs::confirm_ahead`], [`crate::fscache::ahead`]); what that leaves out is
+//! The probes for everything the store keeps go at once, when the host starts them
+//! ([`NinepFs::confirm_store_in_background`]) or else at the store's first use
+//! ([`NinepFs::confirm_ahead`], [`crate::fscache::ahead`]); what they leave out is
 //! probed when used, one probe at a time.
 
 use std::sync::Arc;

@@ -252,7 +252,7 @@ pub struct CacheStats {
     pub persistent_bytes: u64,
     /// `cache=fscache`: requests sent to confirm what was read from disk.
     pub validations: u64,
-    /// `cache=fscache`: of those, the ones sent together at the store's first use.
+    /// `cache=fscache`: of those, the ones sent together ahead of use.
     pub validated_ahead: u64,
 }
 

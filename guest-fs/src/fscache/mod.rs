@@ -18,9 +18,10 @@
 //! dentry gives. After that, answers are believed as the mount's trust says, like any
 //! other.
 //!
-//! The probes go together, ahead of use ([`ahead`]): the first time a mount reaches
-//! for its store it sends, at once, one probe per file and symlink kept and per
-//! directory with nothing kept below it (up to [`MAX_AHEAD`], the most recently used
+//! The probes go together, ahead of use ([`ahead`]): when the mount is made (a host
+//! starts them then), else the first time the mount reaches for its store, it sends at
+//! once one probe per file and symlink kept and per directory with nothing kept below
+//! it (up to [`MAX_AHEAD`], the most recently used
 //! first), and takes in what they confirm. Over a link with a round trip of
 //! milliseconds, a fresh process then waits one round trip for its confirmations
 //! rather than one per file. What the burst leaves out (records not reachable by name
@@ -65,7 +66,7 @@ use std::time::SystemTime;
 pub use pages::PageKey;
 pub use records::{DirRecord, FileRecord, LinkRecord, Records};
 
-/// Most probes sent ahead of use at a mount's first reach for its store. Over loopback
+/// Most probes sent ahead of use (see the module docs). Over loopback
 /// tcp to our server the build workload's 111 are answered in 2.4-3.8 ms (about 25 us
 /// each, in flight together), so a store that knows far more than this process will
 /// use costs it at most about 60 ms.
