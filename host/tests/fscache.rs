@@ -161,7 +161,7 @@ fn search_command(source: &str, options: &str, stats: &Path) -> Command {
 fn finished(out: Output, stats: &Path) -> Run {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
     let stats: Value = serde_json::from_slice(&std::fs::read(stats).unwrap()).unwrap();
     Run {
         stdout,

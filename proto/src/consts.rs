@@ -32,6 +32,20 @@ pub const AT_REMOVEDIR: u32 = 0x200;
 /// file can carry the name (Linux xattr names have a namespace: `user.`, `trusted.`...),
 /// so no export can fake it; other servers answer it with an error.
 pub const ORDERED_XATTR: &str = "wasm9p.ordered";
+/// The extended attribute a wasm9p server answers (an empty value, on any fid) to say
+/// that every Rreaddir holds the entries that follow its cookie up to the first that
+/// does not fit in its count, and that no entry's name is longer than
+/// [`MAX_ENTRY_NAME`]. A reply with room left for one more entry of the longest name
+/// ([`MAX_DIRENT_SIZE`]) therefore ended the listing, and the client need not send the
+/// Treaddir that would come back empty. Asked beside [`ORDERED_XATTR`], on the same
+/// (bound) fid, so that a server that makes neither promise sees nothing undefined.
+pub const LISTINGS_FILL_XATTR: &str = "wasm9p.listings-fill";
+/// The longest name (in bytes) a server that promises [`LISTINGS_FILL_XATTR`] lists: Linux's
+/// `NAME_MAX`.
+pub const MAX_ENTRY_NAME: usize = 255;
+/// The largest directory entry such a server sends: qid[13] offset[8] type[1] and a
+/// name of [`MAX_ENTRY_NAME`] bytes with its 2-byte length.
+pub const MAX_DIRENT_SIZE: usize = 13 + 8 + 1 + 2 + MAX_ENTRY_NAME;
 
 /// Qid type bits.
 pub mod qid {

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
-use wasm9p_guest_fs::client::{ClientConfig, Fid, First, FlightError, Session};
+use wasm9p_guest_fs::client::{
+    first_entries, ClientConfig, Entries, Fid, First, FlightError, Session,
+};
 use wasm9p_proto::consts::open;
 use wasm9p_proto::transport::{duplex, BoxStream};
 use wasm9p_proto::{Addr, Errno};
@@ -257,19 +259,28 @@ async fn an_open_with_its_attributes_and_first_read_is_one_round_trip_on_our_ser
     assert_eq!(sent, [TWALK, TLOPEN, TREADDIR], "one flight, in order");
     gate.set(Hold::Nothing);
     let opened = listing.await.unwrap().unwrap();
-    let mut names: Vec<String> = opened
-        .entries
-        .as_ref()
-        .unwrap()
-        .iter()
-        .map(|e| e.name.clone())
-        .collect();
+    let first = opened.entries.clone().unwrap();
+    assert!(first.end, "our server fills its listings: these are all");
+    let mut names: Vec<String> = first.entries.iter().map(|e| e.name.clone()).collect();
     names.sort();
     assert_eq!(names, [".", "..", "inner.txt", "link"]);
+    let before = gate.requests().len();
+    let all = opened
+        .walk
+        .fid
+        .readdir_all_after(Some(first))
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 4);
+    assert_eq!(
+        gate.requests().len(),
+        before,
+        "no Treaddir past entries that ended the listing"
+    );
     let rest = opened
         .walk
         .fid
-        .readdir_all_after(Some(Vec::new()))
+        .readdir_all_after(Some(Entries::default()))
         .await
         .unwrap();
     assert!(rest.is_empty(), "an empty first batch is the end");
@@ -367,7 +378,11 @@ async fn diod_makes_no_promise_and_gets_the_requests_one_after_another() {
     assert_eq!(opened.attr.as_ref().map(|a| a.size), Some(5));
     assert_eq!(&opened.walk.fid.read_at(0, 10).await.unwrap()[..], b"inner");
     let counts: std::collections::HashMap<_, _> = session.counts().snapshot().into_iter().collect();
-    assert_eq!(counts.get("xattrwalk"), Some(&1), "asked once: {counts:?}");
+    assert_eq!(
+        counts.get("xattrwalk"),
+        Some(&2),
+        "each promise asked once: {counts:?}"
+    );
     drop(opened);
     let missing = root
         .walk_open(&["sub", "nope.txt"], open::RDONLY, true, First::Read(4096))
@@ -382,6 +397,135 @@ async fn diod_makes_no_promise_and_gets_the_requests_one_after_another() {
     drop(walk);
     assert_eq!(session.flights(), (0, 0));
     settle(&session, 1).await;
+}
+
+/// A directory of `n` files with names of 40 bytes or more, for listings that take
+/// many Treaddirs.
+fn big_directory(n: usize) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("many")).unwrap();
+    for i in 0..n {
+        let name = format!("a-name-long-enough-to-fill-listings-{i:05}");
+        std::fs::write(dir.path().join("many").join(name), b"").unwrap();
+    }
+    dir
+}
+
+/// The names of `entries` but `.` and `..`, sorted, and whether each came once.
+fn names_once(entries: &[wasm9p_proto::DirEntry]) -> (Vec<String>, bool) {
+    let mut names: Vec<String> = entries
+        .iter()
+        .map(|e| e.name.clone())
+        .filter(|n| n != "." && n != "..")
+        .collect();
+    names.sort();
+    let before = names.len();
+    let mut unique = names.clone();
+    unique.dedup();
+    (names, unique.len() == before)
+}
+
+/// A listing over many Treaddirs: on our server, which fills its listings, the last
+/// batch ends it (no Treaddir comes back empty); on diod, which promises nothing, the
+/// client reads until one does. Either way every name comes once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_ends_at_its_last_batch_on_our_server_and_at_an_empty_one_on_diod() {
+    const FILES: usize = 1000;
+    let dir = big_directory(FILES);
+    let want: Vec<String> = (0..FILES)
+        .map(|i| format!("a-name-long-enough-to-fill-listings-{i:05}"))
+        .collect();
+    let small = ClientConfig {
+        msize: 8192,
+        ..config()
+    };
+    let flags = open::RDONLY | open::DIRECTORY;
+
+    let server = Server::new(ServerConfig {
+        exports: vec![ExportConfig::new(dir.path())],
+        ..Default::default()
+    })
+    .unwrap();
+    let (gate, client_end) = Gate::start(server);
+    let session = Session::over(client_end, small.clone()).await.unwrap();
+    let root = session.attach("").await.unwrap();
+    let opened = root
+        .walk_open(&["many"], flags, false, first_entries(&session))
+        .await
+        .unwrap();
+    assert!(
+        session.fills_listings(),
+        "our server promises filled listings"
+    );
+    let before = gate.requests().len();
+    let all = opened
+        .walk
+        .fid
+        .readdir_all_after(opened.entries)
+        .await
+        .unwrap();
+    let treaddirs = gate.requests()[before..]
+        .iter()
+        .filter(|&&t| t == TREADDIR)
+        .count();
+    let (names, once) = names_once(&all);
+    assert!(once, "a name listed twice");
+    assert_eq!(names, want);
+    // ".", ".." and the files' entries (24 bytes and the name) packed into batches of
+    // at most 8,168 bytes (the msize less Rreaddir's header), each filled until the
+    // next entry does not fit: that many batches, the flight's first, and none past
+    // the last.
+    let sizes = [25, 26]
+        .into_iter()
+        .chain(want.iter().map(|n| 24 + n.len()));
+    let (mut batches, mut used) = (1, 0);
+    for size in sizes {
+        if used + size > 8192 - 24 {
+            (batches, used) = (batches + 1, 0);
+        }
+        used += size;
+    }
+    assert!(batches > 5, "{batches} batches");
+    assert_eq!(treaddirs + 1, batches, "Treaddirs after the flight's");
+    let again = opened.walk.fid.entries(0, u32::MAX).await.unwrap();
+    assert!(!again.end, "a full batch does not end the listing");
+
+    let diod = Diod::start(dir.path());
+    let addr = Addr::Tcp {
+        host: "127.0.0.1".into(),
+        port: diod.port,
+    };
+    let session = Session::connect(&addr, small).await.unwrap();
+    let root = session.attach(dir.path().to_str().unwrap()).await.unwrap();
+    let opened = root
+        .walk_open(&["many"], flags, false, first_entries(&session))
+        .await
+        .unwrap();
+    assert!(!session.fills_listings(), "diod promises nothing");
+    let batches = std::sync::atomic::AtomicUsize::new(0);
+    let mut all = Vec::new();
+    let mut offset = 0;
+    loop {
+        let batch = opened.walk.fid.entries(offset, u32::MAX).await.unwrap();
+        batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        offset = batch.next_cookie(offset).unwrap();
+        if batch.end {
+            assert!(
+                batch.entries.is_empty(),
+                "only an empty batch ends diod's listing"
+            );
+            break;
+        }
+        all.extend(batch.entries);
+    }
+    let (names, once) = names_once(&all);
+    assert!(once, "a name listed twice");
+    assert_eq!(names, want);
+    assert_eq!(
+        opened.walk.fid.readdir_all().await.unwrap().len(),
+        FILES + 2,
+        "readdir_all reads diod's listing to its end"
+    );
 }
 
 /// A read flushed on a fid may still be running on the server until its Rflush; a

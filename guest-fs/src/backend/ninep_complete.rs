@@ -75,14 +75,17 @@ impl NinepFs {
         loop {
             let batch = match first.take() {
                 Some(batch) => batch,
-                None => match fid.readdir(offset, u32::MAX).await {
+                None => match fid.entries(offset, u32::MAX).await {
                     Ok(batch) => batch,
                     Err(_) => return,
                 },
             };
-            let Some(last) = batch.last() else { break };
-            offset = last.offset;
-            for e in batch {
+            let Ok(next) = batch.next_cookie(offset) else {
+                return;
+            };
+            offset = next;
+            let end = batch.end || batch.entries.is_empty();
+            for e in batch.entries {
                 if e.name != "." && e.name != ".." {
                     names.insert(Box::<str>::from(e.name), e.qid);
                 }
@@ -90,6 +93,9 @@ impl NinepFs {
             if names.len() > crate::cache::MAX_COMPLETE {
                 self.cache.insert_too_large(dir.id, seen);
                 return;
+            }
+            if end {
+                break;
             }
         }
         self.cache.insert_complete(dir.id, names, seen);

@@ -28,14 +28,14 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use wasm9p_proto::consts::open;
-use wasm9p_proto::{DirEntry, Errno, Qid, Rgetattr};
+use wasm9p_proto::{Errno, Qid, Rgetattr};
 
 use super::ninep::NinepFs;
 use super::ninep_check::content_stamp;
 use super::ninep_file::{carve_pages, Source};
 use super::{OpenFile, OpenFlags};
 use crate::cache::{MountCache, PAGE_SIZE};
-use crate::client::{first_entries, first_read, Fid, First, FlightError, Walk};
+use crate::client::{first_entries, first_read, Entries, Fid, First, FlightError, Walk};
 use crate::mount_options::CacheMode;
 use crate::path::SharedPath;
 
@@ -127,7 +127,7 @@ impl NinepFs {
     pub(super) async fn open_dir(
         &self,
         path: &SharedPath,
-    ) -> Result<(Fid, Option<Vec<DirEntry>>), Errno> {
+    ) -> Result<(Fid, Option<Entries>), Errno> {
         let flags = open::RDONLY | open::DIRECTORY;
         let at = Instant::now();
         let first = first_entries(self.session());

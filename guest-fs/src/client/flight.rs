@@ -12,7 +12,9 @@
 //! of a file the client knows nothing of is a Twalk and a Tgetattr, and reading a link
 //! it never read a Twalk and a Treadlink: one flight each too. A wasm9p server says it
 //! does by answering the extended attribute [`ORDERED_XATTR`]; the session asks once,
-//! at its first flight (a Txattrwalk, and the Tclunk of the fid it binds). Other
+//! at its first flight (a Txattrwalk, and the Tclunk of the fid it binds), beside the
+//! attribute of the server's other promise, [`LISTINGS_FILL_XATTR`] (listings filled:
+//! a listing's last Treaddir, which would come back empty, is not sent). Other
 //! servers (diod's worker threads, QEMU's coroutines) may run two requests of a
 //! connection at once, where a request on a fid still being walked is undefined, so
 //! they get the requests one round trip after another, as before.
@@ -26,13 +28,13 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use wasm9p_proto::consts::READDIRHDRSZ;
-use wasm9p_proto::consts::{getattr, ORDERED_XATTR};
+use wasm9p_proto::consts::{getattr, LISTINGS_FILL_XATTR, ORDERED_XATTR};
 use wasm9p_proto::{
-    DirEntry, Errno, Message, Qid, Rgetattr, Tgetattr, Tlopen, Tread, Treaddir, Treadlink, Twalk,
-    Txattrwalk,
+    Errno, Message, Qid, Rgetattr, Tgetattr, Tlopen, Tread, Treaddir, Treadlink, Twalk, Txattrwalk,
 };
 
 use super::fid::{Fid, Walk, WalkError};
+use super::ops::Entries;
 use super::session::{Call, Session};
 
 /// What a flight asks of the opened fid after the open (and the attributes).
@@ -56,9 +58,9 @@ pub struct OpenedWalk {
     /// The file's first bytes (from offset 0; fewer than asked at its end), when
     /// [`First::Read`] was asked and came in the flight.
     pub data: Option<Bytes>,
-    /// The directory's first entries (from cookie 0; empty at its end), when
-    /// [`First::Entries`] was asked and came in the flight.
-    pub entries: Option<Vec<DirEntry>>,
+    /// The directory's first entries (from cookie 0), and whether they are all of
+    /// them, when [`First::Entries`] was asked and came in the flight.
+    pub entries: Option<Entries>,
 }
 
 /// Why [`Fid::walk_open`], [`Fid::walk_getattr`] or [`Fid::walk_readlink`] failed.
@@ -95,37 +97,76 @@ pub fn first_entries(session: &Session) -> First {
     First::Entries(session.msize() - READDIRHDRSZ)
 }
 
+/// What a server promised when asked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Promises {
+    /// It handles a connection's requests in order ([`ORDERED_XATTR`]): flights may go.
+    pub ordered: bool,
+    /// Its listings are filled ([`LISTINGS_FILL_XATTR`]): a Treaddir's reply with room
+    /// left for another entry ended the listing.
+    pub listings_fill: bool,
+}
+
 impl Session {
     /// Whether the server says it handles this connection's requests in order (see
     /// the module docs); asked once, on `root`.
     pub async fn handles_requests_in_order(&self, root: &Fid) -> bool {
+        self.promises(root).await.ordered
+    }
+
+    /// Whether the server promised, when asked at the first flight, that its listings
+    /// are filled ([`LISTINGS_FILL_XATTR`]); false until then and with flights off.
+    pub fn fills_listings(&self) -> bool {
+        self.inner.promises.get().is_some_and(|p| p.listings_fill)
+    }
+
+    /// What the server promises (asked once, on `root`): a Txattrwalk of each
+    /// promise's attribute, both on `root` and sent together, one round trip.
+    async fn promises(&self, root: &Fid) -> Promises {
         *self
             .inner
-            .ordered
+            .promises
             .get_or_init(|| async {
-                let Ok(newfid) = self.inner.alloc_fid() else {
-                    return false;
+                let Some(ordered) = self.start_promise(root, ORDERED_XATTR, true).await else {
+                    return Promises::default();
                 };
-                let probe = Fid::new(self.clone(), newfid, root.qid);
-                let msg = Txattrwalk {
-                    fid: root.id,
-                    newfid,
-                    name: ORDERED_XATTR.into(),
+                // Behind it if a slot is free (waiting for one while holding a call could
+                // deadlock); else not asked, so not believed.
+                let fill = self.start_promise(root, LISTINGS_FILL_XATTR, false).await;
+                let ordered = promised(ordered.0, ordered.1.wait().await);
+                let listings_fill = match fill {
+                    Some((probe, call)) => promised(probe, call.wait().await),
+                    None => false,
                 };
-                match self.call(msg.into()).await {
-                    // Bound to the (empty) value: dropping it clunks it.
-                    Ok(Message::Rxattrwalk(_)) => true,
-                    Ok(_) | Err(Errno::ETIMEDOUT | Errno::EIO) => {
-                        drop(probe);
-                        false
-                    }
-                    Err(_) => {
-                        probe.forget();
-                        false
-                    }
+                Promises {
+                    ordered,
+                    listings_fill,
                 }
             })
             .await
+    }
+
+    /// Sends a Txattrwalk of `name` on `root` to a new fid (waiting for a free slot if
+    /// `may_wait`): the fid and the call, or `None` if it was not sent.
+    async fn start_promise(&self, root: &Fid, name: &str, may_wait: bool) -> Option<(Fid, Call)> {
+        let newfid = self.inner.alloc_fid().ok()?;
+        let probe = Fid::new(self.clone(), newfid, root.qid);
+        let msg = Message::from(Txattrwalk {
+            fid: root.id,
+            newfid,
+            name: name.into(),
+        });
+        let started = match may_wait {
+            true => Some(self.start(msg).await),
+            false => self.try_start(msg),
+        };
+        match started {
+            Some(Ok(call)) => Some((probe, call)),
+            _ => {
+                probe.forget(); // never sent: nothing bound
+                None
+            }
+        }
     }
 
     /// Sends no flight from now on (a mount's `pipeline=off`): every request of a walk
@@ -143,6 +184,23 @@ impl Session {
             self.inner.flights.load(Ordering::Relaxed),
             self.inner.flight_retries.load(Ordering::Relaxed),
         )
+    }
+}
+
+/// Whether a probe's Txattrwalk was answered (the server makes the promise); its fid
+/// is clunked when it was bound or may have been, given back otherwise.
+fn promised(probe: Fid, reply: Result<Message, Errno>) -> bool {
+    match reply {
+        // Bound to the (empty) value: dropping it clunks it.
+        Ok(Message::Rxattrwalk(_)) => true,
+        Ok(_) | Err(Errno::ETIMEDOUT | Errno::EIO) => {
+            drop(probe);
+            false
+        }
+        Err(_) => {
+            probe.forget();
+            false
+        }
     }
 }
 
@@ -318,10 +376,9 @@ impl Fid {
             {
                 data = Some(r.data.0);
             }
-            (First::Entries(count), Some(Ok(Message::Rreaddir(r))))
-                if r.data.0.len() <= count as usize =>
-            {
-                entries = DirEntry::decode_all(r.data.0).ok();
+            (First::Entries(count), Some(Ok(Message::Rreaddir(r)))) => {
+                let fills = self.session.fills_listings();
+                entries = Entries::decode(r.data.0, count, fills).ok();
             }
             _ => {}
         }

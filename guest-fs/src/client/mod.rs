@@ -49,5 +49,5 @@ mod session;
 
 pub use fid::{Fid, Walk, WalkError};
 pub use flight::{first_entries, first_read, First, FlightError, OpenedWalk};
-pub use ops::SetAttr;
+pub use ops::{Entries, SetAttr};
 pub use session::{ClientConfig, ConnectError, ReconnectStats, RpcCounts, Session};

@@ -1,7 +1,7 @@
 //! Every 9P2000.L operation as a typed method on [`Fid`].
 
 use bytes::Bytes;
-use wasm9p_proto::consts::{getattr, AT_REMOVEDIR, READDIRHDRSZ};
+use wasm9p_proto::consts::{getattr, AT_REMOVEDIR, MAX_DIRENT_SIZE, READDIRHDRSZ};
 use wasm9p_proto::*;
 
 use super::fid::Fid;
@@ -175,6 +175,12 @@ impl Fid {
     /// Directory entries from cookie `offset`, at most `count` bytes of them (clamped
     /// to the msize). Empty means the end.
     pub async fn readdir(&self, offset: u64, count: u32) -> Result<Vec<DirEntry>, Errno> {
+        Ok(self.entries(offset, count).await?.entries)
+    }
+
+    /// Like [`Fid::readdir`], and whether the entries ended the listing: when none
+    /// came, or when the server fills its listings and left room for another.
+    pub async fn entries(&self, offset: u64, count: u32) -> Result<Entries, Errno> {
         let count = count.min(self.session.inner.msize - READDIRHDRSZ);
         let r = reply!(
             self.rpc(Treaddir {
@@ -185,10 +191,7 @@ impl Fid {
             .await,
             Rreaddir
         )?;
-        if r.data.0.len() > count as usize {
-            return Err(Errno::EIO);
-        }
-        DirEntry::decode_all(r.data.0).map_err(|_| Errno::EIO)
+        Entries::decode(r.data.0, count, self.session.fills_listings())
     }
 
     /// Every entry of an open directory.
@@ -197,26 +200,25 @@ impl Fid {
     }
 
     /// Every entry of an open directory, the first Treaddir's entries (from cookie 0)
-    /// given when they came already (`Fid::walk_open`'s `entries`).
+    /// given when they came already (`Fid::walk_open`'s `entries`). No Treaddir is
+    /// sent past a batch that ended the listing.
     pub async fn readdir_all_after(
         &self,
-        mut first: Option<Vec<DirEntry>>,
+        mut first: Option<Entries>,
     ) -> Result<Vec<DirEntry>, Errno> {
         let mut all: Vec<DirEntry> = Vec::new();
         let mut offset = 0;
         loop {
             let batch = match first.take() {
                 Some(batch) => batch,
-                None => self.readdir(offset, u32::MAX).await?,
+                None => self.entries(offset, u32::MAX).await?,
             };
-            let Some(last) = batch.last() else {
+            offset = batch.next_cookie(offset)?;
+            let end = batch.end || batch.entries.is_empty();
+            all.extend(batch.entries);
+            if end {
                 return Ok(all);
-            };
-            if last.offset == offset {
-                return Err(Errno::EIO); // a cookie that does not advance would loop forever
             }
-            offset = last.offset;
-            all.extend(batch);
         }
     }
 
@@ -466,5 +468,97 @@ impl Fid {
         }
         // The value is applied on clunk, and its errors come back there.
         writer.clunk().await
+    }
+}
+
+/// The entries of one Rreaddir, and whether they ended the listing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Entries {
+    /// The entries, in the server's order.
+    pub entries: Vec<DirEntry>,
+    /// Whether no entry follows them: none came, or the server fills its listings
+    /// ([`wasm9p_proto::consts::LISTINGS_FILL_XATTR`]) and left room for the longest entry.
+    pub end: bool,
+}
+
+impl Entries {
+    /// The entries of an Rreaddir payload `data`, which answered a Treaddir of `count`
+    /// bytes from a server that fills its listings (`fills`) or not. A payload over
+    /// `count` or that does not decode is EIO.
+    pub fn decode(data: Bytes, count: u32, fills: bool) -> Result<Entries, Errno> {
+        if data.len() > count as usize {
+            return Err(Errno::EIO);
+        }
+        let end = data.is_empty() || (fills && data.len() + MAX_DIRENT_SIZE <= count as usize);
+        let entries = DirEntry::decode_all(data).map_err(|_| Errno::EIO)?;
+        Ok(Entries { entries, end })
+    }
+
+    /// The cookie to read on from, given the one these entries were read from: the
+    /// last entry's (`offset` when there are none). A last cookie equal to `offset`
+    /// would read the same entries forever: EIO.
+    pub fn next_cookie(&self, offset: u64) -> Result<u64, Errno> {
+        match self.entries.last() {
+            None => Ok(offset),
+            Some(last) if last.offset == offset => Err(Errno::EIO),
+            Some(last) => Ok(last.offset),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packed(names: &[&str]) -> Bytes {
+        let mut packer = DirEntryPacker::new(usize::MAX);
+        for (i, name) in names.iter().enumerate() {
+            let entry = DirEntry {
+                qid: Qid::default(),
+                offset: i as u64 + 1,
+                ty: 0,
+                name: (*name).into(),
+            };
+            assert!(packer.push(&entry));
+        }
+        packer.finish()
+    }
+
+    #[test]
+    fn entries_end_when_none_came_or_a_filling_server_left_room_for_the_longest() {
+        let two = packed(&["a", "b"]); // 50 bytes
+        let roomy = (two.len() + MAX_DIRENT_SIZE) as u32;
+        let e = Entries::decode(two.clone(), roomy, true).unwrap();
+        assert_eq!((e.entries.len(), e.end), (2, true));
+        // One byte less room: the next entry might have had a 255-byte name.
+        let e = Entries::decode(two.clone(), roomy - 1, true).unwrap();
+        assert!(!e.end);
+        // A server that promised nothing ends its listings with an empty reply only.
+        let e = Entries::decode(two.clone(), 1 << 20, false).unwrap();
+        assert!(!e.end);
+        let e = Entries::decode(Bytes::new(), 1 << 20, false).unwrap();
+        assert_eq!((e.entries.len(), e.end), (0, true));
+    }
+
+    #[test]
+    fn entries_over_their_count_or_cut_short_are_eio() {
+        let two = packed(&["a", "b"]);
+        let count = two.len() as u32;
+        assert_eq!(
+            Entries::decode(two.clone(), count - 1, true),
+            Err(Errno::EIO)
+        );
+        assert_eq!(
+            Entries::decode(two.slice(..two.len() - 1), count, true),
+            Err(Errno::EIO)
+        );
+    }
+
+    #[test]
+    fn the_next_cookie_is_the_last_entrys_and_one_that_stays_put_is_eio() {
+        let e = Entries::decode(packed(&["a", "b"]), 1 << 20, false).unwrap();
+        assert_eq!(e.next_cookie(0), Ok(2));
+        assert_eq!(e.next_cookie(2), Err(Errno::EIO));
+        assert_eq!(Entries::default().next_cookie(7), Ok(7));
     }
 }

@@ -170,9 +170,9 @@ pub(crate) struct Inner {
     pub(crate) no_unlinkat: AtomicBool,
     /// Set by [`Session::close`]: the owner is going away with its runtime.
     closing: AtomicBool,
-    /// Whether the server says it handles a connection's requests in order (asked
+    /// What the server promises: requests handled in order, listings filled (asked
     /// once, at the first flight: `flight`).
-    pub(crate) ordered: tokio::sync::OnceCell<bool>,
+    pub(crate) promises: tokio::sync::OnceCell<super::flight::Promises>,
     /// Set by [`Session::without_flights`]: requests go one after another.
     pub(crate) no_flights: AtomicBool,
     /// Flights sent (a walk and the requests on its fid: `flight`), and requests of
@@ -305,7 +305,7 @@ impl Session {
             no_renameat: AtomicBool::new(false),
             no_unlinkat: AtomicBool::new(false),
             closing: AtomicBool::new(false),
-            ordered: tokio::sync::OnceCell::new(),
+            promises: tokio::sync::OnceCell::new(),
             no_flights: AtomicBool::new(false),
             flights: AtomicU64::new(0),
             flight_retries: AtomicU64::new(0),

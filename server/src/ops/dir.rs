@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use rustix::fs::{FileType, Mode};
-use wasm9p_proto::consts::{dt, mode as m, READDIRHDRSZ};
+use wasm9p_proto::consts::{dt, mode as m, MAX_ENTRY_NAME, READDIRHDRSZ};
 use wasm9p_proto::{
     Data, DirEntry, DirEntryPacker, Errno, Message, Qid, Rmkdir, Rmknod, Rreaddir, Tmkdir, Tmknod,
     Treaddir,
@@ -37,6 +37,8 @@ pub(super) fn readdir(s: &Session, t: Treaddir) -> Result<Message, Errno> {
         }
     };
     let limit = t.count.min(s.msize() - READDIRHDRSZ) as usize;
+    // Filled up to the first entry that does not fit: a client of ours that sees room
+    // left for one more takes the listing as ended (`LISTINGS_FILL_XATTR`).
     let mut packer = DirEntryPacker::new(limit);
     let start = usize::try_from(t.offset).unwrap_or(usize::MAX);
     for entry in listing.iter().skip(start) {
@@ -90,6 +92,12 @@ fn list(fid: &Fid, fd: &std::os::fd::OwnedFd) -> Result<Vec<DirEntry>, Errno> {
             continue;
         };
         if name == "." || name == ".." {
+            continue;
+        }
+        if name.len() > MAX_ENTRY_NAME {
+            // Longer than Linux allows; listing it would break the promise that
+            // lets clients skip a listing's last, empty Treaddir (`LISTINGS_FILL_XATTR`).
+            tracing::debug!("readdir: skipping a name of {} bytes", name.len());
             continue;
         }
         let ft = entry.file_type();

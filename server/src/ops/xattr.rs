@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use bytes::{Bytes, BytesMut};
 use rustix::fs::{Mode, OFlags, XattrFlags};
-use wasm9p_proto::consts::ORDERED_XATTR;
+use wasm9p_proto::consts::{LISTINGS_FILL_XATTR, ORDERED_XATTR};
 use wasm9p_proto::{Errno, Message, Rxattrcreate, Rxattrwalk, Txattrcreate, Txattrwalk};
 
 use super::{sys, writable};
@@ -64,10 +64,12 @@ pub(super) fn xattrwalk(s: &Session, t: Txattrwalk) -> Result<Message, Errno> {
     if t.name.contains('\0') {
         return Err(Errno::EINVAL);
     }
-    let value = if t.name == ORDERED_XATTR {
-        // What clients ask to learn that they may pipeline (see `ORDERED_XATTR`): true
-        // of every connection, whose reader runs metadata requests one after the other
-        // and starts a data request only once those before it are done.
+    let value = if t.name == ORDERED_XATTR || t.name == LISTINGS_FILL_XATTR {
+        // Promises clients ask for (see the constants' docs). In order: true of every
+        // connection, whose reader runs metadata requests one after the other and
+        // starts a data request only once those before it are done. Listings filled:
+        // a Treaddir is packed until its next entry does not fit (`dir::readdir`), and
+        // names longer than `MAX_ENTRY_NAME` are never listed (`dir::list`).
         Bytes::new()
     } else {
         match xattr_fd(&fid)? {
