@@ -59,7 +59,7 @@ impl NinepFs {
     async fn read_complete(&self, dir: &Node) {
         let Ok(n) = parts(dir) else { return };
         let mut seen = self.seen_before(dir);
-        let Ok((fid, mut first)) = self.open_dir(&n.path).await else {
+        let Ok((fid, mut first)) = self.open_dir(&n.path, true).await else {
             return;
         };
         if !n.path.is_empty() {
@@ -121,7 +121,10 @@ impl NinepFs {
             }
         }
         let mut seen = self.seen_before(dir);
-        let (fid, first) = self.open_dir(&parts(dir)?.path).await?;
+        // The flight's entries are from cookie 0: of use to a listing read whole, or
+        // read from its start.
+        let from_start = self.meta || cookie == 0;
+        let (fid, mut first) = self.open_dir(&parts(dir)?.path, from_start).await?;
         if !path.is_empty() {
             seen.dir_version = if fid.qid.path == dir.id {
                 fid.qid.version
@@ -148,15 +151,18 @@ impl NinepFs {
             self.cache.insert_readdir(dir.id, listing.clone(), seen);
             return Ok(rest_of(&listing, cookie));
         }
-        // Uncached: one Treaddir from the server's own cookie, skipping "." and "..".
+        // Uncached: one Treaddir from the server's own cookie (the flight's, from 0),
+        // skipping "." and "..".
         let mut offset = cookie;
         loop {
-            let batch = fid.readdir(offset, u32::MAX).await?;
-            let Some(last) = batch.last() else {
-                return Ok(Vec::new());
+            let batch = match first.take() {
+                Some(batch) => batch,
+                None => fid.entries(offset, u32::MAX).await?,
             };
-            offset = last.offset;
+            offset = batch.next_cookie(offset)?;
+            let end = batch.end || batch.entries.is_empty();
             let entries: Vec<Entry> = batch
+                .entries
                 .into_iter()
                 .filter(|e| e.name != "." && e.name != "..")
                 .map(|e| Entry {
@@ -166,7 +172,7 @@ impl NinepFs {
                     cookie: e.offset,
                 })
                 .collect();
-            if !entries.is_empty() {
+            if !entries.is_empty() || end {
                 return Ok(entries);
             }
         }

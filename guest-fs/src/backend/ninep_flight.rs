@@ -121,16 +121,21 @@ impl NinepFs {
 }
 
 impl NinepFs {
-    /// Walks to directory `path` and opens it for reading, with its first entries
-    /// (`Some`) in the same flight where the mount pipelines: a listing read cold
-    /// waits one round trip before its second Treaddir instead of three.
+    /// Walks to directory `path` and opens it for reading; with `entries`, its first
+    /// entries (from cookie 0: `Some`) in the same flight where the mount pipelines.
+    /// A listing read cold waits one round trip before its second Treaddir instead of
+    /// three, and none at all when the server fills its listings and it fits in one.
     pub(super) async fn open_dir(
         &self,
         path: &SharedPath,
+        entries: bool,
     ) -> Result<(Fid, Option<Entries>), Errno> {
         let flags = open::RDONLY | open::DIRECTORY;
         let at = Instant::now();
-        let first = first_entries(self.session());
+        let first = match entries {
+            true => first_entries(self.session()),
+            false => First::Nothing,
+        };
         let flight = self
             .root
             .walk_open(&path.to_vec(), flags, false, first)

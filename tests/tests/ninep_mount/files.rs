@@ -185,6 +185,37 @@ async fn rpc_counts_per_mode_for_the_compiler_pattern() {
     }
 }
 
+/// Treaddirs of a listing read uncached (`cache=none`: a guest's call from each cookie
+/// goes to the server): the flight's entries answer the call from cookie 0, and on our
+/// server, which fills its listings, an empty directory's listing ends there.
+#[tokio::test]
+async fn an_uncached_listing_uses_its_flights_entries_and_ends_at_its_last_batch() {
+    let dir = tree();
+    std::fs::create_dir(dir.path().join("empty")).unwrap();
+    for kind in SERVERS {
+        let server = Remote::start(kind, dir.path());
+        let (ns, fs) = mount(&server, "cache=none").await;
+        let before = rpcs(&fs, "readdir");
+        let mut names: Vec<String> = ns
+            .readdir("/")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a", "b", "empty", "link", "usr"], "{kind}");
+        // From cookie 0 (the flight's Treaddir on ours), then from the last cookie
+        // (empty: the end).
+        assert_eq!(rpcs(&fs, "readdir") - before, 2, "{kind}");
+        let before = rpcs(&fs, "readdir");
+        assert!(ns.readdir("/empty").await.unwrap().is_empty(), "{kind}");
+        // "." and ".." alone: on ours they end the listing; diod's ends empty.
+        let want = if kind == "ours" { 1 } else { 2 };
+        assert_eq!(rpcs(&fs, "readdir") - before, want, "{kind}");
+    }
+}
+
 #[tokio::test]
 async fn a_cold_open_fetches_the_attributes_its_fstat_asks_for_and_keeps_buffered_sizes() {
     // clang opens each header and fstats it: the attributes come with the open (a
