@@ -116,6 +116,14 @@ fn run(scheduler: &Scheduler) {
     }
 }
 
+/// Starts the data threads if they are not running yet. Called before a tenant's I/O
+/// thread starts: a thread takes its spawner's name until it sets its own, so data
+/// threads first started from a tenant's thread (at its first data request) would
+/// show as `wasm9p-tenant` for a moment (`ps -L`, `/proc/PID/task/*/comm`).
+pub(crate) fn start() {
+    scheduler();
+}
+
 /// Queues `job` for `tenant`; it runs on a data thread in the tenant's turn.
 pub(crate) fn submit(tenant: TenantKey, job: Job) {
     let scheduler = scheduler();

@@ -72,6 +72,8 @@ impl Tenant {
         if let Some(thread) = self.io.get() {
             return Ok(Some(thread));
         }
+        // The data threads its requests go to, started from here rather than from it.
+        crate::scheduler::start();
         Ok(IoThread::start(&self.io_slots)?.map(|thread| self.io.get_or_init(|| thread)))
     }
 
