@@ -530,30 +530,44 @@ async fn a_listing_ends_at_its_last_batch_on_our_server_and_at_an_empty_one_on_d
 
 /// A read flushed on a fid may still be running on the server until its Rflush; a
 /// server that frees the fid at a Tclunk meanwhile may use it freed (diod crashed so
-/// under concurrent readers). The clunk waits for the Rflush.
+/// under concurrent readers). The clunk waits for the Rflush; a clunk of another fid
+/// does not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fid_is_clunked_only_once_the_flush_of_a_read_on_it_is_answered() {
     let dir = fixture();
     let (gate, session, root) = gated(dir.path()).await;
     let file = root.walk(&["big.bin"]).await.unwrap().fid;
     file.lopen(open::RDONLY).await.unwrap();
+    let other = root.walk(&["sub"]).await.unwrap().fid;
     gate.set(Hold::Replies);
     let before = gate.requests().len();
     // The reader goes away before its reply: the client flushes the read.
     let read = tokio::time::timeout(Duration::from_millis(100), file.read_at(0, 4096)).await;
     assert!(read.is_err(), "the reply came through the held gate");
-    drop(file);
     assert_eq!(gate.wait_for_requests(before, 2).await, [TREAD, TFLUSH]);
+    // Another fid's clunk has nothing to wait for (one that waited would go only at
+    // the session's timeout, 20 s).
+    drop(other);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while gate.requests().len() < before + 3 {
+        assert!(
+            Instant::now() < deadline,
+            "a clunk of another fid waited for the flush"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(gate.requests()[before..], [TREAD, TFLUSH, TCLUNK]);
+    drop(file);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
         gate.requests()[before..],
-        [TREAD, TFLUSH],
+        [TREAD, TFLUSH, TCLUNK],
         "the clunk was sent before the Rflush"
     );
     gate.set(Hold::Nothing);
     assert_eq!(
-        gate.wait_for_requests(before, 3).await,
-        [TREAD, TFLUSH, TCLUNK]
+        gate.wait_for_requests(before, 4).await,
+        [TREAD, TFLUSH, TCLUNK, TCLUNK]
     );
     settle(&session, 1).await;
 }

@@ -127,7 +127,7 @@ impl Fid {
     pub async fn clunk(mut self) -> Result<(), Errno> {
         self.gone = true;
         // Not before a flushed request on this fid has left the server (see there).
-        self.session.inner.flushes_answered().await;
+        self.session.inner.flushes_answered(self.id).await;
         let result = self.session.call(Tclunk { fid: self.id }.into()).await;
         self.session.inner.clunked(self.id, &result);
         result.map(drop)
@@ -237,7 +237,7 @@ impl Drop for Fid {
         // The number is reused only once the server has answered the clunk (or the
         // session is gone, taking every fid with it).
         session.inner.runtime.clone().spawn(async move {
-            session.inner.flushes_answered().await;
+            session.inner.flushes_answered(id).await;
             let result = session.call_once_connected(Tclunk { fid: id }.into()).await;
             session.inner.clunked(id, &result);
         });

@@ -214,11 +214,35 @@ enum Pending {
         retry: Option<reconnect::Frame>,
         /// With reconnect on: what its reply changes in the recipes.
         effect: Effect,
+        /// The one fid it works on, where a flush of it must hold back that fid's
+        /// Tclunk alone ([`request_fid`]); `None`: every Tclunk waits for its flush.
+        fid: Option<u32>,
     },
     /// The caller went away and a Tflush was sent; the tag stays reserved until Rflush.
     Abandoned,
-    /// A Tflush for tag `old`.
-    Flush { old: u16 },
+    /// A Tflush for tag `old`, a request on `fid` (as [`Pending::Waiting::fid`]).
+    Flush { old: u16, fid: Option<u32> },
+}
+
+/// The fid of a request that works on one open fid and may run on the server for a
+/// while (reads, writes, listings, attributes, syncs, locks): a Tclunk of any other fid
+/// need not wait for its flush. `None` for the rest (walks bind a second fid, links
+/// and renames name two), whose flushes hold back every Tclunk.
+fn request_fid(msg: &Message) -> Option<u32> {
+    Some(match msg {
+        Message::Tread(t) => t.fid,
+        Message::Twrite(t) => t.fid,
+        Message::Treaddir(t) => t.fid,
+        Message::Tgetattr(t) => t.fid,
+        Message::Tsetattr(t) => t.fid,
+        Message::Tlopen(t) => t.fid,
+        Message::Treadlink(t) => t.fid,
+        Message::Tfsync(t) => t.fid,
+        Message::Tlock(t) => t.fid,
+        Message::Tgetlock(t) => t.fid,
+        Message::Tstatfs(t) => t.fid,
+        _ => return None,
+    })
 }
 
 impl State {
@@ -469,6 +493,7 @@ impl Session {
                 epoch,
                 retry: retry.then(|| frame.clone()),
                 effect,
+                fid: request_fid(&msg),
             },
         );
         let sent = st.out.send(frame).is_ok();
@@ -560,12 +585,13 @@ impl Inner {
         self.closing.load(Ordering::Relaxed)
     }
 
-    /// Waits until every Tflush sent is answered (or the session is gone, or the
-    /// configured timeout has passed). A request flushed on a fid may still be running
-    /// on the server until its Rflush; a Tclunk of that fid must not overtake it, since
-    /// a server may free the fid under the request (diod does, and crashes). Clunks
-    /// wait here; without flushes in flight this is one look at the state.
-    pub(crate) async fn flushes_answered(&self) {
+    /// Waits until every Tflush sent for a request on `fid` (or on fids not known, see
+    /// [`request_fid`]) is answered, or the session is gone, or the configured timeout
+    /// has passed. A request flushed on a fid may still be running on the server until
+    /// its Rflush; a Tclunk of that fid must not overtake it, since a server may free
+    /// the fid under the request (diod does, and crashes). Clunks wait here; without
+    /// such flushes in flight this is one look at the state.
+    pub(crate) async fn flushes_answered(&self, fid: u32) {
         let deadline = tokio::time::Instant::now() + self.config.timeout;
         loop {
             let notified = self.flushes_done.notified();
@@ -573,10 +599,9 @@ impl Inner {
             notified.as_mut().enable();
             {
                 let st = lock(&self.state);
-                let flushing = st
-                    .pending
-                    .values()
-                    .any(|p| matches!(p, Pending::Flush { .. }));
+                let flushing = st.pending.values().any(
+                    |p| matches!(p, Pending::Flush { fid: f, .. } if f.is_none_or(|f| f == fid)),
+                );
                 if st.dead || !flushing {
                     return;
                 }
@@ -592,8 +617,10 @@ impl Inner {
     /// carry another request, which must be left alone.
     fn abandon(&self, tag: u16, id: u64) {
         let mut st = lock(&self.state);
-        let epoch = match st.pending.get(&tag) {
-            Some(Pending::Waiting { call, epoch, .. }) if *call == id => *epoch,
+        let (epoch, fid) = match st.pending.get(&tag) {
+            Some(Pending::Waiting {
+                call, epoch, fid, ..
+            }) if *call == id => (*epoch, *fid),
             _ => return,
         };
         if epoch != st.epoch {
@@ -610,7 +637,8 @@ impl Inner {
         let Some(flush_tag) = st.alloc_tag() else {
             return;
         };
-        st.pending.insert(flush_tag, Pending::Flush { old: tag });
+        st.pending
+            .insert(flush_tag, Pending::Flush { old: tag, fid });
         self.counts.bump(108);
         let mut frame = BytesMut::new();
         encode_frame(flush_tag, &Tflush { oldtag: tag }.into(), &mut frame);

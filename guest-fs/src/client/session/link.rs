@@ -62,7 +62,7 @@ impl Inner {
                 st.pending.insert(tag, Pending::Abandoned);
                 Ok(())
             }
-            Some(Pending::Flush { old }) => {
+            Some(Pending::Flush { old, .. }) => {
                 st.pending.remove(&old);
                 st.free_tag(old);
                 st.free_tag(tag);
