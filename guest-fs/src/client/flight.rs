@@ -171,7 +171,7 @@ impl Session {
 
     /// Sends no flight from now on (a mount's `pipeline=off`): every request of a walk
     /// and what follows it waits for the reply before it, and the server is not asked
-    /// for its promise of order.
+    /// for its promises.
     pub fn without_flights(&self) {
         self.inner.no_flights.store(true, Ordering::Relaxed);
     }
