@@ -12,27 +12,13 @@ impl MountCache {
     /// for a server that keeps no versions, is still young enough). A changed version
     /// drops the entry: the link was replaced or changed.
     pub fn symlink(&self, qid: Qid) -> Option<Arc<str>> {
-        let key = Key::Symlink(qid.path);
-        match self.store.get(&key) {
-            Some(Entry::Symlink {
-                version,
-                target,
-                at,
-                ..
-            }) if self.target_holds(qid, version, at) => {
-                bump(&self.counters.symlink_hits);
-                Some(target)
-            }
-            Some(_) => {
-                self.store.remove(&key);
-                bump(&self.counters.symlink_misses);
-                None
-            }
-            None => {
-                bump(&self.counters.symlink_misses);
-                None
-            }
+        if let Some(target) = self.peek_symlink(qid) {
+            bump(&self.counters.symlink_hits);
+            return Some(target);
         }
+        self.store.remove(&Key::Symlink(qid.path));
+        bump(&self.counters.symlink_misses);
+        None
     }
 
     /// What [`Self::symlink`] would answer, uncounted and leaving the cache as it is.
@@ -43,14 +29,11 @@ impl MountCache {
                 target,
                 at,
                 ..
-            }) if self.target_holds(qid, version, at) => Some(target),
+            }) if version == qid.version && (version != 0 || self.young(at, Instant::now())) => {
+                Some(target)
+            }
             _ => None,
         }
-    }
-
-    /// Whether a target read at `version` (cached at `at`) is the one of link `qid`.
-    fn target_holds(&self, qid: Qid, version: u32, at: Instant) -> bool {
-        version == qid.version && (version != 0 || self.young(at, Instant::now()))
     }
 
     /// Caches the target of symlink `qid`, read now.

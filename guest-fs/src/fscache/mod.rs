@@ -21,10 +21,9 @@
 //! The probes go together, ahead of use ([`ahead`]): when the mount is made (a host
 //! starts them then), else the first time the mount reaches for its store, it sends at
 //! once one probe per file and symlink kept and per directory with nothing kept below
-//! it (up to [`MAX_AHEAD`], the most recently used
-//! first), and takes in what they confirm. Over a link with a round trip of
-//! milliseconds, a fresh process then waits one round trip for its confirmations
-//! rather than one per file. What the burst leaves out (records not reachable by name
+//! it (up to [`MAX_AHEAD`], the most recently used first), and takes in what they
+//! confirm. Over a link with a round trip of milliseconds, a fresh process then waits
+//! one round trip for its confirmations rather than one per file. What the burst leaves out (records not reachable by name
 //! from the root, or over its bound) is probed when used, as above.
 //!
 //! # On disk

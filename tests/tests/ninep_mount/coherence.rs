@@ -87,14 +87,7 @@ async fn size(ns: &Namespace, path: &str) -> Result<u64, Errno> {
 }
 
 async fn view(ns: &Namespace) -> View {
-    let mut listing: Vec<String> = ns
-        .readdir("/inc")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
-        .collect();
-    listing.sort();
+    let listing = sorted_names(ns, "/inc").await;
     View {
         edited: contents(ns, "/inc/edited.h").await,
         created: size(ns, "/inc/created.h").await,

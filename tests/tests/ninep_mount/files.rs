@@ -130,14 +130,7 @@ async fn setattr_link_statfs_and_readdir_through_the_mount() {
             2,
             "link count refreshed"
         );
-        let mut names: Vec<String> = ns
-            .readdir("/")
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| e.name)
-            .collect();
-        names.sort();
+        let names = sorted_names(&ns, "/").await;
         assert_eq!(names, ["a", "a-again", "b", "link", "usr"]);
         assert!(ns.statfs("/usr").await.unwrap().blocks > 0);
     }
@@ -196,14 +189,7 @@ async fn an_uncached_listing_uses_its_flights_entries_and_ends_at_its_last_batch
         let server = Remote::start(kind, dir.path());
         let (ns, fs) = mount(&server, "cache=none").await;
         let before = rpcs(&fs, "readdir");
-        let mut names: Vec<String> = ns
-            .readdir("/")
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| e.name)
-            .collect();
-        names.sort();
+        let names = sorted_names(&ns, "/").await;
         assert_eq!(names, ["a", "b", "empty", "link", "usr"], "{kind}");
         // From cookie 0 (the flight's Treaddir on ours), then from the last cookie
         // (empty: the end).

@@ -82,6 +82,19 @@ async fn mount(server: &impl Serving, spec: &str) -> (Namespace, Arc<NinepFs>) {
     (ns, fs)
 }
 
+/// The names `path` lists, sorted.
+async fn sorted_names(ns: &Namespace, path: &str) -> Vec<String> {
+    let mut names: Vec<String> = ns
+        .readdir(path)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    names.sort();
+    names
+}
+
 fn rpcs(fs: &NinepFs, name: &str) -> u64 {
     fs.session()
         .counts()
