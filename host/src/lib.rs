@@ -23,6 +23,7 @@
 
 pub mod cli;
 pub mod fuse;
+pub mod huge_alloc;
 pub mod interrupt;
 pub mod module_cache;
 pub mod mounts;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use wasm9p_host::cli::{self, Cli, Command};
 
-mod huge_alloc;
+use wasm9p_host::huge_alloc;
 
 /// See [`huge_alloc`]: large blocks in mappings marked for huge pages.
 #[global_allocator]

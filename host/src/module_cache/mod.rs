@@ -27,7 +27,6 @@
 //! identity, so a hit maps its artifact without reading or hashing the guest.
 
 use std::hash::Hasher;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -221,11 +220,7 @@ impl ModuleCache {
         let component = is_component(bytes);
         let artifact = self.artifact_path(engine, digest);
         let serialized = reported_compile(path, bytes, progress, || {
-            if component {
-                engine.precompile_component(bytes)
-            } else {
-                engine.precompile_module(bytes)
-            }
+            precompile(engine, bytes, component)
         })?;
         if let Some(artifact) = &artifact {
             match self.store(artifact, &serialized) {
@@ -241,9 +236,16 @@ impl ModuleCache {
     }
 
     /// Compiles `bytes` with `engine` (reporting progress) into a program that can run
-    /// at once; its artifact is written by the thread returned (the write, and the
-    /// fsync of hundreds of MB, stay off the way to the first guest). `None`: the cache
-    /// is off.
+    /// at once. `None`: the cache is off. Otherwise the artifact is written to a
+    /// temporary file in the cache and the program mapped from it; the thread returned
+    /// syncs it and renames it into place (the fsync of hundreds of MB stays off the
+    /// way to the first guest).
+    ///
+    /// Why not `Module::new`: wasmtime writes the object of a module it compiles for
+    /// itself into a fresh mapping of its own, faulted in 4 KiB at a time on one
+    /// thread. Precompiled, the object is a block of [`crate::huge_alloc`], faulted in
+    /// ahead of its writer by the prefault thread, and it is written to the cache
+    /// anyway; mapped from there, the guest faults in only the code it runs.
     fn compile_now_store_later(
         &self,
         engine: &Engine,
@@ -252,42 +254,88 @@ impl ModuleCache {
         digest: Option<&Digest>,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<(Program, Option<std::thread::JoinHandle<()>>), LoadError> {
-        let program = reported_compile(path, bytes, progress, || {
-            if is_component(bytes) {
-                Component::new(engine, bytes).map(Program::Component)
-            } else {
-                Module::new(engine, bytes).map(Program::Module)
+        let component = is_component(bytes);
+        let serialized = crate::huge_alloc::prefault::during(|| {
+            reported_compile(path, bytes, progress, || {
+                precompile(engine, bytes, component)
+            })
+        })?;
+        if let Some(artifact) = self.artifact_path(engine, digest) {
+            match self.stage(&artifact, &serialized) {
+                Ok(staged) => {
+                    if let Some(program) = load_artifact(engine, &staged.tmp, component) {
+                        let cache = self.clone();
+                        let storing = std::thread::spawn(move || {
+                            if let Err(e) = cache.commit(staged, &artifact) {
+                                tracing::warn!("compiled module not cached: {e}");
+                            }
+                        });
+                        return Ok((program, Some(storing)));
+                    }
+                    let _ = std::fs::remove_file(&staged.tmp);
+                }
+                Err(e) => progress(Progress::NotStored(e.to_string())),
+            }
+        }
+        let program = deserialize_fresh(engine, &serialized, component).map_err(|why| {
+            LoadError::Invalid {
+                path: path.into(),
+                why: first_line(&why),
             }
         })?;
-        let storing = self.artifact_path(engine, digest).map(|artifact| {
-            let (cache, program) = (self.clone(), program.clone());
-            std::thread::spawn(move || {
-                let serialized = match &program {
-                    Program::Module(m) => m.serialize(),
-                    Program::Component(c) => c.serialize(),
-                };
-                let stored = serialized
-                    .map_err(|e| e.to_string())
-                    .and_then(|bytes| cache.store(&artifact, &bytes).map_err(|e| e.to_string()));
-                if let Err(e) = stored {
-                    tracing::warn!("compiled module not cached: {e}");
-                }
-            })
-        });
-        Ok((program, storing))
+        Ok((program, None))
     }
 
     fn store(&self, artifact: &Path, serialized: &[u8]) -> std::io::Result<()> {
+        let staged = self.stage(artifact, serialized)?;
+        self.commit(staged, artifact)
+    }
+
+    /// Writes `serialized` to a new temporary file beside `artifact`, two halves at
+    /// once (the page cache's first touch of hundreds of MB is faster on two cores).
+    fn stage(&self, artifact: &Path, serialized: &[u8]) -> std::io::Result<Staged> {
+        use std::os::unix::fs::FileExt;
         let dir = artifact
             .parent()
             .expect("artifacts live in the cache directory");
         create_private_dir(dir)?;
-        let mut tmp = tempfile_in(dir)?;
-        tmp.1.write_all(serialized)?;
-        tmp.1.sync_all()?;
-        std::fs::rename(&tmp.0, artifact).inspect_err(|_| {
-            let _ = std::fs::remove_file(&tmp.0);
-        })?;
+        let (tmp, file) = tempfile_in(dir)?;
+        let half = (serialized.len() / 2)
+            .next_multiple_of(4096)
+            .min(serialized.len());
+        let (first, second) = serialized.split_at(half);
+        let written = std::thread::scope(|scope| {
+            let second = scope.spawn(|| file.write_all_at(second, half as u64));
+            let first = file.write_all_at(first, 0);
+            first.and(
+                second
+                    .join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("panicked"))),
+            )
+        });
+        match written {
+            Ok(()) => Ok(Staged { tmp, file }),
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                Err(e)
+            }
+        }
+    }
+
+    /// Syncs a staged artifact and renames it into place, then keeps the cache within
+    /// its bounds.
+    fn commit(&self, staged: Staged, artifact: &Path) -> std::io::Result<()> {
+        let dir = artifact
+            .parent()
+            .expect("artifacts live in the cache directory");
+        let Staged { tmp, file } = staged;
+        let done = file
+            .sync_all()
+            .and_then(|()| std::fs::rename(&tmp, artifact));
+        if let Err(e) = done {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
         self.evict(dir, artifact);
         source::trim_memos(dir);
         Ok(())
@@ -317,6 +365,20 @@ impl ModuleCache {
                 total -= len;
             }
         }
+    }
+}
+
+/// An artifact written to a temporary file, not yet synced nor in place.
+struct Staged {
+    tmp: PathBuf,
+    file: std::fs::File,
+}
+
+/// The serialized artifact of `bytes`, a component's when `component`.
+fn precompile(engine: &Engine, bytes: &[u8], component: bool) -> wasmtime::Result<Vec<u8>> {
+    match component {
+        true => engine.precompile_component(bytes),
+        false => engine.precompile_module(bytes),
     }
 }
 

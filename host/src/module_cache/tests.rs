@@ -33,6 +33,18 @@ fn artifacts(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// Every file in the cache `dir` but the memos' directory.
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| !p.ends_with(source::MEMO_DIR))
+        .collect();
+    found.sort();
+    found
+}
+
 #[test]
 fn second_load_maps_the_stored_artifact_and_runs() {
     let tmp = tempfile::tempdir().unwrap();
@@ -310,12 +322,16 @@ fn auto_starts_a_big_module_on_the_baseline_tier_and_stores_the_optimized_one_af
         .unwrap();
     assert_eq!(first.tier, Tier::Baseline);
     assert!(first.compiled_in.is_some(), "compiled here");
-    assert_eq!(add(engines.get(Tier::Baseline), first.program), 42);
+    assert_eq!(add(engines.get(Tier::Baseline), first.program.clone()), 42);
     let upgrade = first.upgrade.expect("the optimized tier is on its way");
-    // The baseline artifact is written after the guest started: wait for it too.
-    if let Some(storing) = first.storing {
-        storing.join().unwrap();
-    }
+    // The baseline artifact is synced and renamed into place after the guest started
+    // (mapped from its temporary file): wait for it too.
+    first.storing.expect("stored later").join().unwrap();
+    assert_eq!(
+        add(engines.get(Tier::Baseline), first.program),
+        42,
+        "still runs once its file is renamed"
+    );
     let optimized = upgrade.wait().unwrap();
     assert!(upgrade.took().is_some() && upgrade.ready().is_some());
     assert_eq!(
@@ -332,12 +348,12 @@ fn auto_starts_a_big_module_on_the_baseline_tier_and_stores_the_optimized_one_af
         "both tiers kept: {:?}",
         artifacts(&dir)
     );
+    let files = files(&dir);
     assert!(
-        artifacts(&dir)
+        files
             .iter()
             .all(|p| p.extension().is_some_and(|x| x == "cwasm")),
-        "no lock file left behind: {:?}",
-        artifacts(&dir)
+        "no lock or temporary file left behind: {files:?}"
     );
     // The next load finds the optimized artifact and compiles nothing.
     let compiled = std::sync::atomic::AtomicBool::new(false);

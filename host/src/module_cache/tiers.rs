@@ -420,7 +420,9 @@ impl ModuleCache {
                 true => in_low_priority_pool(|| {
                     self.compile_and_store(engine, path, bytes, digest, progress)
                 }),
-                false => self.compile_and_store(engine, path, bytes, digest, progress),
+                false => crate::huge_alloc::prefault::during(|| {
+                    self.compile_and_store(engine, path, bytes, digest, progress)
+                }),
             }?;
             Ok((program, Some(started.elapsed())))
         };

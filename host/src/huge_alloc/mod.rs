@@ -18,9 +18,27 @@
 //! tunable would mark its whole heap instead, and is read only at process start.
 //!
 //! A growing block is moved with `mremap`, which keeps the mapping's huge-page mark and
-//! copies nothing. An embedder keeps whatever allocator its own binary chose.
+//! copies nothing.
+//!
+//! While a compile runs, [`prefault`] faults large blocks in ahead of their writers, on
+//! a thread of its own (the serial tail of a compile leaves a core idle).
+//!
+//! The `wasm9p` binary installs [`HugeLarge`] as its global allocator. An embedder
+//! keeps whatever allocator its own binary chose, or installs this one too; without
+//! it, [`prefault::during`] just runs its work.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub mod prefault;
+
+/// A block has been mapped here: this process allocates with [`HugeLarge`].
+static MAPPED_ANY: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process allocates with [`HugeLarge`] and has mapped a large block.
+fn installed() -> bool {
+    MAPPED_ANY.load(Ordering::Relaxed)
+}
 
 /// Blocks from this size up get a mapping of their own (glibc maps them too, above its
 /// threshold: 4 MiB as this binary sets it).
@@ -53,6 +71,7 @@ fn map(size: usize) -> *mut u8 {
     if p == libc::MAP_FAILED {
         return std::ptr::null_mut();
     }
+    MAPPED_ANY.store(true, Ordering::Relaxed);
     // SAFETY: advice on the mapping just made; a kernel without THP refuses it, and the
     // mapping works all the same.
     unsafe { libc::madvise(p, size, libc::MADV_HUGEPAGE) };
@@ -66,7 +85,13 @@ fn map(size: usize) -> *mut u8 {
 unsafe impl GlobalAlloc for HugeLarge {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         match mapped(layout) {
-            true => map(layout.size()),
+            true => {
+                let p = map(layout.size());
+                if !p.is_null() {
+                    prefault::offer(p, 0, layout.size());
+                }
+                p
+            }
             // SAFETY: the caller's layout, as `GlobalAlloc::alloc` requires.
             false => unsafe { System.alloc(layout) },
         }
@@ -83,10 +108,11 @@ unsafe impl GlobalAlloc for HugeLarge {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         match mapped(layout) {
-            // SAFETY: `ptr` is a mapping of `layout.size()` bytes made by `map`.
-            true => unsafe {
-                libc::munmap(ptr.cast(), layout.size());
-            },
+            true => {
+                prefault::withdraw(ptr, layout.size());
+                // SAFETY: `ptr` is a mapping of `layout.size()` bytes made by `map`.
+                unsafe { libc::munmap(ptr.cast(), layout.size()) };
+            }
             // SAFETY: `ptr` came from `System` with this layout.
             false => unsafe { System.dealloc(ptr, layout) },
         }
@@ -100,15 +126,20 @@ unsafe impl GlobalAlloc for HugeLarge {
             // SAFETY: `ptr` came from `System` with `layout`.
             (false, false) => unsafe { System.realloc(ptr, layout, new_size) },
             (true, true) => {
+                prefault::withdraw(ptr, layout.size());
                 // SAFETY: `ptr` is a mapping of `layout.size()` bytes made by `map`;
                 // the kernel may move it, keeping its contents and its advice.
                 let p = unsafe {
                     libc::mremap(ptr.cast(), layout.size(), new_size, libc::MREMAP_MAYMOVE)
                 };
-                match p == libc::MAP_FAILED {
-                    true => std::ptr::null_mut(),
-                    false => p.cast(),
+                if p == libc::MAP_FAILED {
+                    return std::ptr::null_mut();
                 }
+                let p: *mut u8 = p.cast();
+                if new_size > layout.size() {
+                    prefault::offer(p, layout.size(), new_size);
+                }
+                p
             }
             // From one kind to the other: a copy (a block crossing `LARGE`).
             _ => {
@@ -163,6 +194,48 @@ mod tests {
         }
         // A big alignment is the system's (a mapping is only page-aligned).
         assert!(!mapped(Layout::from_size_align(LARGE, 1 << 21).unwrap()));
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn during_a_compile_a_large_block_is_faulted_in_ahead_of_its_writer_and_keeps_its_bytes() {
+        let a = HugeLarge;
+        let size = 64 << 20;
+        let block = Layout::from_size_align(size, 8).unwrap();
+        let page = |p: *mut u8, at: usize| prefault::resident(p as usize + at);
+        // SAFETY: each block is used within its layout and freed with it.
+        unsafe {
+            // A first mapping tells `during` that this allocator is in use.
+            a.dealloc(a.alloc(block), block);
+            prefault::during(|| {
+                let p = a.alloc(block);
+                assert!(!p.is_null());
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+                while !page(p, size - 4096) {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the end of the block was not faulted in"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                assert!(page(p, 32 << 20), "ahead of the writer");
+                assert!(!page(p, 0), "the writer's first pages are left to it");
+                // Written while the thread may still be at it, grown (withdrawn,
+                // moved, offered again) and written on: every byte stays.
+                for i in (0..size).step_by(4096) {
+                    *p.add(i) = (i / 4096 % 251) as u8;
+                }
+                let q = a.realloc(p, block, 2 * size);
+                assert!(!q.is_null());
+                for i in (size..2 * size).step_by(4096) {
+                    *q.add(i) = (i / 4096 % 251) as u8;
+                }
+                assert!((0..2 * size)
+                    .step_by(4096)
+                    .all(|i| *q.add(i) == (i / 4096 % 251) as u8));
+                a.dealloc(q, Layout::from_size_align(2 * size, 8).unwrap());
+            });
+        }
     }
 
     #[test]
