@@ -9,8 +9,9 @@
 //! same namespace, wasmtime-wasi for the rest); [`p3`], WASI 0.3 for async components
 //! (our `wasi:filesystem@0.3.0` over the same descriptors, as streams); [`fuse`], the same namespace served to
 //! the host kernel through FUSE (`wasm9p mount`); [`plugin`], file systems written as
-//! components (`type=plugin` mounts); and [`module_cache`], compiled modules and
-//! components kept on disk.
+//! components (`type=plugin` mounts); [`module_cache`], compiled modules and
+//! components kept on disk; and [`huge_alloc`], the `wasm9p` binary's allocator,
+//! which maps large blocks in huge pages and faults them in ahead of a compile.
 //!
 //! The embedding, in order: build a [`mounts::MountTable`] inside a tokio runtime; add
 //! preview1 to a `wasmtime::Linker<T>` where `T: WasiP1View`; per guest, build a

@@ -236,10 +236,11 @@ impl ModuleCache {
     }
 
     /// Compiles `bytes` with `engine` (reporting progress) into a program that can run
-    /// at once. `None`: the cache is off. Otherwise the artifact is written to a
-    /// temporary file in the cache and the program mapped from it; the thread returned
-    /// syncs it and renames it into place (the fsync of hundreds of MB stays off the
-    /// way to the first guest).
+    /// at once. The artifact is written to a temporary file in the cache and the
+    /// program mapped from it; the thread returned syncs it and renames it into place
+    /// (the fsync of hundreds of MB stays off the way to the first guest). No thread
+    /// when the cache is off or the file could not be written: the program is then
+    /// loaded from memory.
     ///
     /// Why not `Module::new`: wasmtime writes the object of a module it compiles for
     /// itself into a fresh mapping of its own, faulted in 4 KiB at a time on one
@@ -464,7 +465,8 @@ fn load_artifact(engine: &Engine, artifact: &Path, component: bool) -> Option<Pr
         return None;
     }
     // SAFETY: the file is one this cache stored (a private directory, named by the hash
-    // of the guest and the engine, written in full before being renamed into place);
+    // of the guest and the engine, written in full before being renamed into place), or
+    // one this process has just written in full there and not yet renamed (`stage`);
     // wasmtime checks its header, version and engine settings before mapping it.
     #[allow(unsafe_code)]
     let loaded = unsafe {
