@@ -18,7 +18,8 @@
 //!
 //! Size: after a store, artifacts beyond [`ModuleCache::limit_bytes`] in total are
 //! removed, least recently used first (a hit refreshes its file's mtime); both tiers'
-//! artifacts count.
+//! artifacts count. Temporary files untouched for an hour (a process killed between
+//! writing an artifact and renaming it into place) go at a store too.
 //!
 //! Tiers ([`tiers`]): [`ModuleCache::load_tiered`] starts a big guest on Winch's code
 //! when Cranelift's is not cached yet, and compiles Cranelift's in the background.
@@ -345,6 +346,7 @@ impl ModuleCache {
     /// Removes the least recently used artifacts until the total fits the limit, never
     /// the one just stored.
     fn evict(&self, dir: &Path, keep: &Path) {
+        remove_stale_temporaries(dir);
         let Ok(entries) = std::fs::read_dir(dir) else {
             return;
         };
@@ -365,6 +367,33 @@ impl ModuleCache {
             if path != keep && std::fs::remove_file(&path).is_ok() {
                 total -= len;
             }
+        }
+    }
+}
+
+/// How long a temporary file may sit in the cache before it counts as left behind.
+const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
+
+/// Removes the temporary files of `dir` untouched for [`STALE_TEMPORARY`]: artifacts
+/// whose process was killed between writing them and renaming them into place (a
+/// store takes seconds; a file left behind would hold hundreds of MB for good, and
+/// eviction counts only artifacts).
+fn remove_stale_temporaries(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let now = std::time::SystemTime::now();
+    for entry in entries.flatten() {
+        let temporary = entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(TEMPORARY_PREFIX);
+        let stale = || {
+            let modified = entry.metadata().ok()?.modified().ok()?;
+            Some(now.duration_since(modified).ok()? >= STALE_TEMPORARY)
+        };
+        if temporary && stale() == Some(true) {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
 }
@@ -513,6 +542,9 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
         .create(dir)
 }
 
+/// How the names of temporary files in the cache begin.
+const TEMPORARY_PREFIX: &str = ".tmp-";
+
 /// A new file in `dir` with a unique name, opened for writing.
 fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -521,7 +553,10 @@ fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
-        let path = dir.join(format!(".tmp-{}-{nanos}-{attempt}", std::process::id()));
+        let path = dir.join(format!(
+            "{TEMPORARY_PREFIX}{}-{nanos}-{attempt}",
+            std::process::id()
+        ));
         match std::fs::File::options()
             .write(true)
             .create_new(true)

@@ -118,6 +118,24 @@ fn eviction_keeps_the_total_under_the_limit() {
 }
 
 #[test]
+fn a_store_removes_temporary_files_left_behind_long_ago_and_no_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    create_private_dir(&dir).unwrap();
+    let (old, file) = tempfile_in(&dir).unwrap();
+    file.set_modified(std::time::SystemTime::now() - STALE_TEMPORARY - Duration::from_secs(60))
+        .unwrap();
+    let (recent, _) = tempfile_in(&dir).unwrap();
+    let guest = wasm(tmp.path(), "add.wasm", ADD_WAT);
+    ModuleCache::at(&dir)
+        .load(&Engine::default(), &guest, &quiet())
+        .unwrap();
+    assert!(!old.exists(), "a file left behind an hour ago is removed");
+    assert!(recent.exists(), "one that may still be written is kept");
+    assert_eq!(artifacts(&dir).len(), 1);
+}
+
+#[test]
 fn bad_input_is_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
     let cache = ModuleCache::at(tmp.path().join("cache"));
