@@ -87,7 +87,7 @@ fn start() {
     if std::env::var_os("WASM9P_PREFAULT").is_some_and(|v| v == "0") {
         return;
     }
-    if !super::installed() || STARTED.load(Ordering::SeqCst) {
+    if !super::installed() {
         return;
     }
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -153,14 +153,14 @@ fn run() {
             span = WAKE.wait(span).unwrap_or_else(PoisonError::into_inner);
             continue;
         };
-        if resident(s.next) {
+        if s.next < s.end && resident(s.next) {
             s.next = (s.next + AHEAD).min(s.end);
         }
-        let piece_end = ((s.next / PIECE + 1) * PIECE).min(s.end);
         if s.next >= s.end {
             *span = None;
             continue;
         }
+        let piece_end = ((s.next / PIECE + 1) * PIECE).min(s.end);
         match populate(s.next, piece_end - s.next) {
             Ok(()) => s.next = piece_end,
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
@@ -168,11 +168,8 @@ fn run() {
                 if e.raw_os_error() == Some(libc::EINVAL) {
                     UNSUPPORTED.store(true, Ordering::Relaxed);
                 }
-                s.next = s.end;
+                *span = None;
             }
-        }
-        if s.next >= s.end {
-            *span = None;
         }
         // Let a withdrawal or a new offer in between pieces.
         drop(span);

@@ -25,22 +25,18 @@ fn quiet() -> impl Fn(Progress) + Sync {
 }
 
 fn artifacts(dir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| rd.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
+    let mut found = files(dir);
     found.retain(|p| p.extension().is_some_and(|x| x == "cwasm"));
-    found.sort();
     found
 }
 
-/// Every file in the cache `dir` but the memos' directory.
+/// Every file in the cache `dir` but the memos' directory, sorted (none when there is
+/// no cache yet).
 fn files(dir: &Path) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| !p.ends_with(source::MEMO_DIR))
-        .collect();
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    found.retain(|p| !p.ends_with(source::MEMO_DIR));
     found.sort();
     found
 }
@@ -358,10 +354,7 @@ fn auto_starts_a_big_module_on_the_baseline_tier_and_stores_the_optimized_one_af
         "same answer"
     );
     assert_eq!(
-        artifacts(&dir)
-            .iter()
-            .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
-            .count(),
+        artifacts(&dir).len(),
         2,
         "both tiers kept: {:?}",
         artifacts(&dir)
