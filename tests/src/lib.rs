@@ -6,7 +6,8 @@
 //! a time, raw frames allowed) for asserting exactly what a server answers; it is not
 //! the product's client, which lives in `wasm9p-guest-fs`. [`Tree`] builds a declarative
 //! file tree in a tempdir. [`fault_proxy::FaultProxy`] sits between a client and a
-//! server and delays, drops, reorders or cuts frames on a seeded schedule.
+//! server and delays, drops, reorders or cuts frames on a seeded schedule;
+//! [`reply_gate::ReplyGate`] holds back the reply to one chosen request until released.
 
 mod clang;
 mod conn;
@@ -15,6 +16,7 @@ pub mod fault_proxy;
 mod fixture;
 mod guests;
 pub mod linux_vm;
+pub mod reply_gate;
 mod rng;
 mod serve_process;
 mod server;

@@ -169,7 +169,6 @@ impl NinepFs {
         aname: &str,
         options: &NinepOptions,
     ) -> Result<NinepFs, Errno> {
-        let at = Instant::now();
         if !options.pipeline {
             session.without_flights();
         }
@@ -178,7 +177,7 @@ impl NinepFs {
         let cache = MountCache::new(options.cache_size, options.negtimeout).trusting(trust);
         let cache =
             super::ninep_store::with_store(cache, super::ninep_store::open_store(options, aname));
-        cache.dir_seen(root.qid.path, root.qid.version, at);
+        cache.dir_seen(root.qid.path, root.qid.version, cache.asking());
         Ok(NinepFs {
             root: Arc::new(root),
             cache: Arc::new(cache),
@@ -406,7 +405,8 @@ impl Backend for NinepFs {
                     return Ok(target);
                 }
             }
-            let (fid, target) = self.readlink_in_flight(&n.path).await?;
+            let asked = self.cache.asking();
+            let (fid, target) = self.readlink_in_flight(&n.path, asked).await?;
             let target: Arc<str> = Arc::from(target);
             if self.symlinks {
                 let read_at = if fid.qid.path == n.qid.path {
@@ -415,7 +415,7 @@ impl Backend for NinepFs {
                     0
                 };
                 self.cache
-                    .insert_symlink_read(n.qid, target.clone(), read_at);
+                    .insert_symlink_read(n.qid, target.clone(), read_at, asked);
             }
             Ok(target)
         })
@@ -434,15 +434,15 @@ impl Backend for NinepFs {
                 return Ok(attr_of(&a));
             }
             let path = &parts(n)?.path;
-            let at = Instant::now();
+            let asked = self.cache.asking();
             // Attributes past the window may be confirmed by the walk's qid alone;
             // else the walk and the Tgetattr go together (one flight, where it flies).
             let checkable = self.meta && self.checks && self.cache.unconfirmed_attr(n.id).is_some();
             if !checkable {
-                let a = self.getattr_in_flight(path, at).await?;
+                let a = self.getattr_in_flight(path, asked).await?;
                 let attr = attr_of(&a);
                 if self.meta {
-                    self.cache.insert_attr(a);
+                    self.cache.insert_attr(a, asked);
                 }
                 return Ok(attr);
             }
@@ -453,7 +453,7 @@ impl Backend for NinepFs {
                 if let Some(old) = self.cache.unconfirmed_attr(n.id) {
                     if old.qid == fid.qid && fid.qid.version != 0 {
                         self.cache.count_revalidated();
-                        self.cache.confirm_attr(old.clone(), at);
+                        self.cache.confirm_attr(old.clone(), asked);
                         return Ok(attr_of(&old));
                     }
                 }
@@ -461,7 +461,7 @@ impl Backend for NinepFs {
             let a = fid.getattr().await?;
             let attr = attr_of(&a);
             if self.meta {
-                self.cache.insert_attr(a);
+                self.cache.insert_attr(a, asked);
             }
             Ok(attr)
         })
@@ -748,10 +748,10 @@ impl Backend for NinepFs {
             }
             // Everywhere else an open asks the server (close-to-open): the walk's qid is
             // fresh, and pages are keyed by the version it has now.
-            let at = Instant::now();
+            let asked = self.cache.asking();
             if read_only && self.opens_in_flight(n.qid, cached_generation) {
-                let (open, qid) = self.open_in_flight(&n.path, flags, at).await?;
-                self.remember_readable(n.qid, qid, deferrable, cached_generation, at);
+                let (open, qid) = self.open_in_flight(&n.path, flags, asked).await?;
+                self.remember_readable(n.qid, qid, deferrable, cached_generation, asked.at);
                 return Ok(open);
             }
             let fid = self.walk(&n.path).await?;
@@ -766,13 +766,13 @@ impl Backend for NinepFs {
                 let a = fid.getattr().await?;
                 qid.version = content_stamp(&a);
                 if self.meta {
-                    self.cache.insert_attr(a);
+                    self.cache.insert_attr(a, asked);
                 }
             } else if self.meta && self.checks {
                 // Cached attributes stand only if the file is at the version they were
                 // fetched at: a stale size would cut reads of a grown file short.
                 match self.cache.unconfirmed_attr(qid.path) {
-                    Some(old) if old.qid == qid => self.cache.confirm_attr(old, at),
+                    Some(old) if old.qid == qid => self.cache.confirm_attr(old, asked),
                     Some(_) => self.cache.forget_attr(qid.path),
                     None => {}
                 }
@@ -793,7 +793,7 @@ impl Backend for NinepFs {
             };
             let open = self.open_file(source, qid, flags).await?;
             if read_only && pages {
-                self.remember_readable(n.qid, qid, deferrable, cached_generation, at);
+                self.remember_readable(n.qid, qid, deferrable, cached_generation, asked.at);
             }
             if flags.truncate && flags.write {
                 self.cache.forget_attr(file.id);

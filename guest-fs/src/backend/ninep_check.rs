@@ -10,14 +10,12 @@
 //! [`Trust`]: crate::mount_options::Trust
 //! [`MountCache::dir_seen`]: crate::cache::MountCache::dir_seen
 
-use std::time::Instant;
-
 use wasm9p_proto::consts::qid;
 use wasm9p_proto::{Errno, Qid, Rgetattr};
 
 use super::ninep::NinepFs;
 use super::Node;
-use crate::cache::Seen;
+use crate::cache::{Asked, Seen};
 use crate::client::{Walk, WalkError};
 
 /// A stand-in for the qid version of a server that sends none: changes whenever the
@@ -41,19 +39,19 @@ pub(super) fn version_of(a: &Rgetattr) -> u32 {
 impl NinepFs {
     /// Walks `names` from the root, recording the versions of the directories passed.
     pub(super) async fn walk_path(&self, names: &[String]) -> Result<Walk, WalkError> {
-        let at = Instant::now();
+        let asked = self.cache.asking();
         let result = self.root.walk(names).await;
         let qids = match &result {
             Ok(walk) => &walk.qids,
             Err(e) => &e.qids,
         };
-        self.record_dirs(qids, at);
+        self.record_dirs(qids, asked);
         result
     }
 
-    pub(super) fn record_dirs(&self, qids: &[Qid], at: Instant) {
+    pub(super) fn record_dirs(&self, qids: &[Qid], asked: Asked) {
         for q in qids.iter().filter(|q| q.ty & qid::DIR != 0) {
-            self.cache.dir_seen(q.path, q.version, at);
+            self.cache.dir_seen(q.path, q.version, asked);
         }
     }
 
@@ -65,7 +63,7 @@ impl NinepFs {
             // A name in the root, which has no qid of its own in a walk.
             None => before,
             Some(i) => Seen {
-                at: before.at,
+                asked: before.asked,
                 dir_version: qids
                     .get(i)
                     .filter(|q| q.path == dir.id)
@@ -76,7 +74,7 @@ impl NinepFs {
 
     /// What to tag an answer about `dir`'s names with, read before asking.
     pub(super) fn seen_before(&self, dir: &Node) -> Seen {
-        Seen::now(self.cache.dir_version(dir.id))
+        self.cache.seen_now(dir.id)
     }
 
     /// Asks the server for directory `dir`'s qid version now, and records it (0: the
@@ -84,14 +82,14 @@ impl NinepFs {
     pub(super) async fn check_dir(&self, dir: &Node, names: &[String]) -> Result<u32, Errno> {
         self.dir_checks
             .run(dir.id, || async {
-                let at = Instant::now();
+                let asked = self.cache.asking();
                 let q = if names.is_empty() {
                     self.root.getattr().await?.qid
                 } else {
                     // The walk's qid carries the version; the fid goes at once.
                     self.walk_path(names).await.map_err(|e| e.errno)?.fid.qid
                 };
-                self.cache.dir_seen(q.path, q.version, at);
+                self.cache.dir_seen(q.path, q.version, asked);
                 let version = if q.path == dir.id { q.version } else { 0 };
                 // A complete listing read under another version is out of date.
                 self.cache.complete_seen_at(dir.id, version);

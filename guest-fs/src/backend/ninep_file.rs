@@ -44,7 +44,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use wasm9p_proto::consts::{open, IOHDRSZ};
-use wasm9p_proto::{Errno, Qid, Rgetattr};
+use wasm9p_proto::{Errno, Qid};
 
 use super::ninep_check::version_of;
 use super::{Attr, BoxFuture, OpenFile, OpenFlags, SetAttr};
@@ -321,12 +321,12 @@ impl NinepFile {
                 checked.elapsed() >= recheck.window
             };
             if due {
-                let at = Instant::now();
+                let asked = self.cache.asking();
                 let a = self.fid().await?.getattr().await?;
                 self.version.store(version_of(&a), Ordering::Relaxed);
-                *recheck.checked.lock().unwrap_or_else(|e| e.into_inner()) = at;
+                *recheck.checked.lock().unwrap_or_else(|e| e.into_inner()) = asked.at;
                 if self.meta && !self.wrote.load(Ordering::Relaxed) {
-                    self.cache.insert_attr(a);
+                    self.cache.insert_attr(a, asked);
                 }
             }
         }
@@ -556,9 +556,10 @@ impl OpenFile for NinepFile {
                 None => {
                     // What other opens of the file buffer counts: send it first.
                     self.writers.push_out(self.qid.path).await;
+                    let asked = self.cache.asking();
                     let a = Arc::new(self.fid().await?.getattr().await?);
                     if unchanged {
-                        self.cache.insert_attr(Rgetattr::clone(&a));
+                        self.cache.confirm_attr(a.clone(), asked);
                     }
                     a
                 }
@@ -597,10 +598,11 @@ impl OpenFile for NinepFile {
             let on_server = match self.known_size() {
                 Some(size) if !self.wrote.load(Ordering::Relaxed) => size,
                 _ => {
+                    let asked = self.cache.asking();
                     let attr = self.fid().await?.getattr().await?;
                     let size = attr.size;
                     if self.meta && !self.wrote.load(Ordering::Relaxed) {
-                        self.cache.insert_attr(attr);
+                        self.cache.insert_attr(attr, asked);
                     }
                     size
                 }

@@ -24,8 +24,6 @@
 //! guest's, not the server's yet), nor where the mount would not open it at all
 //! (a checking mode's file opened at this version before waits for its first read).
 
-use std::time::Instant;
-
 use bytes::Bytes;
 use wasm9p_proto::consts::open;
 use wasm9p_proto::{Errno, Qid, Rgetattr};
@@ -34,29 +32,29 @@ use super::ninep::NinepFs;
 use super::ninep_check::content_stamp;
 use super::ninep_file::{carve_pages, Source};
 use super::{OpenFile, OpenFlags};
-use crate::cache::{MountCache, PAGE_SIZE};
+use crate::cache::{Asked, MountCache, PAGE_SIZE};
 use crate::client::{first_entries, first_read, Entries, Fid, First, FlightError, Walk};
 use crate::mount_options::CacheMode;
 use crate::path::SharedPath;
 
 impl NinepFs {
-    /// What a flight sent at `at` brought back: the directories its walk (`walk` of
+    /// What a flight sent when `asked` brought back: the directories its walk (`walk` of
     /// it) passed are recorded as any walk's are, as far as a failed walk went; a
     /// failure becomes the errno for whoever asked.
     fn landed<T>(
         &self,
         flight: Result<T, FlightError>,
         walk: impl Fn(&T) -> &Walk,
-        at: Instant,
+        asked: Asked,
     ) -> Result<T, Errno> {
         match flight {
             Ok(flown) => {
-                self.record_dirs(&walk(&flown).qids, at);
+                self.record_dirs(&walk(&flown).qids, asked);
                 Ok(flown)
             }
             Err(e) => {
                 if let FlightError::Walk(w) = &e {
-                    self.record_dirs(&w.qids, at);
+                    self.record_dirs(&w.qids, asked);
                 }
                 Err(e.errno())
             }
@@ -81,7 +79,7 @@ impl NinepFs {
         &self,
         path: &SharedPath,
         flags: OpenFlags,
-        at: Instant,
+        asked: Asked,
     ) -> Result<(Box<dyn OpenFile>, Qid), Errno> {
         let first = match self.mode.has(CacheMode::FILE) {
             true => first_read(self.session()),
@@ -91,7 +89,7 @@ impl NinepFs {
             .root
             .walk_open(&path.to_vec(), open::RDONLY, true, first)
             .await;
-        let flown = self.landed(flight, |f| &f.walk, at)?;
+        let flown = self.landed(flight, |f| &f.walk, asked)?;
         let fid = flown.walk.fid;
         let mut qid = fid.qid;
         let mut data = flown.data;
@@ -110,10 +108,10 @@ impl NinepFs {
             qid.version = content_stamp(&attr);
         }
         let size = attr.size;
-        self.cache.insert_attr(attr);
-        if let (Some(data), First::Read(asked)) = (data, first) {
+        self.cache.insert_attr(attr, asked);
+        if let (Some(data), First::Read(wanted)) = (data, first) {
             let generation = self.cache.generation(qid.path);
-            keep_first_pages(&self.cache, qid, generation, data, asked, size);
+            keep_first_pages(&self.cache, qid, generation, data, wanted, size);
         }
         let open = self.open_file(Source::Ready(fid), qid, flags).await?;
         Ok((open, qid))
@@ -131,7 +129,7 @@ impl NinepFs {
         entries: bool,
     ) -> Result<(Fid, Option<Entries>), Errno> {
         let flags = open::RDONLY | open::DIRECTORY;
-        let at = Instant::now();
+        let asked = self.cache.asking();
         let first = match entries {
             true => first_entries(self.session()),
             false => First::Nothing,
@@ -140,7 +138,7 @@ impl NinepFs {
             .root
             .walk_open(&path.to_vec(), flags, false, first)
             .await;
-        let flown = self.landed(flight, |f| &f.walk, at)?;
+        let flown = self.landed(flight, |f| &f.walk, asked)?;
         Ok((flown.walk.fid, flown.entries))
     }
 
@@ -149,10 +147,10 @@ impl NinepFs {
     pub(super) async fn getattr_in_flight(
         &self,
         path: &SharedPath,
-        at: Instant,
+        asked: Asked,
     ) -> Result<Rgetattr, Errno> {
         let flight = self.root.walk_getattr(&path.to_vec()).await;
-        let (_, attr) = self.landed(flight, |(walk, _)| walk, at)?;
+        let (_, attr) = self.landed(flight, |(walk, _)| walk, asked)?;
         Ok(attr)
     }
 
@@ -161,10 +159,10 @@ impl NinepFs {
     pub(super) async fn readlink_in_flight(
         &self,
         path: &SharedPath,
+        asked: Asked,
     ) -> Result<(Fid, String), Errno> {
-        let at = Instant::now();
         let flight = self.root.walk_readlink(&path.to_vec()).await;
-        let (walk, target) = self.landed(flight, |(walk, _)| walk, at)?;
+        let (walk, target) = self.landed(flight, |(walk, _)| walk, asked)?;
         Ok((walk.fid, target))
     }
 }

@@ -21,7 +21,7 @@ use wasm9p_proto::{Errno, Qid, Rgetattr};
 use super::ninep::{parts, NinepFs};
 use super::ninep_file::Source;
 use super::{Node, OpenFile, OpenFlags};
-use crate::cache::{Lookup, MountCache};
+use crate::cache::{Asked, Lookup, MountCache};
 use crate::fscache::Store;
 use crate::mount_options::NinepOptions;
 
@@ -57,9 +57,9 @@ impl NinepFs {
     /// The qid `names` lead to now, by one probing walk (the root's by Tgetattr).
     pub(super) async fn probe(&self, names: &[String]) -> Result<Qid, Errno> {
         if names.is_empty() {
-            let at = Instant::now();
+            let asked = self.cache.asking();
             let q = self.root.getattr().await?.qid;
-            self.cache.dir_seen(q.path, q.version, at);
+            self.cache.dir_seen(q.path, q.version, asked);
             return Ok(q);
         }
         let qids = self.probe_qids(names).await?;
@@ -122,19 +122,19 @@ impl NinepFs {
                 }
                 store.count_validations_ahead(probes.len() as u64);
                 tracing::debug!("cache=fscache: {} probes ahead of use", probes.len());
-                let at = Instant::now();
-                let asked = probes.into_iter().map(|p| async move {
+                let asked = self.cache.asking();
+                let probing = probes.into_iter().map(|p| async move {
                     let qids = self.probe_qids(&p.names).await;
                     (p, qids)
                 });
-                let answers: Vec<_> = stream::iter(asked)
+                let answers: Vec<_> = stream::iter(probing)
                     .buffer_unordered(AHEAD_IN_FLIGHT)
                     .collect()
                     .await;
                 tracing::debug!(
                     "cache=fscache: {} probes answered in {:.1} ms",
                     answers.len(),
-                    at.elapsed().as_secs_f64() * 1e3
+                    asked.at.elapsed().as_secs_f64() * 1e3
                 );
                 // The directories on the way were recorded by the walks themselves;
                 // their attributes kept on disk are taken in once each.
@@ -148,11 +148,11 @@ impl NinepFs {
                     };
                     dirs.extend(on_the_way.iter().map(|q| (q.path, *q)));
                     if let Some(fresh) = last {
-                        self.confirmed(probe.qid, *fresh, at);
+                        self.confirmed(probe.qid, *fresh, asked);
                     }
                 }
                 for fresh in dirs.into_values() {
-                    let _ = self.cache.stored_attr(fresh, at); // nothing, without a record
+                    let _ = self.cache.stored_attr(fresh, asked); // nothing, without a record
                 }
             })
             .await;
@@ -201,28 +201,33 @@ impl NinepFs {
         };
         let Ok(n) = parts(dir) else { return };
         let mut probed = None;
-        let version = match self.cache.dir_version_believed(dir.id) {
+        // The directory's version, and when the request that told it was sent: the
+        // record is taken in only if the directory has not changed through this mount
+        // since (an answer that left before a change must not undo it).
+        let (version, asked) = match self.cache.dir_version_believed(dir.id) {
             Some(seen) => seen,
             None if n.path.is_empty() => {
                 store.count_validation();
                 tracing::debug!("cache=fscache: probing {:?} on use", n.path.to_vec());
-                self.probe(&[]).await.map_or(0, |q| q.version)
+                let asked = self.cache.asking();
+                (self.probe(&[]).await.map_or(0, |q| q.version), asked)
             }
             None => {
                 store.count_validation();
                 tracing::debug!("cache=fscache: probing {:?} on use", n.path.to_vec());
                 let mut names = n.path.to_vec();
                 names.extend(name.map(str::to_owned));
-                let at = Instant::now();
+                let asked = self.cache.asking();
                 let qids = self.probe_qids(&names).await.unwrap_or_default();
                 let dir_at = n.path.len() - 1;
                 if name.is_some() {
-                    probed = qids.get(dir_at + 1).map(|q| (*q, at));
+                    probed = qids.get(dir_at + 1).copied();
                 }
-                match qids.get(dir_at) {
+                let version = match qids.get(dir_at) {
                     Some(q) if q.path == dir.id => q.version,
                     _ => 0,
-                }
+                };
+                (version, asked)
             }
         };
         if version != record.version {
@@ -231,25 +236,25 @@ impl NinepFs {
         }
         store.count_hit();
         let node_qid = name.and_then(|name| record.names.get(name).copied().flatten());
-        self.cache.load_dir(dir.id, record);
-        if let (Some((fresh, at)), Some(node_qid)) = (probed, node_qid) {
-            self.confirmed(node_qid, fresh, at);
+        self.cache.load_dir(dir.id, record, asked);
+        if let (Some(fresh), Some(node_qid)) = (probed, node_qid) {
+            self.confirmed(node_qid, fresh, asked);
         }
     }
 
     /// A probe showed the file a node (with `node_qid`) names is at `fresh`: what the
     /// store keeps of it at that qid is cached (its attributes, its target).
-    fn confirmed(&self, node_qid: Qid, fresh: Qid, at: Instant) {
+    fn confirmed(&self, node_qid: Qid, fresh: Qid, asked: Asked) {
         let Some(store) = self.store() else { return };
         if node_qid.path != fresh.path {
             return;
         }
-        let _ = self.cache.stored_attr(fresh, at); // nothing, without a record
+        let _ = self.cache.stored_attr(fresh, asked); // nothing, without a record
         if self.symlinks {
             if let Some(target) = store.link(fresh.path, fresh.version) {
                 store.count_hit();
                 self.cache
-                    .insert_symlink_read(node_qid, target.into(), fresh.version);
+                    .insert_symlink_read(node_qid, target.into(), fresh.version, asked);
             }
         }
     }
@@ -264,11 +269,11 @@ impl NinepFs {
             return Some(attr); // confirmed by the burst
         }
         let n = parts(file).ok()?;
-        let at = Instant::now();
+        let asked = self.cache.asking();
         store.count_validation();
         tracing::debug!("cache=fscache: probing {:?} on use", n.path.to_vec());
         let fresh = self.probe(&n.path.to_vec()).await.ok()?;
-        self.cache.stored_attr(fresh, at)
+        self.cache.stored_attr(fresh, asked)
     }
 
     /// A read-only open of `file` as loose mode defers it, when the store has the
@@ -316,6 +321,7 @@ impl NinepFs {
         }
         store.count_validation();
         tracing::debug!("cache=fscache: probing {:?} on use", n.path.to_vec());
+        let asked = self.cache.asking();
         let fresh = self.probe(&n.path.to_vec()).await.ok()?;
         let target: Arc<str> = match store.link(fresh.path, fresh.version) {
             Some(target) if fresh.path == link.id => target.into(),
@@ -326,7 +332,7 @@ impl NinepFs {
         };
         store.count_hit();
         self.cache
-            .insert_symlink_read(n.qid, target.clone(), fresh.version);
+            .insert_symlink_read(n.qid, target.clone(), fresh.version, asked);
         Some(target)
     }
 

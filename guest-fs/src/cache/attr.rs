@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use wasm9p_proto::Rgetattr;
 
-use super::{bump, Entry, Key, MountCache};
+use super::{bump, Asked, Entry, Key, MountCache};
 
 impl MountCache {
     /// Cached attributes of the file with qid path `path`, if still believed.
@@ -39,20 +39,26 @@ impl MountCache {
         }
     }
 
-    /// Caches attributes (keyed by their own qid path), fetched now.
-    pub fn insert_attr(&self, attr: Rgetattr) {
-        self.confirm_attr(Arc::new(attr), Instant::now());
+    /// Caches attributes (keyed by their own qid path) the server gave for a request
+    /// made when `asked` (unless the file changed through this mount since).
+    pub fn insert_attr(&self, attr: Rgetattr, asked: Asked) {
+        self.confirm_attr(Arc::new(attr), asked);
     }
 
-    /// Caches attributes known to be current at `at` (fetched then, or confirmed by a
-    /// qid with the same version).
-    pub fn confirm_attr(&self, attr: Arc<Rgetattr>, at: Instant) {
-        self.store
-            .insert(Key::Attr(attr.qid.path), Entry::Attr { attr, at });
+    /// Caches attributes known to be current when `asked` (fetched by that request, or
+    /// confirmed by a qid with the same version it brought), unless the file changed
+    /// through this mount since.
+    pub fn confirm_attr(&self, attr: Arc<Rgetattr>, asked: Asked) {
+        let path = attr.qid.path;
+        self.answered(asked, path, || {
+            self.store
+                .insert(Key::Attr(path), Entry::Attr { attr, at: asked.at })
+        });
     }
 
-    /// Drops cached attributes of qid path `path` (after setattr, write, link...).
+    /// Drops cached attributes of qid path `path` (after setattr, write, link...), as
+    /// a change to the file.
     pub fn forget_attr(&self, path: u64) {
-        self.store.remove(&Key::Attr(path));
+        self.changing(path, || self.store.remove(&Key::Attr(path)));
     }
 }

@@ -27,9 +27,14 @@ pub(super) type Names = Arc<HashMap<Box<str>, Qid>>;
 
 impl MountCache {
     /// Records the whole listing of `dir` (names and qids, without `.` and `..`), read
-    /// as `seen` says; a directory over [`MAX_COMPLETE`] is marked too large instead.
+    /// as `seen` says (unless `dir` changed through this mount since); a directory over
+    /// [`MAX_COMPLETE`] is marked too large instead.
     pub fn insert_complete(&self, dir: u64, names: HashMap<Box<str>, Qid>, seen: Seen) {
         bump(&self.counters.listings_read);
+        self.answered(seen.asked, dir, || self.put_complete(dir, names, seen));
+    }
+
+    pub(super) fn put_complete(&self, dir: u64, names: HashMap<Box<str>, Qid>, seen: Seen) {
         let names = (names.len() <= MAX_COMPLETE).then(|| Arc::new(names));
         self.store
             .insert(Key::Complete(dir), Entry::Complete { names, seen });
@@ -38,8 +43,10 @@ impl MountCache {
     /// Marks `dir` as too large to keep complete (read as `seen` says).
     pub fn insert_too_large(&self, dir: u64, seen: Seen) {
         bump(&self.counters.listings_read);
-        self.store
-            .insert(Key::Complete(dir), Entry::Complete { names: None, seen });
+        self.answered(seen.asked, dir, || {
+            self.store
+                .insert(Key::Complete(dir), Entry::Complete { names: None, seen })
+        });
     }
 
     /// Whether anything is kept about `dir`'s completeness (a listing, believed or
@@ -81,7 +88,7 @@ impl MountCache {
 
     /// Drops `dir`'s listing: it changed in a way the cache cannot follow.
     pub fn complete_forget(&self, dir: u64) {
-        self.store.remove(&Key::Complete(dir));
+        self.changing(dir, || self.store.remove(&Key::Complete(dir)));
     }
 
     /// Drops `dir`'s listing if it is no longer believed: it could not be confirmed,
@@ -89,7 +96,7 @@ impl MountCache {
     pub fn complete_drop_if_stale(&self, dir: u64) {
         if let Some(Entry::Complete { seen, .. }) = self.store.get(&Key::Complete(dir)) {
             if !self.believed(dir, seen, Instant::now()) {
-                self.complete_forget(dir);
+                self.store.remove(&Key::Complete(dir));
             }
         }
     }
@@ -99,35 +106,34 @@ impl MountCache {
     pub fn complete_seen_at(&self, dir: u64, version: u32) {
         if let Some(Entry::Complete { seen, .. }) = self.store.get(&Key::Complete(dir)) {
             if seen.dir_version != version {
-                self.complete_forget(dir);
+                self.store.remove(&Key::Complete(dir));
             }
         }
     }
 
-    /// Applies `change` to a copy of `dir`'s listing. The listing keeps the version
-    /// it was read under, with the time of this change: the server's version moved
-    /// with our change, so past the trust window the listing is read again rather
-    /// than confirmed.
+    /// Applies `change` to a copy of `dir`'s listing, as one change to `dir` (no
+    /// other change or answer lands between reading the listing and storing it back).
+    /// The listing keeps the time it was read, under no version: the server's version
+    /// moved with our change, so past the trust window the listing is read again
+    /// rather than confirmed.
     fn update_complete(&self, dir: u64, change: impl FnOnce(&mut HashMap<Box<str>, Qid>)) {
-        let Some(Entry::Complete {
-            names: Some(names),
-            seen,
-        }) = self.store.get(&Key::Complete(dir))
-        else {
-            return;
-        };
-        let mut names = (*names).clone();
-        change(&mut names);
-        let seen = Seen {
-            at: seen.at,
-            dir_version: 0,
-        };
-        self.store.insert(
-            Key::Complete(dir),
-            Entry::Complete {
-                names: (names.len() <= MAX_COMPLETE).then(|| Arc::new(names)),
+        self.changing(dir, || {
+            let Some(Entry::Complete {
+                names: Some(names),
                 seen,
-            },
-        );
+            }) = self.store.get(&Key::Complete(dir))
+            else {
+                return;
+            };
+            let mut names = (*names).clone();
+            change(&mut names);
+            self.store.insert(
+                Key::Complete(dir),
+                Entry::Complete {
+                    names: (names.len() <= MAX_COMPLETE).then(|| Arc::new(names)),
+                    seen: seen.asked.seen(0),
+                },
+            );
+        });
     }
 }

@@ -61,7 +61,7 @@ impl MountCache {
                 }
                 let answer = self.complete_answer(dir, name).filter(|(found, seen)| {
                     // "Missing" lives no longer than a negative dentry would.
-                    found.is_some() || self.missing_still(seen.at, now)
+                    found.is_some() || self.missing_still(seen.asked.at, now)
                 });
                 let Some((found, seen)) = answer else {
                     bump(&self.counters.dentry_misses);
@@ -85,14 +85,21 @@ impl MountCache {
         found.map_or(Lookup::Missing, Lookup::Found)
     }
 
-    /// Records that `name` in `dir` exists with `qid` (replacing a negative entry),
-    /// learnt now with the directory's version unknown.
+    /// Records that `name` in `dir` now exists with `qid` (replacing a negative
+    /// entry), made so through this mount (a create, mkdir, symlink...): a change, with
+    /// the directory's version after it unknown.
     pub fn insert_dentry(&self, dir: u64, name: &str, qid: Qid) {
-        self.insert_dentry_seen(dir, name, qid, Seen::now(0));
+        let seen = self.asking().seen(0);
+        self.changing(dir, || self.put_dentry(dir, name, qid, seen));
     }
 
-    /// Records that `name` in `dir` exists with `qid`, learnt as `seen` says.
+    /// Records that `name` in `dir` exists with `qid`, as the server answered a
+    /// request made as `seen` says (unless `dir` changed through this mount since).
     pub fn insert_dentry_seen(&self, dir: u64, name: &str, qid: Qid, seen: Seen) {
+        self.answered(seen.asked, dir, || self.put_dentry(dir, name, qid, seen));
+    }
+
+    pub(super) fn put_dentry(&self, dir: u64, name: &str, qid: Qid, seen: Seen) {
         self.store.insert(
             Key::Dentry {
                 dir,
@@ -103,16 +110,19 @@ impl MountCache {
     }
 
     /// Forgets whatever is known about `name` in `dir`: called for every local unlink,
-    /// rmdir, rename (both names), create, mkdir, symlink, link and mknod. A symlink's
-    /// cached target and a file's cached attributes go with its dentry, so a cached
-    /// target never outlives its link.
+    /// rmdir, rename (both names), create, mkdir, symlink, link and mknod, as a change
+    /// to `dir`. A symlink's cached target and a file's cached attributes go with its
+    /// dentry, so a cached target never outlives its link.
     pub fn forget(&self, dir: u64, name: &str) {
-        let dentry = match self.store.remove(&DentryRef { dir, name }) {
-            Some((_, Entry::Positive { qid, .. })) => Some(qid),
-            _ => None,
-        };
-        // A name a complete listing knows has no dentry of its own.
-        let listed = self.complete_answer(dir, name).and_then(|(found, _)| found);
+        let (dentry, listed) = self.changing(dir, || {
+            let dentry = match self.store.remove(&DentryRef { dir, name }) {
+                Some((_, Entry::Positive { qid, .. })) => Some(qid),
+                _ => None,
+            };
+            // A name a complete listing knows has no dentry of its own.
+            let listed = self.complete_answer(dir, name).and_then(|(found, _)| found);
+            (dentry, listed)
+        });
         for qid in dentry.into_iter().chain(listed) {
             self.forget_symlink(qid.path);
             self.forget_attr(qid.path);

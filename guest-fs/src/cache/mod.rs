@@ -20,8 +20,15 @@
 //! they were learnt, so one look at the directory's version confirms all of them at
 //! once; what the server gives no version for (version 0: diod) is believed for the
 //! window after it was fetched, and fetched again after it.
+//!
+//! What is stored is what the server answered or what a change through the mount made
+//! true, and nothing else: an answer is stored only if what it is about has not been
+//! changed through the mount since it was asked for, so a late reply never undoes a
+//! change (see the `changes` module: every store of a server's answer takes the [`Asked`] of
+//! its request).
 
 mod attr;
+mod changes;
 mod complete;
 mod dentry;
 mod negative;
@@ -39,6 +46,7 @@ use std::time::Instant;
 use quick_cache::{Equivalent, Weighter};
 use wasm9p_proto::{Qid, Rgetattr};
 
+pub use changes::Asked;
 pub use complete::MAX_COMPLETE;
 pub use dentry::Lookup;
 pub use page::PAGE_SIZE;
@@ -148,8 +156,9 @@ enum Entry {
         names: Option<complete::Names>,
         seen: Seen,
     },
-    /// A directory had this qid version `at` (confirming what is known of its names).
-    DirVersion { version: u32, at: Instant },
+    /// A directory had this qid version when `asked` (confirming what is known of its
+    /// names).
+    DirVersion { version: u32, asked: Asked },
     /// A page of a file.
     Page(bytes::Bytes),
     /// The server let this mount open the file (at that qid version) for reading, when
@@ -276,6 +285,8 @@ pub struct MountCache {
     pages: Arc<page::PagePool>,
     /// `cache=fscache`: where what is learnt is also kept, for later processes.
     persist: Option<Arc<crate::fscache::Store>>,
+    /// The change clock that keeps late answers out (see the `changes` module).
+    changes: changes::Changes,
 }
 
 impl std::fmt::Debug for MountCache {
@@ -305,6 +316,7 @@ impl MountCache {
             written: Default::default(),
             pages: Default::default(),
             persist: None,
+            changes: Default::default(),
         }
     }
 
@@ -321,12 +333,14 @@ impl MountCache {
 
     /// Records that the file with qid path `path` was changed through this mount.
     pub fn mark_written(&self, path: u64) {
-        *self
-            .written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(path)
-            .or_default() += 1;
+        self.changing(path, || {
+            *self
+                .written
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(path)
+                .or_default() += 1;
+        });
     }
 
     /// How many changes the file with qid path `path` has had through this mount (0:

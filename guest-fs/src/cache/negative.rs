@@ -2,29 +2,41 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Entry, Key, MountCache, Seen};
+use super::{Asked, Entry, Key, MountCache, Seen};
 use crate::mount_options::NegTimeout;
 
 impl MountCache {
     /// Records that `name` in `dir` is missing, for the mount's `negtimeout` (nothing is
-    /// recorded when negative caching is off), learnt with the directory's version
-    /// unknown.
+    /// recorded when negative caching is off), as the server answered just now with the
+    /// directory's version unknown.
     pub fn insert_negative(&self, dir: u64, name: &str) {
-        self.insert_negative_seen(dir, name, Seen::now(0));
+        self.insert_negative_seen(dir, name, self.asking().seen(0));
     }
 
-    /// Records that `name` in `dir` is missing, learnt as `seen` says.
+    /// Records that `name` in `dir` is missing, as the server answered a request made
+    /// as `seen` says (unless `dir` changed through this mount since).
     pub fn insert_negative_seen(&self, dir: u64, name: &str, seen: Seen) {
+        self.answered(seen.asked, dir, || self.put_negative_seen(dir, name, seen));
+    }
+
+    pub(super) fn put_negative_seen(&self, dir: u64, name: &str, seen: Seen) {
         match self.negtimeout {
             NegTimeout::Off => {}
             NegTimeout::UntilEvicted => self.put_negative(dir, name, None, seen),
-            NegTimeout::For(ttl) => self.put_negative(dir, name, seen.at.checked_add(ttl), seen),
+            NegTimeout::For(ttl) => {
+                self.put_negative(dir, name, seen.asked.at.checked_add(ttl), seen)
+            }
         }
     }
 
-    /// Records that `name` in `dir` is missing for `ttl`.
+    /// Records that `name` in `dir` is missing for `ttl`, as the server answered
+    /// just now.
     pub fn insert_negative_ttl(&self, dir: u64, name: &str, ttl: Duration) {
-        self.put_negative(dir, name, Instant::now().checked_add(ttl), Seen::now(0));
+        let asked: Asked = self.asking();
+        let expires = Instant::now().checked_add(ttl);
+        self.answered(asked, dir, || {
+            self.put_negative(dir, name, expires, asked.seen(0))
+        });
     }
 
     /// Whether "missing", learnt at `at` (from a complete listing), still stands at

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use wasm9p_proto::{Qid, Rgetattr};
 
-use super::{complete, Entry, Key, MountCache, Seen};
+use super::{Asked, Entry, Key, MountCache, Seen};
 use crate::backend::{self, Kind};
 use crate::fscache::{DirRecord, FileRecord, LinkRecord, PageKey, Records, Store};
 use crate::mount_options::Trust;
@@ -31,20 +31,26 @@ impl MountCache {
         self.persist.as_ref()
     }
 
-    /// The version directory `dir` was seen at by this process, if still believed.
-    pub fn dir_version_believed(&self, dir: u64) -> Option<u32> {
+    /// The version directory `dir` was seen at by this process, if still believed,
+    /// and when the request that saw it was sent.
+    pub fn dir_version_believed(&self, dir: u64) -> Option<(u32, Asked)> {
         match self.store.get(&Key::DirVersion(dir)) {
-            Some(Entry::DirVersion { version, at }) if self.young(at, Instant::now()) => {
-                Some(version)
+            Some(Entry::DirVersion { version, asked }) if self.young(asked.at, Instant::now()) => {
+                Some((version, asked))
             }
             _ => None,
         }
     }
 
-    /// Takes in a directory's record from disk, confirmed by the server: learnt now at
-    /// its version. A complete record answers lookups and readdir.
-    pub fn load_dir(&self, dir: u64, record: DirRecord) {
-        let seen = Seen::now(record.version);
+    /// Takes in a directory's record from disk, confirmed by the server at its
+    /// version by a request made when `asked` (nothing, if the directory changed
+    /// through this mount since). A complete record answers lookups and readdir.
+    pub fn load_dir(&self, dir: u64, record: DirRecord, asked: Asked) {
+        self.answered(asked, dir, || self.put_record(dir, record, asked));
+    }
+
+    fn put_record(&self, dir: u64, record: DirRecord, asked: Asked) {
+        let seen = asked.seen(record.version);
         if record.complete {
             let names: HashMap<Box<str>, Qid> = record
                 .names
@@ -64,22 +70,17 @@ impl MountCache {
             for (i, e) in entries.iter_mut().enumerate() {
                 e.cookie = i as u64 + 1;
             }
-            self.insert_readdir(dir, Arc::new(entries), seen);
-            self.insert_complete_loaded(dir, names, seen);
+            self.put_readdir(dir, Arc::new(entries), seen);
+            // Not counted as a listing read.
+            self.put_complete(dir, names, seen);
             return;
         }
         for (name, qid) in record.names {
             match qid {
-                Some(qid) => self.insert_dentry_seen(dir, &name, qid, seen),
-                None => self.insert_negative_seen(dir, &name, seen),
+                Some(qid) => self.put_dentry(dir, &name, qid, seen),
+                None => self.put_negative_seen(dir, &name, seen),
             }
         }
-    }
-
-    fn insert_complete_loaded(&self, dir: u64, names: HashMap<Box<str>, Qid>, seen: Seen) {
-        let names = (names.len() <= complete::MAX_COMPLETE).then(|| Arc::new(names));
-        self.store
-            .insert(Key::Complete(dir), Entry::Complete { names, seen });
     }
 
     /// The target of symlink `qid` kept on disk (the qid comes from a confirmed
@@ -93,9 +94,9 @@ impl MountCache {
     }
 
     /// The attributes kept on disk of the file `fresh` names, if the server's qid for
-    /// it now (`fresh`) is the one they were fetched with: cached as of `at`, and
-    /// returned. Attributes out of date are forgotten.
-    pub fn stored_attr(&self, fresh: Qid, at: Instant) -> Option<Arc<Rgetattr>> {
+    /// it (`fresh`, from a request made when `asked`) is the one they were fetched
+    /// with: cached as of then, and returned. Attributes out of date are forgotten.
+    pub fn stored_attr(&self, fresh: Qid, asked: Asked) -> Option<Arc<Rgetattr>> {
         let store = self.persist.as_ref()?;
         let attr = store.file(fresh.path)?.attr;
         if attr.qid != fresh || fresh.version == 0 {
@@ -104,7 +105,7 @@ impl MountCache {
         }
         store.count_hit();
         let attr = Arc::new(attr);
-        self.confirm_attr(attr.clone(), at);
+        self.confirm_attr(attr.clone(), asked);
         Some(attr)
     }
 

@@ -30,16 +30,23 @@ impl MountCache {
         }
     }
 
-    /// Caches the whole listing of directory `dir`, read as `seen` says.
+    /// Caches the whole listing of directory `dir`, read as `seen` says (unless `dir`
+    /// changed through this mount since).
     pub fn insert_readdir(&self, dir: u64, entries: Listing, seen: Seen) {
+        self.answered(seen.asked, dir, || self.put_readdir(dir, entries, seen));
+    }
+
+    pub(super) fn put_readdir(&self, dir: u64, entries: Listing, seen: Seen) {
         self.store
             .insert(Key::Readdir(dir), Entry::Listing { entries, seen });
     }
 
     /// Drops what is cached about directory `dir` itself (listing and attributes):
-    /// called whenever a name in it is created, removed or renamed.
+    /// called whenever a name in it is created, removed or renamed, as a change to it.
     pub fn dir_changed(&self, dir: u64) {
-        self.store.remove(&Key::Readdir(dir));
-        self.forget_attr(dir);
+        self.changing(dir, || {
+            self.store.remove(&Key::Readdir(dir));
+            self.store.remove(&Key::Attr(dir));
+        });
     }
 }

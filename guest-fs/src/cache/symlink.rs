@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use wasm9p_proto::Qid;
 
-use super::{bump, Entry, Key, MountCache};
+use super::{bump, Asked, Entry, Key, MountCache};
 
 impl MountCache {
     /// The cached target of symlink `qid`, if it was read at this same qid version (and,
@@ -36,27 +36,30 @@ impl MountCache {
         }
     }
 
-    /// Caches the target of symlink `qid`, read now.
+    /// Caches the target of symlink `qid`, read just now.
     pub fn insert_symlink(&self, qid: Qid, target: Arc<str>) {
-        self.insert_symlink_read(qid, target, qid.version);
+        self.insert_symlink_read(qid, target, qid.version, self.asking());
     }
 
-    /// Caches the target of symlink `qid` (as the node has it), read now from the
-    /// link at qid version `read_at` (the walk's).
-    pub fn insert_symlink_read(&self, qid: Qid, target: Arc<str>, read_at: u32) {
-        self.store.insert(
-            Key::Symlink(qid.path),
-            Entry::Symlink {
-                version: qid.version,
-                target,
-                at: Instant::now(),
-                read_at,
-            },
-        );
+    /// Caches the target of symlink `qid` (as the node has it), read from the link at
+    /// qid version `read_at` (the walk's) by a request made when `asked` (unless the
+    /// link was removed or replaced through this mount since).
+    pub fn insert_symlink_read(&self, qid: Qid, target: Arc<str>, read_at: u32, asked: Asked) {
+        self.answered(asked, qid.path, || {
+            self.store.insert(
+                Key::Symlink(qid.path),
+                Entry::Symlink {
+                    version: qid.version,
+                    target,
+                    at: asked.at,
+                    read_at,
+                },
+            )
+        });
     }
 
-    /// Drops the cached target of the symlink with qid path `path`.
+    /// Drops the cached target of the symlink with qid path `path`, as a change to it.
     pub fn forget_symlink(&self, path: u64) {
-        self.store.remove(&Key::Symlink(path));
+        self.changing(path, || self.store.remove(&Key::Symlink(path)));
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use wasm9p_proto::consts::qid;
 use wasm9p_proto::{Qid, Rgetattr};
 
-use super::{Lookup, MountCache, Seen};
+use super::{Lookup, MountCache};
 use crate::mount_options::{NegTimeout, Trust};
 
 const DIR: u64 = 7;
@@ -98,11 +98,14 @@ fn symlink_targets_follow_the_link_they_came_from() {
 fn attributes_are_cached_and_forgotten() {
     let cache = loose();
     assert!(cache.attr(42).is_none());
-    cache.insert_attr(Rgetattr {
-        qid: file(42),
-        size: 1234,
-        ..Default::default()
-    });
+    cache.insert_attr(
+        Rgetattr {
+            qid: file(42),
+            size: 1234,
+            ..Default::default()
+        },
+        cache.asking(),
+    );
     assert_eq!(cache.attr(42).unwrap().size, 1234);
     cache.insert_dentry(DIR, "f", file(42));
     cache.forget(DIR, "f");
@@ -122,10 +125,7 @@ fn checking(window: Duration) -> MountCache {
 fn past_the_window_names_are_unconfirmed_until_their_directory_is_seen_unchanged() {
     let cache = checking(Duration::from_secs(1));
     let t0 = Instant::now();
-    let seen = Seen {
-        at: t0,
-        dir_version: 5,
-    };
+    let seen = cache.asking().sent_at(t0).seen(5);
     cache.insert_dentry_seen(DIR, "a.h", file(1), seen);
     cache.insert_negative_seen(DIR, "b.h", seen);
     let at = |ms| t0 + Duration::from_millis(ms);
@@ -144,7 +144,7 @@ fn past_the_window_names_are_unconfirmed_until_their_directory_is_seen_unchanged
     assert_eq!(cache.lookup_at(DIR, "b.h", at(2000)), unconfirmed(None));
     // The directory seen at the same version: every name in it is believed again, for
     // a window from that sighting.
-    cache.dir_seen(DIR, 5, at(1500));
+    cache.dir_seen(DIR, 5, cache.asking().sent_at(at(1500)));
     assert_eq!(
         cache.lookup_at(DIR, "a.h", at(2000)),
         Lookup::Found(file(1))
@@ -155,14 +155,14 @@ fn past_the_window_names_are_unconfirmed_until_their_directory_is_seen_unchanged
         unconfirmed(Some(file(1)))
     );
     // Seen at another version: nothing in it is believed.
-    cache.dir_seen(DIR, 6, at(2900));
+    cache.dir_seen(DIR, 6, cache.asking().sent_at(at(2900)));
     assert_eq!(
         cache.lookup_at(DIR, "a.h", at(3000)),
         unconfirmed(Some(file(1)))
     );
     assert_eq!(cache.lookup_at(DIR, "b.h", at(3000)), unconfirmed(None));
     // Another directory's sighting confirms nothing here.
-    cache.dir_seen(DIR + 1, 5, at(2950));
+    cache.dir_seen(DIR + 1, 5, cache.asking().sent_at(at(2950)));
     assert_eq!(
         cache.lookup_at(DIR, "a.h", at(3000)),
         unconfirmed(Some(file(1)))
@@ -174,16 +174,12 @@ fn without_versions_only_age_decides_and_loose_trusts_forever() {
     // A server that sends version 0 (diod): sightings of 0 say nothing.
     let cache = checking(Duration::from_secs(1));
     let t0 = Instant::now();
-    cache.insert_dentry_seen(
+    cache.insert_dentry_seen(DIR, "a.h", file(1), cache.asking().sent_at(t0).seen(0));
+    cache.dir_seen(
         DIR,
-        "a.h",
-        file(1),
-        Seen {
-            at: t0,
-            dir_version: 0,
-        },
+        0,
+        cache.asking().sent_at(t0 + Duration::from_millis(1500)),
     );
-    cache.dir_seen(DIR, 0, t0 + Duration::from_millis(1500));
     assert_eq!(
         cache.lookup_at(DIR, "a.h", t0 + Duration::from_secs(2)),
         Lookup::Unconfirmed {
@@ -194,16 +190,8 @@ fn without_versions_only_age_decides_and_loose_trusts_forever() {
     assert_eq!(cache.dir_version(DIR), 0, "nothing recorded");
     // Loose: believed forever, and no sighting is even kept.
     let loose = loose();
-    loose.insert_dentry_seen(
-        DIR,
-        "a.h",
-        file(1),
-        Seen {
-            at: t0,
-            dir_version: 5,
-        },
-    );
-    loose.dir_seen(DIR, 6, t0);
+    loose.insert_dentry_seen(DIR, "a.h", file(1), loose.asking().sent_at(t0).seen(5));
+    loose.dir_seen(DIR, 6, loose.asking().sent_at(t0));
     assert_eq!(loose.dir_version(DIR), 0);
     let much_later = t0 + Duration::from_secs(30 * 86_400);
     assert_eq!(
@@ -225,7 +213,7 @@ fn a_zero_window_believes_nothing_without_a_check() {
         size: 10,
         ..Default::default()
     };
-    cache.insert_attr(attr.clone());
+    cache.insert_attr(attr.clone(), cache.asking());
     assert!(cache.attr(42).is_none(), "attributes are fetched again");
     assert_eq!(
         cache.unconfirmed_attr(42).unwrap().size,
@@ -233,7 +221,7 @@ fn a_zero_window_believes_nothing_without_a_check() {
         "to compare with"
     );
     // A listing: unconfirmed, with its directory version.
-    cache.insert_readdir(DIR, Arc::new(Vec::new()), Seen::now(9));
+    cache.insert_readdir(DIR, Arc::new(Vec::new()), cache.asking().seen(9));
     assert!(cache.readdir(DIR).is_none());
     assert_eq!(cache.unconfirmed_readdir(DIR).map(|(_, v)| v), Some(9));
     // A symlink target stands while the link's version does; without versions, not
@@ -244,7 +232,7 @@ fn a_zero_window_believes_nothing_without_a_check() {
     assert_eq!(cache.symlink(link(10, 0)), None);
     // The same within a window.
     let hour = checking(Duration::from_secs(3600));
-    hour.insert_attr(attr);
+    hour.insert_attr(attr, hour.asking());
     assert!(hour.attr(42).is_some());
     hour.insert_symlink(link(10, 0), Arc::from("b"));
     assert_eq!(hour.symlink(link(10, 0)).as_deref(), Some("b"));
@@ -385,7 +373,7 @@ fn a_complete_listing_answers_present_and_missing_and_follows_local_changes() {
         .into_iter()
         .map(|(n, q)| (Box::<str>::from(n), q))
         .collect();
-    cache.insert_complete(DIR, names, Seen::now(0));
+    cache.insert_complete(DIR, names, cache.asking().seen(0));
     assert_eq!(cache.lookup(DIR, "a.h"), Lookup::Found(file(10)));
     assert_eq!(cache.lookup(DIR, "zzz.h"), Lookup::Missing);
     assert_eq!(
@@ -410,7 +398,7 @@ fn a_complete_listing_answers_present_and_missing_and_follows_local_changes() {
 fn missing_from_a_listing_lasts_no_longer_than_negtimeout_and_trust_is_the_mount_s() {
     let short = MountCache::new(1 << 20, NegTimeout::For(Duration::from_millis(30)));
     let one = std::iter::once((Box::<str>::from("a.h"), file(10))).collect();
-    short.insert_complete(DIR, one, Seen::now(0));
+    short.insert_complete(DIR, one, short.asking().seen(0));
     assert_eq!(short.lookup(DIR, "x.h"), Lookup::Missing);
     std::thread::sleep(Duration::from_millis(40));
     assert_eq!(
@@ -422,7 +410,7 @@ fn missing_from_a_listing_lasts_no_longer_than_negtimeout_and_trust_is_the_mount
 
     let windowed = checking(Duration::from_millis(30));
     let one = std::iter::once((Box::<str>::from("a.h"), file(10))).collect();
-    windowed.insert_complete(DIR, one, Seen::now(5));
+    windowed.insert_complete(DIR, one, windowed.asking().seen(5));
     assert_eq!(windowed.lookup(DIR, "a.h"), Lookup::Found(file(10)));
     std::thread::sleep(Duration::from_millis(40));
     assert_eq!(
@@ -433,7 +421,7 @@ fn missing_from_a_listing_lasts_no_longer_than_negtimeout_and_trust_is_the_mount
         }
     );
     // The directory seen at its version again: the whole listing is believed again.
-    windowed.dir_seen(DIR, 5, Instant::now());
+    windowed.dir_seen(DIR, 5, windowed.asking());
     assert_eq!(windowed.lookup(DIR, "a.h"), Lookup::Found(file(10)));
     // ...and at another, it is out of date.
     windowed.complete_seen_at(DIR, 6);
@@ -446,7 +434,7 @@ fn a_directory_too_large_is_only_marked() {
     let many = (0..=super::MAX_COMPLETE as u64)
         .map(|i| (Box::<str>::from(format!("f{i}")), file(100 + i)))
         .collect();
-    cache.insert_complete(DIR, many, Seen::now(0));
+    cache.insert_complete(DIR, many, cache.asking().seen(0));
     assert!(cache.complete_known(DIR));
     assert_eq!(cache.lookup(DIR, "f1"), Lookup::Unknown);
     assert!(
@@ -462,16 +450,16 @@ fn a_snapshot_keeps_only_what_holds_at_the_version_a_directory_was_last_seen_at(
     let store = crate::fscache::Store::open(root.path(), "t", 1 << 20).unwrap();
     // Loose (trusted forever), yet versions are recorded: the store needs them.
     let cache = MountCache::new(1 << 20, NegTimeout::UntilEvicted).persisting(Arc::new(store));
-    cache.insert_dentry_seen(DIR, "old.h", file(10), Seen::now(4));
-    cache.dir_seen(DIR, 5, Instant::now());
-    cache.insert_negative_seen(DIR, "missing.h", Seen::now(5));
-    cache.insert_dentry_seen(DIR, "new.h", file(11), Seen::now(5));
+    cache.insert_dentry_seen(DIR, "old.h", file(10), cache.asking().seen(4));
+    cache.dir_seen(DIR, 5, cache.asking());
+    cache.insert_negative_seen(DIR, "missing.h", cache.asking().seen(5));
+    cache.insert_dentry_seen(DIR, "new.h", file(11), cache.asking().seen(5));
     // Made through the mount: under no version the server gave.
     cache.insert_dentry(DIR, "made.h", file(12));
     // A directory whose version was never seen.
-    cache.insert_dentry_seen(8, "x.h", file(13), Seen::now(7));
+    cache.insert_dentry_seen(8, "x.h", file(13), cache.asking().seen(7));
     // A link read at version 3 through a node a listing gave (version 0).
-    cache.insert_symlink_read(link(20, 0), "x.h".into(), 3);
+    cache.insert_symlink_read(link(20, 0), "x.h".into(), 3, cache.asking());
     cache.insert_symlink(link(21, 0), "y.h".into());
 
     let snap = cache.snapshot();
@@ -486,4 +474,69 @@ fn a_snapshot_keeps_only_what_holds_at_the_version_a_directory_was_last_seen_at(
     assert!(!snap.dirs.contains_key(&8));
     assert_eq!(snap.links.len(), 1);
     assert_eq!(snap.links[&20].version, 3);
+}
+
+#[test]
+fn an_answer_asked_for_before_a_change_through_the_mount_never_lands_over_it() {
+    let cache = loose();
+    // A's walk leaves; B creates the name; A's "missing" arrives.
+    let walk = cache.asking();
+    cache.insert_dentry(DIR, "x.h", file(1));
+    cache.insert_negative_seen(DIR, "x.h", walk.seen(0));
+    assert_eq!(cache.lookup(DIR, "x.h"), Lookup::Found(file(1)));
+    // Nor does a listing read meanwhile hide it, or one of another name re-add it.
+    let listing = cache.asking();
+    cache.insert_complete(DIR, Default::default(), cache.asking().seen(0));
+    cache.complete_added(DIR, "y.h", file(2));
+    let stale = std::iter::once((Box::<str>::from("z.h"), file(3))).collect();
+    cache.insert_complete(DIR, stale, listing.seen(0));
+    assert_eq!(cache.lookup(DIR, "y.h"), Lookup::Found(file(2)));
+    assert_eq!(cache.lookup(DIR, "z.h"), Lookup::Missing);
+    // Attributes fetched before a write are not kept after it.
+    let stat = cache.asking();
+    cache.forget_attr(42);
+    let old = Rgetattr {
+        qid: file(42),
+        size: 1,
+        ..Default::default()
+    };
+    cache.insert_attr(old.clone(), stat);
+    assert!(cache.attr(42).is_none());
+    // What is asked for after the change is stored as usual, and a change to another
+    // directory stops nothing here.
+    let after = cache.asking();
+    cache.forget(DIR + 1, "other.h");
+    cache.insert_negative_seen(DIR, "w.h", after.seen(0));
+    cache.insert_attr(old, after);
+    assert_eq!(cache.lookup(DIR, "w.h"), Lookup::Missing);
+    assert_eq!(cache.attr(42).map(|a| a.size), Some(1));
+}
+
+#[test]
+fn concurrent_changes_to_one_complete_listing_all_land() {
+    let cache = Arc::new(loose());
+    cache.insert_complete(DIR, Default::default(), cache.asking().seen(0));
+    let writers: Vec<_> = (0..4u64)
+        .map(|t| {
+            let cache = cache.clone();
+            std::thread::spawn(move || {
+                for i in 0..200 {
+                    cache.complete_added(DIR, &format!("{t}-{i}.o"), file(1000 * t + i));
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    for t in 0..4u64 {
+        for i in 0..200 {
+            let name = format!("{t}-{i}.o");
+            assert_eq!(
+                cache.peek_lookup(DIR, &name),
+                Lookup::Found(file(1000 * t + i)),
+                "{name} lost"
+            );
+        }
+    }
 }

@@ -22,24 +22,25 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Entry, Key, MountCache};
+use super::{Asked, Entry, Key, MountCache};
 use crate::mount_options::Trust;
 
 /// When an answer about a name was learnt, and the version its directory had then.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Seen {
     /// When the request that fetched it was sent.
-    pub at: Instant,
+    pub asked: Asked,
     /// The directory's qid version before that request (0: unknown, or a server that
     /// keeps no versions).
     pub dir_version: u32,
 }
 
-impl Seen {
-    /// Learnt now, under directory version `dir_version`.
-    pub fn now(dir_version: u32) -> Seen {
+impl Asked {
+    /// An answer about a directory's names, asked for then, under its version
+    /// `dir_version`.
+    pub fn seen(self, dir_version: u32) -> Seen {
         Seen {
-            at: Instant::now(),
+            asked: self,
             dir_version,
         }
     }
@@ -51,15 +52,21 @@ pub(super) fn within(at: Instant, now: Instant, window: Duration) -> bool {
 }
 
 impl MountCache {
-    /// Records that directory `dir` had qid `version` at `at` (when the request that
+    /// Records that directory `dir` had qid `version` when `asked` (the request that
     /// told was sent), where versions matter (a window, or a store on disk). Version 0
     /// says nothing and is not recorded.
-    pub fn dir_seen(&self, dir: u64, version: u32, at: Instant) {
+    pub fn dir_seen(&self, dir: u64, version: u32, asked: Asked) {
         if version == 0 || !self.records_versions() {
             return;
         }
         self.store
-            .insert(Key::DirVersion(dir), Entry::DirVersion { version, at });
+            .insert(Key::DirVersion(dir), Entry::DirVersion { version, asked });
+    }
+
+    /// An answer about `dir`'s names asked for now, under the version last recorded
+    /// for it: what a request about to be sent will learn.
+    pub fn seen_now(&self, dir: u64) -> Seen {
+        self.asking().seen(self.dir_version(dir))
     }
 
     /// The last version recorded for directory `dir` (0: none), to tag what a request
@@ -77,11 +84,11 @@ impl MountCache {
         match self.trust {
             Trust::Forever => true,
             Trust::For(window) => {
-                within(seen.at, now, window)
+                within(seen.asked.at, now, window)
                     || (seen.dir_version != 0
                         && matches!(self.store.get(&Key::DirVersion(dir)),
-                            Some(Entry::DirVersion { version, at })
-                                if version == seen.dir_version && within(at, now, window)))
+                            Some(Entry::DirVersion { version, asked })
+                                if version == seen.dir_version && within(asked.at, now, window)))
             }
         }
     }

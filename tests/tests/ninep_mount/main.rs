@@ -18,6 +18,7 @@ mod coherence;
 mod complete;
 mod files;
 mod fscache;
+mod late_replies;
 mod metadata;
 mod pages;
 
