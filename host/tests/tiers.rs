@@ -327,3 +327,165 @@ fn a_trap_names_its_functions_on_either_tier_and_their_offsets_on_the_optimized_
         );
     }
 }
+
+/// A `wasm9p` run of `guest` started with its stderr read as it comes.
+struct Running {
+    child: std::process::Child,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Running {
+    fn start(cache: &Path, tier: &str, guest: &Path, stats_file: &Path) -> Running {
+        use std::io::BufRead;
+        let mut child = wasm9p(cache)
+            .args(["run", "--no-mounts", "--tier", tier])
+            .arg(format!("--stats={}", stats_file.display()))
+            .arg(guest)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (pipe, said) = (child.stderr.take().unwrap(), stderr.clone());
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                said.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        Running {
+            child,
+            stderr,
+            reader,
+        }
+    }
+
+    fn said(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits until it says it is waiting for another process's compile.
+    fn waits(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.said().contains("waiting for its code") {
+            assert!(Instant::now() < deadline, "never waited: {}", self.said());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn finish(self) -> (String, String) {
+        let out = self.child.wait_with_output().unwrap();
+        self.reader.join().unwrap();
+        let said = self.stderr.lock().unwrap().clone();
+        assert_eq!(out.status.code(), Some(0), "{said}");
+        (String::from_utf8(out.stdout).unwrap(), said)
+    }
+}
+
+/// The lock a compiler of `guest`'s baseline code takes in `cache` (its artifact's
+/// name, learnt from a scratch cache: artifacts are named by the engine and the
+/// module's bytes alone), taken by the test as a compiler would.
+fn hold_baseline_lock(guest: &Path, cache: &Path) -> std::fs::File {
+    let scratch = tempfile::tempdir().unwrap();
+    let out = wasm9p(scratch.path())
+        .args(["run", "--no-mounts", "--tier", "baseline"])
+        .arg(guest)
+        .output()
+        .unwrap();
+    ok("a scratch run", &out);
+    let made = artifacts(scratch.path());
+    assert_eq!(made.len(), 1, "{made:?}");
+    std::fs::create_dir_all(cache).unwrap();
+    let lock = std::fs::File::create(
+        cache
+            .join(made[0].file_name().unwrap())
+            .with_extension("lock"),
+    )
+    .unwrap();
+    lock.lock().unwrap();
+    lock
+}
+
+#[test]
+fn two_first_runs_at_once_share_one_baseline_compile() {
+    let tmp = tempfile::tempdir().unwrap();
+    let guest = checksum_guest(tmp.path());
+    let expected = ok(
+        "the reference run",
+        &run(
+            &tmp.path().join("reference"),
+            &guest,
+            &tmp.path().join("r.json"),
+        ),
+    );
+    // Held while both start: each sees a compile under way and waits for it; then
+    // the lock goes (the artifact not there) and one of them takes the compile over.
+    let cache = tmp.path().join("cache");
+    let lock = hold_baseline_lock(&guest, &cache);
+    let stats_files = [tmp.path().join("a.json"), tmp.path().join("b.json")];
+    let runs: Vec<Running> = stats_files
+        .iter()
+        .map(|s| Running::start(&cache, "baseline", &guest, s))
+        .collect();
+    runs.iter().for_each(Running::waits);
+    drop(lock);
+    for run in runs {
+        let (printed, said) = run.finish();
+        assert_eq!(printed, expected, "{said}");
+    }
+    let tiers: Vec<serde_json::Value> = stats_files
+        .iter()
+        .map(|s| stats(s)["tier"].clone())
+        .collect();
+    let compiled = tiers
+        .iter()
+        .filter(|t| t["baseline_compile_ms"].as_u64().is_some())
+        .count();
+    assert_eq!(compiled, 1, "one compile: {tiers:?}");
+    assert!(
+        tiers
+            .iter()
+            .all(|t| t["waited_for_compile_ms"].as_u64().is_some()),
+        "{tiers:?}"
+    );
+    assert_eq!(artifacts(&cache).len(), 1);
+
+    // From an empty cache, two runs on the default tier at once: one compile of the
+    // baseline code between them, whichever way they met.
+    let cache = tmp.path().join("empty");
+    let runs: Vec<Running> = stats_files
+        .iter()
+        .map(|s| Running::start(&cache, "auto", &guest, s))
+        .collect();
+    for run in runs {
+        let (printed, said) = run.finish();
+        assert_eq!(printed, expected, "{said}");
+    }
+    let tiers: Vec<serde_json::Value> = stats_files
+        .iter()
+        .map(|s| stats(s)["tier"].clone())
+        .collect();
+    let compiled = tiers
+        .iter()
+        .filter(|t| t["baseline_compile_ms"].as_u64().is_some())
+        .count();
+    assert_eq!(compiled, 1, "one baseline compile: {tiers:?}");
+}
+
+#[test]
+fn a_run_waiting_for_a_compiler_that_died_compiles_the_code_itself() {
+    let tmp = tempfile::tempdir().unwrap();
+    let guest = checksum_guest(tmp.path());
+    let cache = tmp.path().join("cache");
+    let lock = hold_baseline_lock(&guest, &cache);
+    let stats_file = tmp.path().join("s.json");
+    let waiting = Running::start(&cache, "baseline", &guest, &stats_file);
+    waiting.waits();
+    drop(lock); // the compiler is gone, its artifact never written
+    let (printed, said) = waiting.finish();
+    assert!(printed.trim().parse::<u32>().is_ok(), "{printed:?} {said}");
+    let tier = &stats(&stats_file)["tier"];
+    assert!(tier["baseline_compile_ms"].as_u64().is_some(), "{tier}");
+    assert!(tier["waited_for_compile_ms"].as_u64().is_some(), "{tier}");
+    assert_eq!(artifacts(&cache).len(), 1);
+}

@@ -402,6 +402,9 @@ pub(super) fn report_progress(cache: &ModuleCache) -> impl Fn(Progress) + Sync +
             ));
         }
         Progress::Compiling { .. } => {}
+        Progress::Waiting { name } => say(&format!(
+            "another process is compiling {name} for this machine; waiting for its code"
+        )),
         Progress::StillCompiling(t) => say(&format!("still compiling ({} s)", t.as_secs())),
         Progress::Compiled(t) if announced.load(Ordering::Relaxed) => {
             say(&format!("compiled in {:.1} s", t.as_secs_f64()))

@@ -57,6 +57,8 @@ pub(super) struct TieredProgram {
     upgrade: Option<Upgrade>,
     started_on: Tier,
     compiled_in: Option<Duration>,
+    /// How long loading waited for another process compiling the first tier.
+    waited: Option<Duration>,
     /// Guests started on each tier: baseline, optimized.
     guests: [AtomicU64; 2],
     /// The artifact compiled here, being stored.
@@ -136,6 +138,7 @@ impl TieredProgram {
             upgrade: loaded.upgrade,
             started_on: loaded.tier,
             compiled_in: loaded.compiled_in,
+            waited: loaded.waited,
             guests: Default::default(),
             storing: Mutex::new(loaded.storing),
             interruptible: args.interruptible,
@@ -208,7 +211,9 @@ impl TieredProgram {
     }
 
     /// The `tier` entry of `--stats`: the tier the first guest started on, how long
-    /// compiles took here (null: cached, or not done), and guests by tier.
+    /// compiles took here (null: cached, compiled by another process, or not done),
+    /// how long loading waited for another process compiling the first tier (null:
+    /// it did not wait), and guests by tier.
     pub(super) fn stats_json(&self) -> serde_json::Value {
         let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
         let optimized_ms = match self.started_on {
@@ -223,6 +228,7 @@ impl TieredProgram {
             "started_on": self.started_on.name(),
             "baseline_compile_ms": baseline_ms,
             "optimized_compile_ms": optimized_ms,
+            "waited_for_compile_ms": ms(self.waited),
             "guests": {
                 "baseline": self.guests[0].load(Ordering::Relaxed),
                 "optimized": self.guests[1].load(Ordering::Relaxed),

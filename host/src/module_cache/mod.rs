@@ -75,6 +75,11 @@ pub enum LoadError {
 /// What [`ModuleCache::load`] reports while it works.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Progress {
+    /// Another process is compiling it: this one waits for its artifact.
+    Waiting {
+        /// The guest's file name.
+        name: String,
+    },
     /// Compiling started (nothing usable was cached).
     Compiling {
         /// The guest's file name.
@@ -248,13 +253,16 @@ impl ModuleCache {
     /// thread. Precompiled, the object is a block of [`crate::huge_alloc`], faulted in
     /// ahead of its writer by the prefault thread, and it is written to the cache
     /// anyway; mapped from there, the guest faults in only the code it runs.
+    ///
+    /// `lock`, the artifact's lock this process holds (see [`tiers`]), is let go once
+    /// the artifact is in place, so that processes waiting for it find it then.
     fn compile_now_store_later(
         &self,
         engine: &Engine,
         path: &Path,
-        bytes: &[u8],
-        digest: Option<&Digest>,
+        (bytes, digest): (&[u8], Option<&Digest>),
         progress: &(dyn Fn(Progress) + Sync),
+        lock: Option<tiers::ArtifactLock>,
     ) -> Result<(Program, Option<std::thread::JoinHandle<()>>), LoadError> {
         let component = is_component(bytes);
         let serialized = crate::huge_alloc::prefault::during(|| {
@@ -271,6 +279,7 @@ impl ModuleCache {
                             if let Err(e) = cache.commit(staged, &artifact) {
                                 tracing::warn!("compiled module not cached: {e}");
                             }
+                            drop(lock);
                         });
                         return Ok((program, Some(storing)));
                     }

@@ -136,13 +136,17 @@ impl Engines {
     }
 }
 
-/// A guest from [`ModuleCache::load_on`]: how long compiling it took here, and its
-/// artifact on its way to the cache.
-type LoadedOn = (
-    Program,
-    Option<Duration>,
-    Option<std::thread::JoinHandle<()>>,
-);
+/// A guest from [`ModuleCache::load_on`].
+struct LoadedOn {
+    program: Program,
+    /// How long compiling it took here (`None`: it was cached, or another process
+    /// compiled it).
+    compiled_in: Option<Duration>,
+    /// How long this process waited for another process's compile of it.
+    waited: Option<Duration>,
+    /// Its artifact on its way to the cache.
+    storing: Option<std::thread::JoinHandle<()>>,
+}
 
 /// Where the optimized compile of a module that starts on the baseline tier is done.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -169,8 +173,12 @@ pub struct Loaded {
     pub program: Program,
     /// The tier it was compiled by (run it with [`Engines::get`] of it).
     pub tier: Tier,
-    /// How long compiling it took here (`None`: it was cached).
+    /// How long compiling it took here (`None`: it was cached, or another process
+    /// compiled it).
     pub compiled_in: Option<Duration>,
+    /// How long this process waited for another process compiling it (`None`: it did
+    /// not wait).
+    pub waited: Option<Duration>,
     /// The optimized tier on its way in this process, when this is the baseline one
     /// (and the upgrade is a [`UpgradeIn::Thread`]).
     pub upgrade: Option<Upgrade>,
@@ -251,6 +259,7 @@ impl ModuleCache {
                         program,
                         tier: Tier::Optimized,
                         compiled_in: None,
+                        waited: None,
                         upgrade: None,
                         handed_off: false,
                         storing: None,
@@ -259,27 +268,27 @@ impl ModuleCache {
                 None => Tier::Baseline,
             },
         };
-        let (tier, (program, compiled_in, storing)) =
-            match self.load_on(engines.get(tier), &mut source, progress) {
-                // Winch does not take every proposal Cranelift does (exceptions, for
-                // setjmp/longjmp and C++): such a guest starts on the optimized tier.
-                Err(e) if choice == TierChoice::Auto && tier == Tier::Baseline => {
-                    tracing::info!(
-                        "{}: not on the baseline tier ({e}); compiling it optimized",
-                        path.display()
-                    );
-                    let optimized = self.load_on(&engines.optimized, &mut source, progress)?;
-                    (Tier::Optimized, optimized)
-                }
-                loaded => (tier, loaded?),
-            };
+        let (tier, on) = match self.load_on(engines.get(tier), &mut source, progress) {
+            // Winch does not take every proposal Cranelift does (exceptions, for
+            // setjmp/longjmp and C++): such a guest starts on the optimized tier.
+            Err(e) if choice == TierChoice::Auto && tier == Tier::Baseline => {
+                tracing::info!(
+                    "{}: not on the baseline tier ({e}); compiling it optimized",
+                    path.display()
+                );
+                let optimized = self.load_on(&engines.optimized, &mut source, progress)?;
+                (Tier::Optimized, optimized)
+            }
+            loaded => (tier, loaded?),
+        };
         let mut loaded = Loaded {
-            program,
+            program: on.program,
             tier,
-            compiled_in,
+            compiled_in: on.compiled_in,
+            waited: on.waited,
             upgrade: None,
             handed_off: false,
-            storing,
+            storing: on.storing,
         };
         if choice != TierChoice::Auto || tier != Tier::Baseline {
             return Ok(loaded);
@@ -362,23 +371,81 @@ impl ModuleCache {
         Ok(true)
     }
 
-    /// The guest from the cache for `engine`, or compiled now (and stored later):
-    /// with how long compiling took and the store on its way.
+    /// The guest from the cache for `engine`, or compiled now (and stored later),
+    /// one process at a time: a process that finds another compiling it waits for
+    /// that artifact (see the module docs).
     fn load_on(
         &self,
         engine: &Engine,
         source: &mut Source,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<LoadedOn, LoadError> {
+        let done = |program, waited| LoadedOn {
+            program,
+            compiled_in: None,
+            waited,
+            storing: None,
+        };
         if let Some(program) = self.cached(engine, source) {
-            return Ok((program, None, None));
+            return Ok(done(program, None));
+        }
+        let path = source.path().to_owned();
+        let name = file_name(&path);
+        let read = source.read()?;
+        let waiting = || progress(Progress::Waiting { name: name.clone() });
+        self.one_at_a_time(engine, read, &waiting, done, |lock, waited| {
+            let started = Instant::now();
+            let (program, storing) =
+                self.compile_now_store_later(engine, &path, read, progress, lock)?;
+            Ok(LoadedOn {
+                program,
+                compiled_in: Some(started.elapsed()),
+                waited,
+                storing,
+            })
+        })
+    }
+
+    /// The stored artifact of `bytes` (whose digest is `digest`) for `engine`, as
+    /// `found` makes it (with how long this process waited for it), or what `compile`
+    /// makes while this process holds the artifact's lock (handed to it, to let go
+    /// once the artifact is stored; `None` when there is no lock to be had: a cache
+    /// that is off or read-only). `waiting` is called if another process holds the
+    /// lock; this one then waits for its artifact, and compiles after all if that
+    /// process died without storing it.
+    fn one_at_a_time<T>(
+        &self,
+        engine: &Engine,
+        (bytes, digest): (&[u8], Option<&Digest>),
+        waiting: &dyn Fn(),
+        found: impl Fn(Program, Option<Duration>) -> T,
+        compile: impl FnOnce(Option<ArtifactLock>, Option<Duration>) -> Result<T, LoadError>,
+    ) -> Result<T, LoadError> {
+        let component = is_component(bytes);
+        let Some(artifact) = self.artifact_path(engine, digest) else {
+            return compile(None, None);
+        };
+        if let Some(program) = load_artifact(engine, &artifact, component) {
+            return Ok(found(program, None));
         }
         let started = Instant::now();
-        let path = source.path().to_owned();
-        let (bytes, digest) = source.read()?;
-        let (program, storing) =
-            self.compile_now_store_later(engine, &path, bytes, digest, progress)?;
-        Ok((program, Some(started.elapsed()), storing))
+        let said = std::sync::atomic::AtomicBool::new(false);
+        let taken = ArtifactLock::take(&artifact, &|| {
+            said.store(true, std::sync::atomic::Ordering::Relaxed);
+            waiting();
+        });
+        let waited = said
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| started.elapsed());
+        let lock = match taken {
+            Ok(lock) => lock,
+            Err(_) => return compile(None, waited),
+        };
+        // The artifact appeared while waiting, or just before the lock was taken.
+        match load_artifact(engine, &artifact, component) {
+            Some(program) => Ok(found(program, waited)),
+            None => compile(lock, waited),
+        }
     }
 
     /// Compiles the guest at `path` for `engine` unless its artifact is stored, one
@@ -413,8 +480,8 @@ impl ModuleCache {
         progress: &(dyn Fn(Progress) + Sync),
         waiting: &dyn Fn(),
     ) -> Result<(Program, Option<Duration>), LoadError> {
-        let component = is_component(bytes);
-        let compile = || {
+        let found = |program, _waited| (program, None);
+        self.one_at_a_time(engine, (bytes, digest), waiting, found, |_lock, _| {
             let started = Instant::now();
             let program = match background {
                 true => in_low_priority_pool(|| {
@@ -425,34 +492,20 @@ impl ModuleCache {
                 }),
             }?;
             Ok((program, Some(started.elapsed())))
-        };
-        let Some(artifact) = self.artifact_path(engine, digest) else {
-            return compile();
-        };
-        if let Some(program) = load_artifact(engine, &artifact, component) {
-            return Ok((program, None));
-        }
-        let _lock = match ArtifactLock::take(&artifact, waiting) {
-            Ok(Some(lock)) => lock,
-            // Another process compiled and stored it meanwhile.
-            Ok(None) => {
-                return match load_artifact(engine, &artifact, component) {
-                    Some(program) => Ok((program, None)),
-                    None => compile(),
-                }
-            }
-            // No lock to be had (a read-only cache?): compile all the same.
-            Err(_) => return compile(),
-        };
-        match load_artifact(engine, &artifact, component) {
-            Some(program) => Ok((program, None)),
-            None => compile(),
-        }
+        })
     }
 }
 
+/// The file name of `path`, as progress reports name a guest.
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .unwrap_or(path.as_os_str())
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// The exclusive lock on an artifact being compiled.
-struct ArtifactLock {
+pub(super) struct ArtifactLock {
     path: PathBuf,
     _file: std::fs::File,
 }
