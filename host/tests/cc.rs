@@ -78,6 +78,17 @@ fn make_builds_the_example_project_and_rebuilds_only_what_a_header_edit_touches(
     );
 }
 
+/// How one of the zstd builds compiles.
+#[derive(Clone, Copy)]
+enum Build {
+    /// Each compile in its own process, on the embedded 9p server.
+    InProcess,
+    /// The same on the plain host directory.
+    OnBind,
+    /// Through the daemon the first compile starts.
+    AutoDaemon,
+}
+
 #[test]
 fn zstd_builds_with_its_cmake_through_9p_identically_to_a_bind_mount_and_round_trips_a_file() {
     let zstd = wasm9p_tests::zstd_sources();
@@ -90,7 +101,9 @@ fn zstd_builds_with_its_cmake_through_9p_identically_to_a_bind_mount_and_round_t
     );
     let toolchain_file =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cmake/wasm32-wasi-wasm9p.cmake");
-    let build = |name: &str, source: Option<&str>| {
+    // A runtime directory of the test's own for the daemon the third build starts.
+    let run_dir = tempfile::tempdir().unwrap();
+    let build = |name: &str, how: Build| {
         let mut configure = command("cmake", dir, dir);
         configure
             .args(["-S", "zpipe", "-B", name, "-DCMAKE_BUILD_TYPE=Release"])
@@ -103,16 +116,32 @@ fn zstd_builds_with_its_cmake_through_9p_identically_to_a_bind_mount_and_round_t
             .arg(format!("-DWASM9P_LINKS={}", dir.join("links").display()));
         let mut make = command("make", &dir.join(name), dir);
         make.arg("-j2");
-        if let Some(source) = source {
-            configure.env("WASM9P_ROOT_SOURCE", source);
-            make.env("WASM9P_ROOT_SOURCE", source);
+        for cmd in [&mut configure, &mut make] {
+            match how {
+                Build::InProcess => {}
+                Build::OnBind => {
+                    cmd.env("WASM9P_ROOT_SOURCE", "bind");
+                }
+                // As a user runs it: the first compile starts the user's daemon.
+                Build::AutoDaemon => {
+                    cmd.env_remove("WASM9P_DAEMON")
+                        .env("XDG_RUNTIME_DIR", run_dir.path());
+                }
+            }
         }
         assert_ok("cmake", &configure.output().unwrap());
         assert_ok("make", &make.output().unwrap());
         dir.join(name)
     };
-    let ninep = build("build-9p", None);
-    let bind = build("build-bind", Some("bind"));
+    let ninep = build("build-9p", Build::InProcess);
+    let bind = build("build-bind", Build::OnBind);
+    let auto = build("build-auto", Build::AutoDaemon);
+    assert_eq!(
+        daemons_in(run_dir.path()).len(),
+        1,
+        "the build went through one daemon"
+    );
+    stop_daemons(run_dir.path());
 
     let objects = files_in(&ninep, "obj");
     assert!(
@@ -121,12 +150,14 @@ fn zstd_builds_with_its_cmake_through_9p_identically_to_a_bind_mount_and_round_t
         objects.len()
     );
     for object in &objects {
-        let twin = bind.join(object.strip_prefix(&ninep).unwrap());
-        assert!(
-            std::fs::read(object).unwrap() == std::fs::read(&twin).unwrap(),
-            "{} differs from its bind-mount twin",
-            object.display()
-        );
+        for (twin_build, how) in [(&bind, "bind-mount"), (&auto, "daemon-built")] {
+            let twin = twin_build.join(object.strip_prefix(&ninep).unwrap());
+            assert!(
+                std::fs::read(object).unwrap() == std::fs::read(&twin).unwrap(),
+                "{} differs from its {how} twin",
+                object.display()
+            );
+        }
     }
 
     // The program does its job: a file compressed and decompressed byte for byte.
@@ -376,5 +407,82 @@ fn setjmp_and_longjmp_programs_run_and_legacy_exception_code_is_explained() {
         text(&out.stderr).contains("-wasm-use-legacy-eh=false"),
         "{}",
         text(&out.stderr)
+    );
+}
+
+#[test]
+fn ctest_runs_each_wasm_test_through_the_toolchain_s_emulator_in_its_working_directory() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/projects/ctests"),
+        &dir.join("src"),
+    );
+    let toolchain_file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cmake/wasm32-wasi-wasm9p.cmake");
+    let mut configure = command("cmake", dir, dir);
+    configure
+        .args(["-S", "src", "-B", "build"])
+        .arg(format!(
+            "-DCMAKE_TOOLCHAIN_FILE={}",
+            toolchain_file.display()
+        ))
+        .arg(format!("-DWASM9P={BIN}"))
+        .arg(format!("-DWASM9P_LINKS={}", dir.join("links").display()));
+    assert_ok("cmake", &configure.output().unwrap());
+    let build = dir.join("build");
+    assert_ok(
+        "make",
+        &command("make", &build, dir).arg("-j2").output().unwrap(),
+    );
+    // ctest with no option of ours: the emulator is the toolchain file's.
+    let out = command("ctest", &build, dir)
+        .arg("--output-on-failure")
+        .output()
+        .unwrap();
+    let log = text(&out.stdout);
+    assert_ne!(out.status.code(), Some(0), "a test failed: {log}");
+    for passed in ["writes_and_reads_back", "reads_source_data"] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains(passed) && l.contains("Passed")),
+            "{passed}: {log}"
+        );
+    }
+    assert!(
+        log.lines()
+            .any(|l| l.contains("fails_on_purpose") && l.contains("Failed")),
+        "{log}"
+    );
+    assert!(log.contains("failing on purpose"), "its stderr: {log}");
+    assert!(
+        log.contains("67% tests passed, 1 tests failed out of 3"),
+        "{log}"
+    );
+    // The test wrote its file where it ran: the build directory, on the host.
+    assert_eq!(
+        std::fs::read_to_string(build.join("roundtrip.out")).unwrap(),
+        "written by a test\n"
+    );
+    // The runner's exit code is the guest's.
+    let failing = command(BIN, &build, dir)
+        .args(["run", "--root"])
+        .arg(dir)
+        .arg("fails.wasm")
+        .output()
+        .unwrap();
+    assert_eq!(failing.status.code(), Some(3));
+    // A working directory outside the root is refused, before anything runs.
+    let outside = command(BIN, Path::new("/"), dir)
+        .args(["run", "--root"])
+        .arg(dir)
+        .arg(build.join("fails.wasm"))
+        .output()
+        .unwrap();
+    assert_eq!(outside.status.code(), Some(2));
+    assert!(
+        text(&outside.stderr).contains("outside the root"),
+        "{}",
+        text(&outside.stderr)
     );
 }

@@ -145,19 +145,6 @@ fn parse_grant(s: &str) -> Result<MountGrant, String> {
     s.parse()
 }
 
-/// `wasm9p run`.
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    #[command(flatten)]
-    #[allow(missing_docs)]
-    pub guest: GuestArgs,
-    /// The guest: a WASI preview1 module or a WASI preview2 component (.wasm).
-    pub module: PathBuf,
-    /// Arguments for the guest (its argv[0] is the module's file name).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub args: Vec<String>,
-}
-
 /// `wasm9p batch`.
 #[derive(Debug, Args)]
 pub struct BatchArgs {
@@ -243,19 +230,9 @@ impl Host {
         })
     }
 
-    /// Runs one guest to its end: its exit status (or trap), and what it printed when
-    /// captured.
-    pub(super) fn run_guest(
-        &self,
-        argv: Vec<String>,
-        env: &[(String, String)],
-        stdio: Stdio,
-    ) -> (wasmtime::Result<i32>, Vec<u8>, Vec<u8>) {
-        self.run_guest_in(argv, env, stdio, None)
-    }
-
-    /// As [`Host::run_guest`], in the working directory `working_dir` (a guest path;
-    /// preview1 guests only; `None`: wasi-libc's `/`).
+    /// Runs one guest to its end, in the working directory `working_dir` (a guest
+    /// path; preview1 guests only; `None`: wasi-libc's `/`): its exit status (or trap),
+    /// and what it printed when captured.
     pub(super) fn run_guest_in(
         &self,
         argv: Vec<String>,
@@ -362,6 +339,11 @@ impl Host {
         }
     }
 
+    /// Whether guests are preview1 modules (not components).
+    pub(super) fn runs_modules(&self) -> bool {
+        self.program.runs_modules()
+    }
+
     /// Waits for what the program still has to store (see [`TieredProgram::finish`]).
     pub(super) fn finish(&self) {
         self.program.finish();
@@ -369,7 +351,7 @@ impl Host {
 
     /// The `--stats` JSON as of now; with `--allow-mount`, `runtime_mounts` lists the
     /// mounts guests made, as they went.
-    fn stats_now(&self, guests: u64) -> serde_json::Value {
+    pub(super) fn stats_now(&self, guests: u64) -> serde_json::Value {
         let wall_ms = self.started.elapsed().as_millis() as u64;
         let mut stats = self.mounts.stats_json(guests, wall_ms);
         stats["tier"] = self.program.stats_json();
@@ -428,30 +410,6 @@ pub(super) fn exit_code(result: wasmtime::Result<i32>) -> (u8, Option<String>) {
             (1, Some(first_line(&e.root_cause().to_string()).to_string()))
         }
     }
-}
-
-/// `wasm9p run`: the guest's exit code; 2 for a setup error, 1 for a trap.
-pub fn run(args: RunArgs) -> ExitCode {
-    let host = match Host::prepare(&args.guest, &args.module) {
-        Ok(host) => host,
-        Err(code) => return code,
-    };
-    let argv0 = args
-        .module
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let argv = std::iter::once(argv0)
-        .chain(args.args.iter().cloned())
-        .collect();
-    let (result, _, _) = host.run_guest(argv, &args.guest.env, Stdio::Inherit);
-    let (code, trap) = exit_code(result);
-    if let Some(trap) = trap {
-        say(&format!("guest trapped: {trap}"));
-    }
-    args.guest.namespace.report_stats(host.stats_now(1));
-    host.program.finish();
-    ExitCode::from(code)
 }
 
 /// One COMMANDS line.

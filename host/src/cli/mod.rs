@@ -16,12 +16,14 @@ pub mod cc;
 mod compile;
 mod guests;
 mod mount;
+mod run;
 mod tiered;
 
 pub use cache::{cache, CacheAction, CacheArgs, StoreChoice};
 pub use compile::{compile, CompileArgs};
-pub use guests::{batch, parse_commands, run, BatchArgs, GuestArgs, Job, NamespaceArgs, RunArgs};
+pub use guests::{batch, parse_commands, BatchArgs, GuestArgs, Job, NamespaceArgs};
 pub use mount::{mount, MountArgs};
+pub use run::{run, RunArgs};
 
 /// Exit code for bad usage or configuration.
 pub const EXIT_USAGE: u8 = 2;

@@ -145,6 +145,12 @@ impl TieredProgram {
         })
     }
 
+    /// Whether its guests are preview1 modules (not components).
+    pub(super) fn runs_modules(&self) -> bool {
+        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        matches!(current.runner, Runner::P1(_))
+    }
+
     /// The program the next guest starts on: the optimized one once it is ready.
     pub(super) fn next(&self) -> Arc<OnTier> {
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());

@@ -24,7 +24,7 @@ pub fn command(program: impl AsRef<std::ffi::OsStr>, cwd: &Path, root: &Path) ->
         .env("WASM9P_CACHE_DIR", module_cache())
         .env("WASM9P_TOOLCHAIN", toolchain())
         .env("WASM9P_ROOT", root)
-        .env_remove("WASM9P_DAEMON")
+        .env("WASM9P_DAEMON", "off")
         .env_remove("WASM9P_ROOT_SOURCE");
     cmd
 }
@@ -148,4 +148,38 @@ pub fn with_stdin(cmd: &mut Command, input: &[u8]) -> Output {
         .unwrap();
     child.stdin.take().unwrap().write_all(input).unwrap();
     child.wait_with_output().unwrap()
+}
+
+/// The logs of the daemons `wasm9p cc` started with `run_dir` as its
+/// `XDG_RUNTIME_DIR` (one per daemon socket name).
+pub fn daemons_in(run_dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(run_dir.join("wasm9p")) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect()
+}
+
+/// The process ids the daemons of `run_dir` logged, oldest first.
+pub fn daemon_pids(run_dir: &Path) -> Vec<i32> {
+    daemons_in(run_dir)
+        .iter()
+        .flat_map(|log| {
+            std::fs::read_to_string(log)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.rsplit_once("(pid ")?.1.strip_suffix(')')?.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+/// Stops the daemons of `run_dir` (SIGTERM: they finish what runs, then exit).
+pub fn stop_daemons(run_dir: &Path) {
+    for pid in daemon_pids(run_dir) {
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    }
 }

@@ -1,5 +1,6 @@
-//! `wasm9p cc --daemon unix:PATH` (or `WASM9P_DAEMON`): the invocation sent to a
-//! `wasm9p daemon`, its output relayed as it comes, its exit code returned.
+//! A tool's invocation sent to a `wasm9p daemon` (the user's own for the root, see
+//! [`super::autostart`], or the one `--daemon unix:PATH` / `WASM9P_DAEMON` names),
+//! its output relayed as it comes, its exit code returned.
 //!
 //! Stdin is sent only when an argument is `-` (the one way the tools read it); the
 //! guests of any other invocation see an empty stdin.
@@ -11,13 +12,30 @@ use std::path::Path;
 use super::wire::{self, Request};
 use super::{roots, Options};
 
-/// Sends the invocation: the exit code it had, or why it could not be run.
+/// Why an invocation sent to a daemon did not end with an exit code.
+pub(super) enum Failure {
+    /// The daemon closed before it answered anything, and nothing of this process's
+    /// (its stdin) was used up: the invocation can still run elsewhere.
+    Unanswered(String),
+    /// Anything else.
+    Failed(String),
+}
+
+impl From<String> for Failure {
+    fn from(why: String) -> Failure {
+        Failure::Failed(why)
+    }
+}
+
+/// Sends the invocation to the daemon on `stream` (listening on `daemon`): the exit
+/// code it had, or why it could not be run.
 pub(super) fn run(
+    mut stream: UnixStream,
     daemon: &Path,
     name: &str,
     opts: &Options,
     args: Vec<String>,
-) -> Result<u8, String> {
+) -> Result<u8, Failure> {
     let (cwd, root) = roots(opts)?;
     let text = |p: &Path| {
         p.to_str()
@@ -34,18 +52,26 @@ pub(super) fn run(
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect(),
     };
-    let mut stream = UnixStream::connect(daemon)
-        .map_err(|e| format!("cannot reach the daemon at unix:{}: {e}", daemon.display()))?;
     let lost = |e: std::io::Error| format!("lost the daemon at unix:{}: {e}", daemon.display());
+    // Nothing answered yet, and stdin not read: the work may go elsewhere.
+    let retriable = |why: String, answered: bool| match answered || request.stdin {
+        true => Failure::Failed(why),
+        false => Failure::Unanswered(why),
+    };
+    let mut answered = false;
     // A daemon that refuses the request says why and closes before reading it all: a
     // failed send is reported only if no answer can be read either.
     let sent = send_request(&mut stream, &request);
     loop {
         let frame = match (wire::receive(&mut stream), &sent) {
             (Ok(frame), _) => frame,
-            (Err(_), Err(e)) => return Err(lost(std::io::Error::new(e.kind(), e.to_string()))),
-            (Err(e), Ok(())) => return Err(lost(e)),
+            (Err(_), Err(e)) => {
+                let e = std::io::Error::new(e.kind(), e.to_string());
+                return Err(retriable(lost(e), answered));
+            }
+            (Err(e), Ok(())) => return Err(retriable(lost(e), answered)),
         };
+        answered |= frame.is_some();
         match frame {
             Some((wire::STDOUT, bytes)) => {
                 let mut out = std::io::stdout().lock();
@@ -55,15 +81,20 @@ pub(super) fn run(
                 let _ = std::io::stderr().lock().write_all(&bytes);
             }
             Some((wire::EXIT, code)) if code.len() == 1 => return Ok(code[0]),
-            Some((tag, _)) => return Err(format!("the daemon sent an unknown frame {tag:#x}")),
+            Some((tag, _)) => {
+                return Err(Failure::Failed(format!(
+                    "the daemon sent an unknown frame {tag:#x}"
+                )))
+            }
             None => {
-                return Err(match sent {
+                let why = match sent {
                     Err(e) => lost(e),
                     Ok(()) => format!(
                         "the daemon at unix:{} went away before the end",
                         daemon.display()
                     ),
-                })
+                };
+                return Err(retriable(why, answered));
             }
         }
     }

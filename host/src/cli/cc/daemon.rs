@@ -21,13 +21,19 @@
 //!   daemon (an editor, a code generator run by make) is seen by the next compile. The
 //!   toolchain never changes and stays cached for good.
 //! - **SIGTERM or SIGINT:** no new client is taken, the running ones finish, then the
-//!   daemon removes its socket and exits 0.
+//!   daemon removes its socket and exits 0. So it does after `--idle-timeout` (10
+//!   minutes by default) without a client.
+//! - **Its socket comes first:** it listens before it loads clang.wasm, so clients
+//!   that come while it loads (or compiles it, on a machine that never ran it) wait in
+//!   the socket's queue rather than find nobody; a tool that started it (see
+//!   [`super::autostart`]) knows at once that it is there.
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use clap::Args;
 
@@ -61,6 +67,47 @@ pub struct DaemonArgs {
     /// at their next WASI call.
     #[arg(long)]
     pub prompt_cancel: bool,
+    /// Stop after this long without a client: seconds, or a number with s, m or h
+    /// (0: never). Default: $WASM9P_DAEMON_IDLE_TIMEOUT, else 10m.
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    pub idle_timeout: Option<Duration>,
+}
+
+/// How long a daemon lives without a client, unless told.
+pub(super) const DEFAULT_IDLE_TIMEOUT_TEXT: &str = "10m";
+
+/// The idle timeout: `given`, else `$WASM9P_DAEMON_IDLE_TIMEOUT` (how a daemon that
+/// a tool starts is told), else the default.
+fn idle_timeout(given: Option<Duration>) -> Result<Duration, String> {
+    if let Some(given) = given {
+        return Ok(given);
+    }
+    let text = std::env::var("WASM9P_DAEMON_IDLE_TIMEOUT")
+        .ok()
+        .filter(|v| !v.is_empty());
+    match text {
+        Some(text) => parse_duration(&text).map_err(|e| format!("WASM9P_DAEMON_IDLE_TIMEOUT: {e}")),
+        None => parse_duration(DEFAULT_IDLE_TIMEOUT_TEXT),
+    }
+}
+
+/// `N`, `Ns`, `Nm` or `Nh`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (number, unit) = match s.strip_suffix(['s', 'm', 'h']) {
+        Some(number) => (number, &s[number.len()..]),
+        None => (s, "s"),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{s:?}: expected seconds, or a number with s, m or h"))?;
+    let seconds = match unit {
+        "h" => n.checked_mul(3600),
+        "m" => n.checked_mul(60),
+        _ => Some(n),
+    };
+    seconds
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{s:?}: too long"))
 }
 
 /// `unix:PATH`, the only address a daemon takes.
@@ -86,10 +133,6 @@ pub fn daemon(args: DaemonArgs) -> ExitCode {
         Ok(setup) => setup,
         Err(e) => return fail(EXIT_SETUP, &format!("daemon: {e}")),
     };
-    let host = match setup.host(args.prompt_cancel) {
-        Ok(host) => host,
-        Err(code) => return code,
-    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -97,19 +140,34 @@ pub fn daemon(args: DaemonArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return fail(1, &format!("daemon: cannot start the runtime: {e}")),
     };
+    let idle = match idle_timeout(args.idle_timeout) {
+        Ok(idle) => (!idle.is_zero()).then_some(idle),
+        Err(e) => return fail(EXIT_SETUP, &format!("daemon: {e}")),
+    };
     let listener = match runtime.block_on(listen(&args.listen)) {
         Ok(listener) => listener,
         Err(e) => return fail(EXIT_SETUP, &format!("daemon: {e}")),
+    };
+    let host = match setup.host(args.prompt_cancel) {
+        Ok(host) => host,
+        Err(code) => {
+            drop(listener);
+            let _ = std::fs::remove_file(&args.listen);
+            return code;
+        }
     };
     let daemon = Daemon {
         host: &host,
         setup: &setup,
         uid: rustix::process::geteuid().as_raw(),
+        clients: AtomicUsize::new(0),
+        last_client: Mutex::new(Instant::now()),
     };
     say(&format!(
-        "daemon: serving {} on unix:{}",
+        "daemon: serving {} on unix:{} (pid {})",
         setup.root.display(),
-        args.listen.display()
+        args.listen.display(),
+        std::process::id()
     ));
     let served = std::thread::scope(|scope| {
         runtime.block_on(async {
@@ -122,6 +180,15 @@ pub fn daemon(args: DaemonArgs) -> ExitCode {
                 tokio::select! {
                     _ = term.recv() => break,
                     _ = int.recv() => break,
+                    _ = tokio::time::sleep(Duration::from_secs(1)), if idle.is_some() => {
+                        if let Some(idle) = idle.filter(|idle| daemon.idle_for(*idle)) {
+                            say(&format!(
+                                "daemon: no client for {} s; stopping",
+                                idle.as_secs()
+                            ));
+                            break;
+                        }
+                    }
                     accepted = listener.accept() => {
                         let Ok((stream, _)) = accepted else {
                             // Out of descriptors, say: give the running clients a moment
@@ -130,7 +197,13 @@ pub fn daemon(args: DaemonArgs) -> ExitCode {
                             continue;
                         };
                         let daemon = &daemon;
-                        scope.spawn(move || daemon.serve(stream));
+                        daemon.clients.fetch_add(1, Ordering::SeqCst);
+                        scope.spawn(move || {
+                            daemon.serve(stream);
+                            *daemon.last_client.lock().unwrap_or_else(|e| e.into_inner()) =
+                                Instant::now();
+                            daemon.clients.fetch_sub(1, Ordering::SeqCst);
+                        });
                     }
                 }
             }
@@ -170,9 +243,24 @@ struct Daemon<'a> {
     host: &'a Host,
     setup: &'a Setup,
     uid: u32,
+    /// Clients being served.
+    clients: AtomicUsize,
+    /// When the last client was done (or the daemon started).
+    last_client: Mutex<Instant>,
 }
 
 impl Daemon<'_> {
+    /// Whether no client has been served for `idle`.
+    fn idle_for(&self, idle: Duration) -> bool {
+        self.clients.load(Ordering::SeqCst) == 0
+            && self
+                .last_client
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .elapsed()
+                >= idle
+    }
+
     /// One client, start to end.
     fn serve(&self, stream: tokio::net::UnixStream) {
         let uid = stream.peer_cred().map(|c| c.uid());

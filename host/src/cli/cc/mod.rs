@@ -34,6 +34,7 @@
 //! called through a link named after a tool (`ln -s wasm9p cc`), every argument is
 //! the tool's and only the environment variables apply.
 
+mod autostart;
 mod client;
 mod daemon;
 mod depfile;
@@ -46,6 +47,7 @@ pub use daemon::{daemon, DaemonArgs};
 
 use std::ffi::OsString;
 use std::io::Write;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -117,8 +119,9 @@ struct Options {
     root: Option<PathBuf>,
     root_source: Option<String>,
     toolchain: Option<PathBuf>,
-    /// The daemon to send the work to (`unix:PATH`).
-    daemon: Option<PathBuf>,
+    /// Where the work goes: `--daemon`, else `WASM9P_DAEMON`, else the user's daemon
+    /// for the root (see [`autostart`]).
+    daemon: Option<autostart::Daemon>,
 }
 
 impl Options {
@@ -149,7 +152,11 @@ impl Options {
             match key.as_str() {
                 "--root" => opts.root = Some(value.into()),
                 "--root-source" => opts.root_source = Some(value),
-                "--daemon" => opts.daemon = Some(daemon::parse_unix(&value)?),
+                "--daemon" => {
+                    opts.daemon = Some(
+                        autostart::Daemon::parse(&value).map_err(|e| format!("--daemon: {e}"))?,
+                    )
+                }
                 _ => opts.toolchain = Some(value.into()),
             }
         }
@@ -160,8 +167,9 @@ impl Options {
                 .ok()
                 .filter(|v| !v.is_empty())
             {
-                opts.daemon =
-                    Some(daemon::parse_unix(&addr).map_err(|e| format!("WASM9P_DAEMON: {e}"))?);
+                opts.daemon = Some(
+                    autostart::Daemon::parse(&addr).map_err(|e| format!("WASM9P_DAEMON: {e}"))?,
+                );
             }
         }
         Ok(opts)
@@ -234,12 +242,87 @@ pub fn main(name: &str, tool: Tool, mut args: Vec<String>, called_as_tool: bool)
         Ok(opts) => opts,
         Err(e) => return complain(name, &e),
     };
-    if let Some(daemon) = &opts.daemon {
-        return match client::run(daemon, name, &opts, args) {
-            Ok(code) => ExitCode::from(code),
-            Err(e) => complain(name, &e),
-        };
+    match opts.daemon.clone().unwrap_or(autostart::Daemon::Auto) {
+        autostart::Daemon::Off => {}
+        autostart::Daemon::At(socket) => {
+            let sent = UnixStream::connect(&socket)
+                .map_err(|e| {
+                    client::Failure::Failed(format!(
+                        "cannot reach the daemon at unix:{}: {e}",
+                        socket.display()
+                    ))
+                })
+                .and_then(|stream| client::run(stream, &socket, name, &opts, args.clone()));
+            return match sent {
+                Ok(code) => ExitCode::from(code),
+                Err(client::Failure::Failed(e) | client::Failure::Unanswered(e)) => {
+                    complain(name, &e)
+                }
+            };
+        }
+        autostart::Daemon::Auto => match through_own_daemon(name, &opts, &args) {
+            Some(Ok(code)) => return ExitCode::from(code),
+            Some(Err(e)) => return complain(name, &e),
+            None => {} // said why; compiled here
+        },
     }
+    in_process(name, tool, opts, args)
+}
+
+/// `name` run by the user's daemon for the root (started if need be): its exit code,
+/// or why it failed; `None` (said on stderr) when no daemon could take it, so that
+/// it runs in this process instead. A daemon found that goes away unanswered (it
+/// stopped, idle, at that moment) is started again once.
+fn through_own_daemon(name: &str, opts: &Options, args: &[String]) -> Option<Result<u8, String>> {
+    // What the daemon would serve; a setup this process could not use either is
+    // left to it to report.
+    let (_, root) = roots(opts).ok()?;
+    let toolchain = opts.toolchain.clone().or_else(default_toolchain)?;
+    let toolchain = std::fs::canonicalize(&toolchain).ok()?;
+    Toolchain::at(Some(toolchain.clone())).ok()?;
+    let identity = autostart::Identity {
+        root: &root,
+        toolchain: &toolchain,
+        root_source: opts.root_source.as_deref(),
+    };
+    let mut why = String::new();
+    for _ in 0..2 {
+        let reached = match autostart::reach(&identity) {
+            Ok(reached) => reached,
+            Err(e) => {
+                why = e;
+                break;
+            }
+        };
+        if reached.started {
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "wasm9p {name}: started a daemon for {} (unix:{}); it stops after {} without a client",
+                root.display(),
+                reached.socket.display(),
+                daemon::DEFAULT_IDLE_TIMEOUT_TEXT,
+            );
+        }
+        match client::run(reached.stream, &reached.socket, name, opts, args.to_vec()) {
+            Ok(code) => return Some(Ok(code)),
+            Err(client::Failure::Failed(e)) => return Some(Err(e)),
+            Err(client::Failure::Unanswered(e)) => {
+                why = e;
+                if reached.started {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "wasm9p {name}: no daemon ({why}); compiling in this process"
+    );
+    None
+}
+
+/// `name` run in this process.
+fn in_process(name: &str, tool: Tool, opts: Options, args: Vec<String>) -> ExitCode {
     let setup = match Setup::new(opts, true) {
         Ok(setup) => setup,
         Err(e) => return complain(name, &e),

@@ -1,0 +1,6 @@
+#include <stdio.h>
+
+int main(void) {
+    fputs("failing on purpose\n", stderr);
+    return 3;
+}
