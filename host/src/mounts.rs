@@ -448,7 +448,10 @@ pub async fn build(
                 );
                 plugin_fs = Some(plugin.clone());
                 let (client_end, server_end) = wasm9p_proto::transport::duplex();
-                tokio::spawn(crate::plugin::serve(plugin, server_end));
+                tokio::spawn(wasm9p_server::nodes::serve(
+                    Arc::new(crate::plugin::PluginNodes(plugin)),
+                    server_end,
+                ));
                 let fs = attach_in_process(client_end, options).await.map_err(fail)?;
                 (
                     fs.clone() as Arc<dyn wasm9p_guest_fs::backend::Backend>,

@@ -49,7 +49,8 @@ async fn plugin_over_9p(
         wasm9p_host::plugin::PluginFs::load(path, limits, &Default::default()).unwrap(),
     );
     let (client, server) = wasm9p_proto::transport::duplex();
-    tokio::spawn(wasm9p_host::plugin::serve(plugin.clone(), server));
+    let nodes = std::sync::Arc::new(wasm9p_host::plugin::PluginNodes(plugin.clone()));
+    tokio::spawn(wasm9p_server::nodes::serve(nodes, server));
     let mut c = wasm9p_tests::Conn::over(client);
     assert_eq!(c.version(8192).await.msize, 8192);
     (plugin, c)

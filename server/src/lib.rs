@@ -47,6 +47,7 @@ pub mod access;
 mod export;
 mod fid;
 mod io_thread;
+pub mod nodes;
 mod ops;
 mod rates;
 mod scheduler;

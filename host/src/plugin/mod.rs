@@ -2,8 +2,9 @@
 //! `wasm9p:fs/backend` (world `fs-plugin`, in `wit/fs.wit`), mounted with
 //! `--mount type=plugin,component=FILE.wasm,target=/g[,cache=..][,instances=N]`.
 //!
-//! How: [`PluginFs`] holds a pool of instances of the component, and [`serve`] speaks
-//! 9P2000.L over an in-memory duplex in front of it, so that a plugin mount is a 9p
+//! How: [`PluginFs`] holds a pool of instances of the component, and
+//! `wasm9p_server::nodes::serve` speaks 9P2000.L over an in-memory duplex in front of
+//! it ([`PluginNodes`]), so that a plugin mount is a 9p
 //! mount like any other: the same namespace rules, cache modes (`cache=none` by
 //! default; `loose` when the plugin's files change only through the mount) and
 //! `--stats` counters. A plugin sees no host file system, no environment and no
@@ -22,7 +23,7 @@
 //! taking a free one. Several instances suit plugins whose answers do not depend on
 //! memory (a read-only archive, say); a plugin keeping its files in memory needs one.
 
-mod serve;
+mod nodes;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,7 +37,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::module_cache::{Engines, ModuleCache, Program, Tier, TierChoice, Upgrade, UpgradeIn};
 
-pub use serve::serve;
+pub use nodes::PluginNodes;
 
 /// Bindings of the `fs-plugin` world (`wit/fs.wit`).
 mod bindings {

@@ -1,17 +1,12 @@
-//! 9P2000.L in front of a [`PluginFs`], over an in-memory duplex: what lets a plugin
-//! mount reuse the 9p client, its caches and counters unchanged.
+//! The 9P2000.L server of [`super::NodeFs`]: one connection's requests, each in a task
+//! of its own (so that a file system that can answer several calls at once does), the
+//! replies through one writer.
 //!
-//! Each request runs in its own task (so that `instances=N` serve N calls at once) and
-//! replies go out through one writer. A fid is a plugin node plus the walk that reached
-//! it (ancestors and names, for `..`, `Trename` and `Tremove`). Node numbers are qid
-//! paths; a qid's version mixes the node's mtime and size, so that pages cached by a
-//! reader are dropped when the file changes. A Treaddir at offset 0 asks the plugin for
-//! the listing and keeps it with the fid; later offsets page through that snapshot (so a
-//! large directory costs one plugin call per pass, not one per reply). Tflush waits for
-//! the request it names.
-//! A plugin has no owners: its files belong to the user running the host. What a plugin
-//! cannot express (ownership and permission changes, setting times, xattrs, hard links,
-//! device nodes, locks) is EOPNOTSUPP.
+//! A fid is a node plus the walk that reached it (ancestors and names, for `..`,
+//! `Trename` and `Tremove`). A Treaddir at offset 0 asks for the listing and keeps it
+//! with the fid; later offsets page through that snapshot (a large directory costs one
+//! call per pass, not one per reply). Tflush waits for the request it names. Frames are
+//! bounded by the msize granted; a body that does not decode is answered EINVAL.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,7 +18,7 @@ use wasm9p_proto::consts::{getattr, open, qid as qt, AT_REMOVEDIR, VERSION_9P200
 use wasm9p_proto::transport::BoxStream;
 use wasm9p_proto::*;
 
-use super::{Attr, Dirent, Kind, PluginFs};
+use super::{Attr, Dirent, Kind, New, NodeFs};
 
 /// Largest msize granted.
 const MAX_MSIZE: u32 = 1 << 20;
@@ -50,7 +45,7 @@ impl FidState {
 }
 
 struct Conn {
-    fs: Arc<PluginFs>,
+    fs: Arc<dyn NodeFs>,
     fids: Mutex<HashMap<u32, FidState>>,
     /// Requests being answered, by tag: Tflush waits for them.
     running: Mutex<HashMap<u16, oneshot::Receiver<()>>>,
@@ -58,7 +53,7 @@ struct Conn {
 }
 
 /// Serves 9P2000.L for `fs` on `stream` until the client goes away.
-pub async fn serve(fs: Arc<PluginFs>, stream: BoxStream) {
+pub async fn serve(fs: Arc<dyn NodeFs>, stream: BoxStream) {
     let (mut reader, mut writer) = tokio::io::split(stream);
     let conn = Arc::new(Conn {
         fs,
@@ -143,13 +138,17 @@ fn reply(tag: u16, answer: Result<Message, Errno>) -> BytesMut {
 
 fn qid_of(node: u64, attr: &Attr) -> Qid {
     Qid {
-        ty: match attr.kind {
-            Kind::Directory => qt::DIR,
-            Kind::Symlink => qt::SYMLINK,
-            Kind::File => 0,
-        },
-        version: (attr.mtime_sec as u32) ^ attr.mtime_nsec ^ (attr.size as u32),
+        ty: qid_type(attr.kind),
+        version: attr.version,
         path: node,
+    }
+}
+
+fn qid_type(kind: Kind) -> u8 {
+    match kind {
+        Kind::Directory => qt::DIR,
+        Kind::Symlink => qt::SYMLINK,
+        Kind::File => 0,
     }
 }
 
@@ -169,11 +168,9 @@ fn dirent_type(kind: Kind) -> u8 {
     }
 }
 
-/// The name of a new entry: one path component.
+/// A name a client gave for an entry: one path component (see `crate::ops::check_name`).
 fn check_name(name: &str) -> Result<String, Errno> {
-    if name.is_empty() || name == "." || name == ".." || name.contains('/') {
-        return Err(Errno::EINVAL);
-    }
+    crate::ops::check_name(name)?;
     Ok(name.to_owned())
 }
 
@@ -244,7 +241,7 @@ impl Conn {
                             at.steps.pop();
                             at.node = at.steps.last().map_or(fs.root(), |s| s.0);
                         } else if name != "." {
-                            at.node = fs.lookup(at.node, check_name(name)?).await?;
+                            at.node = fs.lookup(at.node, &check_name(name)?).await?;
                             at.steps.push((at.node, name.clone()));
                         }
                         self.qid(at.node).await
@@ -284,8 +281,8 @@ impl Conn {
             Message::Tsetattr(t) => {
                 use wasm9p_proto::consts::setattr as v;
                 let node = self.fid(t.fid)?.node;
-                // A plugin keeps its own times and has no owners or permission
-                // changes: saying "done" to those would be a lie.
+                // A node file system keeps its own times and has no owners or
+                // permission changes: saying "done" to those would be a lie.
                 if t.valid & (v::MODE | v::UID | v::GID | v::ATIME | v::MTIME) != 0 {
                     return Err(Errno::EOPNOTSUPP);
                 }
@@ -321,16 +318,21 @@ impl Conn {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .saturating_sub(24);
-                let data = fs.read(node, t.offset, t.count.min(most)).await?;
-                Rread {
-                    data: Data::from(data),
+                let count = t.count.min(most);
+                let data = fs.read(node, t.offset, count).await?;
+                if data.len() > count as usize {
+                    return Err(Errno::EIO);
                 }
-                .into()
+                Rread { data: Data(data) }.into()
             }
             Message::Twrite(t) => {
                 self.writable()?;
                 let node = self.fid(t.fid)?.node;
-                let count = fs.write(node, t.offset, t.data.0.to_vec()).await?;
+                let len = t.data.0.len();
+                let count = fs.write(node, t.offset, t.data.0).await?;
+                if count as usize > len {
+                    return Err(Errno::EIO);
+                }
                 Rwrite { count }.into()
             }
             Message::Treaddir(t) => {
@@ -350,11 +352,7 @@ impl Conn {
                 for (i, e) in entries.iter().enumerate().skip(t.offset as usize) {
                     let entry = DirEntry {
                         qid: Qid {
-                            ty: match e.kind {
-                                Kind::Directory => qt::DIR,
-                                Kind::Symlink => qt::SYMLINK,
-                                Kind::File => 0,
-                            },
+                            ty: qid_type(e.kind),
                             version: 0,
                             path: e.node,
                         },
@@ -380,13 +378,7 @@ impl Conn {
                 let mut dir = self.fid(t.fid)?;
                 let name = check_name(&t.name)?;
                 let node = fs
-                    .create(
-                        dir.node,
-                        name.clone(),
-                        Kind::File,
-                        t.mode & 0o7777,
-                        String::new(),
-                    )
+                    .create(dir.node, &name, New::File(t.mode & 0o7777))
                     .await?;
                 dir.node = node;
                 dir.steps.push((node, name));
@@ -399,13 +391,7 @@ impl Conn {
                 self.writable()?;
                 let dir = self.fid(t.dfid)?.node;
                 let node = fs
-                    .create(
-                        dir,
-                        check_name(&t.name)?,
-                        Kind::Directory,
-                        t.mode & 0o7777,
-                        String::new(),
-                    )
+                    .create(dir, &check_name(&t.name)?, New::Directory(t.mode & 0o7777))
                     .await?;
                 Rmkdir {
                     qid: self.qid(node).await?,
@@ -416,7 +402,7 @@ impl Conn {
                 self.writable()?;
                 let dir = self.fid(t.fid)?.node;
                 let node = fs
-                    .create(dir, check_name(&t.name)?, Kind::Symlink, 0o777, t.symtgt)
+                    .create(dir, &check_name(&t.name)?, New::Symlink(&t.symtgt))
                     .await?;
                 Rsymlink {
                     qid: self.qid(node).await?,
@@ -427,20 +413,20 @@ impl Conn {
                 self.writable()?;
                 let dir = self.fid(t.dirfd)?.node;
                 let name = check_name(&t.name)?;
-                let target = fs.getattr(fs.lookup(dir, name.clone()).await?).await?;
+                let target = fs.getattr(fs.lookup(dir, &name).await?).await?;
                 match (target.kind == Kind::Directory, t.flags & AT_REMOVEDIR != 0) {
                     (true, false) => return Err(Errno::EISDIR),
                     (false, true) => return Err(Errno::ENOTDIR),
                     _ => {}
                 }
-                fs.unlink(dir, name).await?;
+                fs.unlink(dir, &name).await?;
                 Runlinkat {}.into()
             }
             Message::Trenameat(t) => {
                 self.writable()?;
                 let from = self.fid(t.olddirfid)?.node;
                 let to = self.fid(t.newdirfid)?.node;
-                fs.rename(from, check_name(&t.oldname)?, to, check_name(&t.newname)?)
+                fs.rename(from, &check_name(&t.oldname)?, to, &check_name(&t.newname)?)
                     .await?;
                 Rrenameat {}.into()
             }
@@ -449,7 +435,7 @@ impl Conn {
                 let file = self.fid(t.fid)?;
                 let (_, name) = file.steps.last().cloned().ok_or(Errno::EBUSY)?;
                 let to = self.fid(t.dfid)?.node;
-                fs.rename(file.parent(fs.root()), name, to, check_name(&t.name)?)
+                fs.rename(file.parent(fs.root()), &name, to, &check_name(&t.name)?)
                     .await?;
                 Rrename {}.into()
             }
@@ -462,7 +448,7 @@ impl Conn {
                     .ok_or(Errno::EBADF)?;
                 self.writable()?;
                 let (_, name) = file.steps.last().cloned().ok_or(Errno::EBUSY)?;
-                fs.unlink(file.parent(fs.root()), name).await?;
+                fs.unlink(file.parent(fs.root()), &name).await?;
                 Rremove {}.into()
             }
             Message::Tclunk(t) => {
