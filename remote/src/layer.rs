@@ -1,0 +1,1099 @@
+//! An action's file system: its input root ([`InputTree`]) with a writable layer over
+//! it, as a [`NodeFs`] that `wasm9p_server::nodes::serve` speaks 9P2000.L for.
+//!
+//! - **The tree is read as it is.** A directory lists what its `Directory` message
+//!   lists (plus what the action made in it, less what it removed); a file's bytes
+//!   come from the worker's [`ContentStore`] on the first read of the file, fetched
+//!   from the CAS if the store does not have them, and never before.
+//! - **Node numbers and versions from the digests.** A node of the tree is numbered by
+//!   a hash of its path, what it is and its digest (or target), so the same file at
+//!   the same path has the same qid in every action (the client's caches know it); its
+//!   qid version is the digest's first bytes. Nodes the action makes have numbers of
+//!   their own (the top bit set, from a counter of the worker's, never reused) and
+//!   versions that move with every change.
+//! - **The writable layer.** What the action makes (files, directories, symlinks) is
+//!   kept in a scratch directory of its own: file bytes in files there, the rest in
+//!   memory. A directory of the tree that gains or loses names keeps them beside its
+//!   listing; a file of the tree that is written is copied up first (its bytes from
+//!   the store). Renames move entries; nothing of the tree is ever changed.
+//! - **Bounded.** The bytes written (copies up included) are at most the layer's
+//!   `limit`: past it a write is ENOSPC.
+//! - **Counted.** Files of the tree read, their bytes, and bytes fetched for them
+//!   ([`ActionFs::stats`]): what the laziness of an input root is measured by.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::hash::{Hash, Hasher};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use wasm9p_proto::Errno;
+use wasm9p_server::nodes::{Attr, BoxFuture, Dirent, Kind, New, NodeFs};
+
+use crate::digest::Digest;
+use crate::store::{ContentStore, Fetch, FetchError};
+use crate::tree::{Index, InputTree, TreeNode};
+
+/// The top bit: nodes the action made.
+const MADE: u64 = 1 << 63;
+
+/// Numbers of made nodes, worker-wide: never the same twice in one process, and
+/// started from the clock, so not in the next either.
+static NEXT_MADE: AtomicU64 = AtomicU64::new(0);
+
+fn next_made() -> u64 {
+    if NEXT_MADE.load(Ordering::Relaxed) == 0 {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            & !MADE;
+        let _ = NEXT_MADE.compare_exchange(0, seed.max(1), Ordering::Relaxed, Ordering::Relaxed);
+    }
+    MADE | (NEXT_MADE.fetch_add(1, Ordering::Relaxed) & !MADE)
+}
+
+/// What an action's file system has done (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LayerStats {
+    /// Files of the tree read.
+    pub files_read: u64,
+    /// Their sizes, added up.
+    pub bytes_of_files_read: u64,
+    /// Bytes written into the layer.
+    pub bytes_written: u64,
+}
+
+/// A node the action made.
+#[derive(Debug)]
+enum Made {
+    File {
+        file: Arc<File>,
+        size: u64,
+        mode: u32,
+        version: u32,
+        mtime: (u64, u32),
+    },
+    Dir {
+        entries: BTreeMap<String, u64>,
+        mode: u32,
+        version: u32,
+        mtime: (u64, u32),
+    },
+    Symlink {
+        target: String,
+    },
+}
+
+#[derive(Debug, Default)]
+struct Layer {
+    made: HashMap<u64, Made>,
+    /// A tree directory's names made or moved in (over its listing).
+    added: HashMap<u64, BTreeMap<String, u64>>,
+    /// A tree directory's names removed or moved away.
+    removed: HashMap<u64, HashSet<String>>,
+    /// Tree files written: their copies, which stand for them from then on.
+    copied: HashMap<u64, u64>,
+    /// Changes made to tree directories (their versions move with them).
+    changed: HashMap<u64, u32>,
+    /// Tree files read (for the stats).
+    read: HashSet<u64>,
+    bytes_of_files_read: u64,
+    /// Bytes the layer's files hold.
+    bytes: u64,
+    /// Names of scratch files.
+    next_scratch: u64,
+}
+
+/// An action's input root and writable layer (see the module docs).
+pub struct ActionFs {
+    tree: Arc<InputTree>,
+    ids: Vec<u64>,
+    by_id: HashMap<u64, Index>,
+    store: Arc<ContentStore>,
+    fetch: Arc<dyn Fetch>,
+    scratch: PathBuf,
+    limit: u64,
+    layer: Mutex<Layer>,
+    /// Blobs opened, by tree file.
+    opened: Mutex<HashMap<u64, Arc<File>>>,
+}
+
+impl std::fmt::Debug for ActionFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActionFs")
+            .field("nodes", &self.tree.len())
+            .field("scratch", &self.scratch)
+            .finish()
+    }
+}
+
+/// The number of the tree node at `path`.
+fn tree_id(node: &TreeNode, path: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    path.hash(&mut h);
+    match node {
+        TreeNode::Dir { digest, .. } => (0u8, digest).hash(&mut h),
+        TreeNode::File { digest, executable } => (1u8, digest, executable).hash(&mut h),
+        TreeNode::Symlink { target } => (2u8, target).hash(&mut h),
+    }
+    h.finish() & !MADE
+}
+
+fn errno_of(e: &FetchError) -> Errno {
+    tracing::warn!("input root: {e}");
+    Errno::EIO
+}
+
+fn now() -> (u64, u32) {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_secs(), d.subsec_nanos())
+}
+
+impl ActionFs {
+    /// The file system of `tree`, its files' bytes from `store` (fetched through
+    /// `fetch`), what the action writes kept in `scratch` (a directory of its own,
+    /// made if missing), at most `limit` bytes of it.
+    pub fn new(
+        tree: Arc<InputTree>,
+        store: Arc<ContentStore>,
+        fetch: Arc<dyn Fetch>,
+        scratch: PathBuf,
+        limit: u64,
+    ) -> std::io::Result<ActionFs> {
+        std::fs::create_dir_all(&scratch)?;
+        let mut ids = Vec::with_capacity(tree.len());
+        let mut by_id = HashMap::with_capacity(tree.len());
+        for (index, node, path) in tree.iter() {
+            let mut id = tree_id(node, path);
+            // Two paths hashing alike (never seen; cheap to allow): the next free one.
+            while id == 0 || by_id.contains_key(&id) {
+                id = (id + 1) & !MADE;
+            }
+            by_id.insert(id, index);
+            ids.push(id);
+        }
+        Ok(ActionFs {
+            tree,
+            ids,
+            by_id,
+            store,
+            fetch,
+            scratch,
+            limit,
+            layer: Mutex::default(),
+            opened: Mutex::default(),
+        })
+    }
+
+    /// What it has done so far.
+    pub fn stats(&self) -> LayerStats {
+        let layer = self.lock();
+        LayerStats {
+            files_read: layer.read.len() as u64,
+            bytes_of_files_read: layer.bytes_of_files_read,
+            bytes_written: layer.bytes,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Layer> {
+        self.layer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn tree_node(&self, id: u64) -> Option<&TreeNode> {
+        self.by_id.get(&id).map(|i| &self.tree.node(*i).0)
+    }
+
+    /// The node `name` in directory `dir` now, or ENOENT (ENOTDIR if `dir` is not one).
+    fn find(&self, layer: &Layer, dir: u64, name: &str) -> Result<u64, Errno> {
+        if let Some(Made::Dir { entries, .. }) = layer.made.get(&dir) {
+            return entries.get(name).copied().ok_or(Errno::ENOENT);
+        }
+        let Some(TreeNode::Dir { entries, .. }) = self.tree_node(dir) else {
+            return match layer.made.contains_key(&dir) || self.by_id.contains_key(&dir) {
+                true => Err(Errno::ENOTDIR),
+                false => Err(Errno::ESTALE),
+            };
+        };
+        if let Some(id) = layer.added.get(&dir).and_then(|a| a.get(name)) {
+            return Ok(*id);
+        }
+        if layer.removed.get(&dir).is_some_and(|r| r.contains(name)) {
+            return Err(Errno::ENOENT);
+        }
+        entries.get(name).map(|i| self.ids[*i]).ok_or(Errno::ENOENT)
+    }
+
+    /// Every entry of directory `dir` now.
+    fn entries(&self, layer: &Layer, dir: u64) -> Result<BTreeMap<String, u64>, Errno> {
+        if let Some(Made::Dir { entries, .. }) = layer.made.get(&dir) {
+            return Ok(entries.clone());
+        }
+        let Some(TreeNode::Dir { entries, .. }) = self.tree_node(dir) else {
+            return Err(Errno::ENOTDIR);
+        };
+        let removed = layer.removed.get(&dir);
+        let mut all: BTreeMap<String, u64> = entries
+            .iter()
+            .filter(|(name, _)| !removed.is_some_and(|r| r.contains(*name)))
+            .map(|(name, i)| (name.clone(), self.ids[*i]))
+            .collect();
+        if let Some(added) = layer.added.get(&dir) {
+            all.extend(added.iter().map(|(n, id)| (n.clone(), *id)));
+        }
+        Ok(all)
+    }
+
+    fn kind(&self, layer: &Layer, node: u64) -> Result<Kind, Errno> {
+        let node = layer.copied.get(&node).copied().unwrap_or(node);
+        match (layer.made.get(&node), self.tree_node(node)) {
+            (Some(Made::File { .. }), _) | (_, Some(TreeNode::File { .. })) => Ok(Kind::File),
+            (Some(Made::Dir { .. }), _) | (_, Some(TreeNode::Dir { .. })) => Ok(Kind::Directory),
+            (Some(Made::Symlink { .. }), _) | (_, Some(TreeNode::Symlink { .. })) => {
+                Ok(Kind::Symlink)
+            }
+            (None, None) => Err(Errno::ESTALE),
+        }
+    }
+
+    /// Puts `id` at `name` in `dir` (replacing what was there).
+    fn link_in(&self, layer: &mut Layer, dir: u64, name: &str, id: u64) {
+        let stamp = now();
+        match layer.made.get_mut(&dir) {
+            Some(Made::Dir {
+                entries,
+                version,
+                mtime,
+                ..
+            }) => {
+                entries.insert(name.to_owned(), id);
+                *version = version.wrapping_add(1);
+                *mtime = stamp;
+            }
+            _ => {
+                layer
+                    .added
+                    .entry(dir)
+                    .or_default()
+                    .insert(name.to_owned(), id);
+                *layer.changed.entry(dir).or_default() += 1;
+            }
+        }
+    }
+
+    /// Takes `name` out of `dir`.
+    fn unlink_from(&self, layer: &mut Layer, dir: u64, name: &str) {
+        let stamp = now();
+        match layer.made.get_mut(&dir) {
+            Some(Made::Dir {
+                entries,
+                version,
+                mtime,
+                ..
+            }) => {
+                entries.remove(name);
+                *version = version.wrapping_add(1);
+                *mtime = stamp;
+            }
+            _ => {
+                if let Some(added) = layer.added.get_mut(&dir) {
+                    added.remove(name);
+                }
+                let in_tree = matches!(self.tree_node(dir),
+                    Some(TreeNode::Dir { entries, .. }) if entries.contains_key(name));
+                if in_tree {
+                    layer
+                        .removed
+                        .entry(dir)
+                        .or_default()
+                        .insert(name.to_owned());
+                }
+                *layer.changed.entry(dir).or_default() += 1;
+            }
+        }
+    }
+
+    /// A new empty scratch file.
+    fn scratch_file(&self, layer: &mut Layer) -> Result<Arc<File>, Errno> {
+        layer.next_scratch += 1;
+        let path = self.scratch.join(format!("f{}", layer.next_scratch));
+        File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map(Arc::new)
+            .map_err(|e| Errno::from(&e))
+    }
+
+    /// The blob of tree file `id`, opened (fetched first if need be).
+    async fn blob(&self, id: u64, digest: Digest) -> Result<Arc<File>, Errno> {
+        if let Some(file) = self
+            .opened
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+        {
+            return Ok(file.clone());
+        }
+        let file = self
+            .store
+            .get(digest, &*self.fetch)
+            .await
+            .map_err(|e| errno_of(&e))?;
+        self.opened
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, file.clone());
+        Ok(file)
+    }
+
+    /// The made file that stands for file `node`: itself, its copy, or a copy made now
+    /// of the tree file (its bytes read from the store).
+    async fn writable_file(&self, node: u64) -> Result<u64, Errno> {
+        if let Some(copy) = self.lock().copied.get(&node) {
+            return Ok(*copy);
+        }
+        match self.tree_node(node) {
+            Some(TreeNode::File { digest, executable }) => {
+                let (digest, executable) = (*digest, *executable);
+                let blob = self.blob(node, digest).await?;
+                let mut layer = self.lock();
+                if let Some(copy) = layer.copied.get(&node) {
+                    return Ok(*copy);
+                }
+                if layer.bytes + digest.size() > self.limit {
+                    return Err(Errno::ENOSPC);
+                }
+                let file = self.scratch_file(&mut layer)?;
+                copy_file(&blob, &file, digest.size()).map_err(|e| Errno::from(&e))?;
+                layer.bytes += digest.size();
+                let copy = next_made();
+                layer.made.insert(
+                    copy,
+                    Made::File {
+                        file,
+                        size: digest.size(),
+                        mode: if executable { 0o755 } else { 0o644 },
+                        version: 1,
+                        mtime: now(),
+                    },
+                );
+                layer.copied.insert(node, copy);
+                Ok(copy)
+            }
+            Some(_) => Err(Errno::EISDIR),
+            None => match self.lock().made.get(&node) {
+                Some(Made::File { .. }) => Ok(node),
+                Some(Made::Dir { .. }) => Err(Errno::EISDIR),
+                Some(Made::Symlink { .. }) => Err(Errno::EINVAL),
+                None => Err(Errno::ESTALE),
+            },
+        }
+    }
+
+    fn version_of_tree(&self, layer: &Layer, id: u64, base: u32) -> u32 {
+        match layer.changed.get(&id) {
+            // A changed directory: its version moves away from the digest's.
+            Some(n) => base ^ n.wrapping_mul(0x9e37_79b9) ^ 1,
+            None => base,
+        }
+    }
+}
+
+/// Copies `size` bytes of `from` into `to`.
+fn copy_file(from: &File, to: &File, size: u64) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 256 << 10];
+    let mut at = 0u64;
+    while at < size {
+        let n = from.read_at(&mut buf, at)?;
+        if n == 0 {
+            break;
+        }
+        to.write_all_at(&buf[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+impl NodeFs for ActionFs {
+    fn root(&self) -> u64 {
+        self.ids[self.tree.root()]
+    }
+
+    fn writable(&self) -> bool {
+        true
+    }
+
+    fn lookup<'a>(&'a self, dir: u64, name: &'a str) -> BoxFuture<'a, Result<u64, Errno>> {
+        Box::pin(async move {
+            let layer = self.lock();
+            self.find(&layer, dir, name)
+        })
+    }
+
+    fn getattr(&self, node: u64) -> BoxFuture<'_, Result<Attr, Errno>> {
+        Box::pin(async move {
+            let layer = self.lock();
+            let shown = layer.copied.get(&node).copied().unwrap_or(node);
+            if let Some(made) = layer.made.get(&shown) {
+                return Ok(match made {
+                    Made::File {
+                        size,
+                        mode,
+                        version,
+                        mtime,
+                        ..
+                    } => Attr {
+                        kind: Kind::File,
+                        mode: *mode,
+                        size: *size,
+                        nlink: 1,
+                        mtime_sec: mtime.0,
+                        mtime_nsec: mtime.1,
+                        version: *version,
+                    },
+                    Made::Dir {
+                        entries,
+                        mode,
+                        version,
+                        mtime,
+                    } => Attr {
+                        kind: Kind::Directory,
+                        mode: *mode,
+                        size: 4096,
+                        nlink: 2 + entries.len() as u64,
+                        mtime_sec: mtime.0,
+                        mtime_nsec: mtime.1,
+                        version: *version,
+                    },
+                    Made::Symlink { target } => Attr {
+                        kind: Kind::Symlink,
+                        mode: 0o777,
+                        size: target.len() as u64,
+                        nlink: 1,
+                        mtime_sec: 0,
+                        mtime_nsec: 0,
+                        version: 1,
+                    },
+                });
+            }
+            let tree_node = self.tree_node(node).ok_or(Errno::ESTALE)?;
+            Ok(match tree_node {
+                TreeNode::File { digest, executable } => Attr {
+                    kind: Kind::File,
+                    mode: if *executable { 0o555 } else { 0o444 },
+                    size: digest.size(),
+                    nlink: 1,
+                    mtime_sec: 0,
+                    mtime_nsec: 0,
+                    version: digest.prefix() as u32 | 1,
+                },
+                TreeNode::Dir { digest, entries } => Attr {
+                    kind: Kind::Directory,
+                    mode: 0o755,
+                    size: 4096,
+                    nlink: 2 + entries.len() as u64,
+                    mtime_sec: 0,
+                    mtime_nsec: 0,
+                    version: self.version_of_tree(&layer, node, digest.prefix() as u32 | 1),
+                },
+                TreeNode::Symlink { target } => Attr {
+                    kind: Kind::Symlink,
+                    mode: 0o777,
+                    size: target.len() as u64,
+                    nlink: 1,
+                    mtime_sec: 0,
+                    mtime_nsec: 0,
+                    version: 1,
+                },
+            })
+        })
+    }
+
+    fn readlink(&self, node: u64) -> BoxFuture<'_, Result<String, Errno>> {
+        Box::pin(async move {
+            if let Some(TreeNode::Symlink { target }) = self.tree_node(node) {
+                return Ok(target.clone());
+            }
+            match self.lock().made.get(&node) {
+                Some(Made::Symlink { target }) => Ok(target.clone()),
+                Some(_) => Err(Errno::EINVAL),
+                None if self.by_id.contains_key(&node) => Err(Errno::EINVAL),
+                None => Err(Errno::ESTALE),
+            }
+        })
+    }
+
+    fn read(&self, node: u64, offset: u64, count: u32) -> BoxFuture<'_, Result<Bytes, Errno>> {
+        Box::pin(async move {
+            let (file, size) = {
+                let layer = self.lock();
+                let shown = layer.copied.get(&node).copied().unwrap_or(node);
+                match layer.made.get(&shown) {
+                    Some(Made::File { file, size, .. }) => (Some(file.clone()), *size),
+                    Some(Made::Dir { .. }) => return Err(Errno::EISDIR),
+                    Some(Made::Symlink { .. }) => return Err(Errno::EINVAL),
+                    None => (None, 0),
+                }
+            };
+            let (file, size) = match file {
+                Some(file) => (file, size),
+                None => match self.tree_node(node) {
+                    Some(TreeNode::File { digest, .. }) => {
+                        let digest = *digest;
+                        {
+                            let mut layer = self.lock();
+                            if layer.read.insert(node) {
+                                layer.bytes_of_files_read += digest.size();
+                            }
+                        }
+                        (self.blob(node, digest).await?, digest.size())
+                    }
+                    Some(TreeNode::Dir { .. }) => return Err(Errno::EISDIR),
+                    Some(TreeNode::Symlink { .. }) => return Err(Errno::EINVAL),
+                    None => return Err(Errno::ESTALE),
+                },
+            };
+            if offset >= size {
+                return Ok(Bytes::new());
+            }
+            let len = (size - offset).min(u64::from(count)) as usize;
+            let mut buf = vec![0u8; len];
+            let mut got = 0;
+            while got < len {
+                match file.read_at(&mut buf[got..], offset + got as u64) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(e) => return Err(Errno::from(&e)),
+                }
+            }
+            buf.truncate(got);
+            Ok(Bytes::from(buf))
+        })
+    }
+
+    fn readdir(&self, dir: u64) -> BoxFuture<'_, Result<Vec<Dirent>, Errno>> {
+        Box::pin(async move {
+            let layer = self.lock();
+            let entries = self.entries(&layer, dir)?;
+            entries
+                .into_iter()
+                .map(|(name, node)| {
+                    Ok(Dirent {
+                        kind: self.kind(&layer, node)?,
+                        name,
+                        node,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn write(&self, node: u64, offset: u64, data: Bytes) -> BoxFuture<'_, Result<u32, Errno>> {
+        Box::pin(async move {
+            let target = self.writable_file(node).await?;
+            let mut layer = self.lock();
+            let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+            let Some(Made::File { file, size, .. }) = layer.made.get(&target) else {
+                return Err(Errno::ESTALE);
+            };
+            let grows = end.saturating_sub(*size);
+            let (file, old_size) = (file.clone(), *size);
+            if layer.bytes + grows > self.limit {
+                return Err(Errno::ENOSPC);
+            }
+            file.write_all_at(&data, offset)
+                .map_err(|e| Errno::from(&e))?;
+            layer.bytes += grows;
+            if let Some(Made::File {
+                size,
+                version,
+                mtime,
+                ..
+            }) = layer.made.get_mut(&target)
+            {
+                *size = old_size.max(end);
+                *version = version.wrapping_add(1);
+                *mtime = now();
+            }
+            Ok(data.len() as u32)
+        })
+    }
+
+    fn set_size(&self, node: u64, new_size: u64) -> BoxFuture<'_, Result<(), Errno>> {
+        Box::pin(async move {
+            let target = self.writable_file(node).await?;
+            let mut layer = self.lock();
+            let Some(Made::File { file, size, .. }) = layer.made.get(&target) else {
+                return Err(Errno::ESTALE);
+            };
+            let (file, old) = (file.clone(), *size);
+            let bytes = layer.bytes - old.min(layer.bytes) + new_size;
+            if new_size > old && bytes > self.limit {
+                return Err(Errno::ENOSPC);
+            }
+            file.set_len(new_size).map_err(|e| Errno::from(&e))?;
+            layer.bytes = bytes;
+            if let Some(Made::File {
+                size,
+                version,
+                mtime,
+                ..
+            }) = layer.made.get_mut(&target)
+            {
+                *size = new_size;
+                *version = version.wrapping_add(1);
+                *mtime = now();
+            }
+            Ok(())
+        })
+    }
+
+    fn create<'a>(
+        &'a self,
+        dir: u64,
+        name: &'a str,
+        new: New<'a>,
+    ) -> BoxFuture<'a, Result<u64, Errno>> {
+        Box::pin(async move {
+            let mut layer = self.lock();
+            match self.find(&layer, dir, name) {
+                Ok(_) => return Err(Errno::EEXIST),
+                Err(Errno::ENOENT) => {}
+                Err(e) => return Err(e),
+            }
+            let stamp = now();
+            let made = match new {
+                New::File(mode) => Made::File {
+                    file: self.scratch_file(&mut layer)?,
+                    size: 0,
+                    mode: mode & 0o7777,
+                    version: 1,
+                    mtime: stamp,
+                },
+                New::Directory(mode) => Made::Dir {
+                    entries: BTreeMap::new(),
+                    mode: mode & 0o7777,
+                    version: 1,
+                    mtime: stamp,
+                },
+                New::Symlink(target) => Made::Symlink {
+                    target: target.to_owned(),
+                },
+            };
+            let id = next_made();
+            layer.made.insert(id, made);
+            self.link_in(&mut layer, dir, name, id);
+            Ok(id)
+        })
+    }
+
+    fn unlink<'a>(&'a self, dir: u64, name: &'a str) -> BoxFuture<'a, Result<(), Errno>> {
+        Box::pin(async move {
+            let mut layer = self.lock();
+            let node = self.find(&layer, dir, name)?;
+            if self.kind(&layer, node)? == Kind::Directory
+                && !self.entries(&layer, node)?.is_empty()
+            {
+                return Err(Errno::ENOTEMPTY);
+            }
+            self.unlink_from(&mut layer, dir, name);
+            Ok(())
+        })
+    }
+
+    fn rename<'a>(
+        &'a self,
+        from: u64,
+        name: &'a str,
+        to: u64,
+        to_name: &'a str,
+    ) -> BoxFuture<'a, Result<(), Errno>> {
+        Box::pin(async move {
+            let mut layer = self.lock();
+            let node = self.find(&layer, from, name)?;
+            let moving_dir = self.kind(&layer, node)? == Kind::Directory;
+            match self.find(&layer, to, to_name) {
+                Ok(there) if there == node => return Ok(()),
+                Ok(there) => {
+                    let there_dir = self.kind(&layer, there)? == Kind::Directory;
+                    match (moving_dir, there_dir) {
+                        (false, true) => return Err(Errno::EISDIR),
+                        (true, false) => return Err(Errno::ENOTDIR),
+                        (true, true) if !self.entries(&layer, there)?.is_empty() => {
+                            return Err(Errno::ENOTEMPTY)
+                        }
+                        _ => {}
+                    }
+                }
+                Err(Errno::ENOENT) => {}
+                Err(e) => return Err(e),
+            }
+            if moving_dir && self.holds(&layer, node, to) {
+                return Err(Errno::EINVAL); // a directory into itself
+            }
+            self.unlink_from(&mut layer, from, name);
+            self.link_in(&mut layer, to, to_name, node);
+            Ok(())
+        })
+    }
+}
+
+impl ActionFs {
+    /// Whether directory `dir` is `node` or below it.
+    fn holds(&self, layer: &Layer, node: u64, dir: u64) -> bool {
+        if node == dir {
+            return true;
+        }
+        let Ok(entries) = self.entries(layer, node) else {
+            return false;
+        };
+        entries.values().any(|child| {
+            self.kind(layer, *child) == Ok(Kind::Directory) && self.holds(layer, *child, dir)
+        })
+    }
+
+    /// What is at `path` (from the root, `/`-separated, no `..`) now: its node, or
+    /// ENOENT.
+    pub fn resolve(&self, path: &str) -> Result<u64, Errno> {
+        let layer = self.lock();
+        let mut at = self.root();
+        for name in path.split('/').filter(|n| !n.is_empty() && *n != ".") {
+            at = self.find(&layer, at, name)?;
+        }
+        Ok(at)
+    }
+
+    /// What node `node` is now, to read back outputs: a file (its bytes' source), a
+    /// directory (its entries) or a symlink (its target).
+    pub fn inspect(&self, node: u64) -> Result<Inspected, Errno> {
+        let layer = self.lock();
+        let shown = layer.copied.get(&node).copied().unwrap_or(node);
+        if let Some(made) = layer.made.get(&shown) {
+            return Ok(match made {
+                Made::File {
+                    file, size, mode, ..
+                } => Inspected::MadeFile {
+                    file: file.clone(),
+                    size: *size,
+                    executable: mode & 0o111 != 0,
+                },
+                Made::Dir { entries, .. } => Inspected::Dir(entries.clone()),
+                Made::Symlink { target } => Inspected::Symlink(target.clone()),
+            });
+        }
+        match self.tree_node(node).ok_or(Errno::ESTALE)? {
+            TreeNode::File { digest, executable } => Ok(Inspected::TreeFile {
+                digest: *digest,
+                executable: *executable,
+            }),
+            TreeNode::Dir { .. } => Ok(Inspected::Dir(self.entries(&layer, node)?)),
+            TreeNode::Symlink { target } => Ok(Inspected::Symlink(target.clone())),
+        }
+    }
+
+    /// Makes the directory at `path` and every one above it that is missing (the
+    /// parents of an action's outputs, before it runs).
+    pub async fn make_dirs(&self, path: &str) -> Result<(), Errno> {
+        let mut at = self.root();
+        for name in path.split('/').filter(|n| !n.is_empty() && *n != ".") {
+            at = match self.lookup(at, name).await {
+                Ok(node) => node,
+                Err(Errno::ENOENT) => self.create(at, name, New::Directory(0o755)).await?,
+                Err(e) => return Err(e),
+            };
+            if self.getattr(at).await?.kind != Kind::Directory {
+                return Err(Errno::ENOTDIR);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A node as [`ActionFs::inspect`] sees it.
+#[derive(Debug)]
+pub enum Inspected {
+    /// A file of the input root, as it was.
+    TreeFile {
+        /// Its digest.
+        digest: Digest,
+        /// Its executable bit.
+        executable: bool,
+    },
+    /// A file the action made (or wrote).
+    MadeFile {
+        /// Its bytes.
+        file: Arc<File>,
+        /// Its size.
+        size: u64,
+        /// Whether any execute bit is set.
+        executable: bool,
+    },
+    /// A directory: its entries by name.
+    Dir(BTreeMap<String, u64>),
+    /// A symbolic link: its target.
+    Symlink(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::v2;
+    use prost::Message;
+
+    /// A CAS in memory: blobs, and how many fetches it served.
+    #[derive(Default)]
+    struct Blobs {
+        blobs: Mutex<HashMap<Digest, Vec<u8>>>,
+        fetched: AtomicU64,
+    }
+
+    impl Blobs {
+        fn put(&self, bytes: &[u8]) -> Digest {
+            let d = Digest::of(bytes);
+            self.blobs.lock().unwrap().insert(d, bytes.to_vec());
+            d
+        }
+    }
+
+    impl Fetch for Blobs {
+        fn fetch(&self, digest: Digest) -> crate::BoxFuture<'_, Result<Vec<u8>, FetchError>> {
+            Box::pin(async move {
+                self.fetched.fetch_add(1, Ordering::Relaxed);
+                self.blobs
+                    .lock()
+                    .unwrap()
+                    .get(&digest)
+                    .cloned()
+                    .ok_or(FetchError::Missing(digest))
+            })
+        }
+    }
+
+    const STDIO: &[u8] = b"int printf(const char *, ...);\n";
+
+    /// `usr/include/stdio.h`, `src/a.c`, `bin/tool` (executable), `usr/lib -> include`.
+    fn tree(blobs: &Blobs) -> Arc<InputTree> {
+        let file = |name: &str, bytes: &[u8], exec| v2::FileNode {
+            name: name.into(),
+            digest: Some(blobs.put(bytes).to_proto()),
+            is_executable: exec,
+            node_properties: None,
+        };
+        let mut dirs = HashMap::new();
+        let mut put = |dir: v2::Directory| {
+            let d = Digest::of(&dir.encode_to_vec());
+            dirs.insert(d, dir);
+            v2::DirectoryNode {
+                name: String::new(),
+                digest: Some(d.to_proto()),
+            }
+        };
+        let named = |mut node: v2::DirectoryNode, name: &str| {
+            node.name = name.into();
+            node
+        };
+        let include = put(v2::Directory {
+            files: vec![file("stdio.h", STDIO, false)],
+            ..Default::default()
+        });
+        let usr = put(v2::Directory {
+            directories: vec![named(include, "include")],
+            symlinks: vec![v2::SymlinkNode {
+                name: "lib".into(),
+                target: "include".into(),
+                node_properties: None,
+            }],
+            ..Default::default()
+        });
+        let src = put(v2::Directory {
+            files: vec![file("a.c", b"#include <stdio.h>\n", false)],
+            ..Default::default()
+        });
+        let bin = put(v2::Directory {
+            files: vec![file("tool", b"\0asm\x01\0\0\0", true)],
+            ..Default::default()
+        });
+        let root = put(v2::Directory {
+            directories: vec![named(bin, "bin"), named(src, "src"), named(usr, "usr")],
+            ..Default::default()
+        });
+        let root = Digest::from_proto(root.digest.as_ref().unwrap()).unwrap();
+        Arc::new(InputTree::build(root, &dirs).unwrap())
+    }
+
+    struct Fixture {
+        fs: ActionFs,
+        blobs: Arc<Blobs>,
+        _dir: tempfile::TempDir,
+    }
+
+    fn fixture(limit: u64) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = Arc::new(Blobs::default());
+        let tree = tree(&blobs);
+        let store = Arc::new(ContentStore::open(&dir.path().join("store"), 1 << 20).unwrap());
+        let fs = ActionFs::new(
+            tree,
+            store,
+            blobs.clone(),
+            dir.path().join("scratch"),
+            limit,
+        )
+        .unwrap();
+        Fixture {
+            fs,
+            blobs,
+            _dir: dir,
+        }
+    }
+
+    async fn at(fs: &ActionFs, path: &str) -> Result<u64, Errno> {
+        let mut node = fs.root();
+        for name in path.split('/').filter(|n| !n.is_empty()) {
+            node = fs.lookup(node, name).await?;
+        }
+        Ok(node)
+    }
+
+    async fn names(fs: &ActionFs, path: &str) -> Vec<String> {
+        let dir = at(fs, path).await.unwrap();
+        fs.readdir(dir)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn the_tree_is_listed_and_described_without_a_fetch_and_read_with_one() {
+        let f = fixture(1 << 20);
+        assert_eq!(names(&f.fs, "").await, ["bin", "src", "usr"]);
+        assert_eq!(names(&f.fs, "usr").await, ["include", "lib"]);
+        let stdio = at(&f.fs, "usr/include/stdio.h").await.unwrap();
+        let a = f.fs.getattr(stdio).await.unwrap();
+        assert_eq!(
+            (a.kind, a.size, a.mode),
+            (Kind::File, STDIO.len() as u64, 0o444)
+        );
+        let tool = at(&f.fs, "bin/tool").await.unwrap();
+        assert_eq!(f.fs.getattr(tool).await.unwrap().mode, 0o555);
+        let lib = at(&f.fs, "usr/lib").await.unwrap();
+        assert_eq!(f.fs.readlink(lib).await.unwrap(), "include");
+        assert_eq!(at(&f.fs, "usr/missing.h").await, Err(Errno::ENOENT));
+        assert_eq!(
+            f.blobs.fetched.load(Ordering::Relaxed),
+            0,
+            "nothing fetched yet"
+        );
+        // Reads: one fetch for the file, however many reads.
+        assert_eq!(&f.fs.read(stdio, 0, 4).await.unwrap()[..], b"int ");
+        assert_eq!(&f.fs.read(stdio, 4, 1000).await.unwrap()[..], &STDIO[4..]);
+        assert!(f.fs.read(stdio, 1000, 10).await.unwrap().is_empty());
+        assert_eq!(f.blobs.fetched.load(Ordering::Relaxed), 1);
+        let stats = f.fs.stats();
+        assert_eq!(
+            (stats.files_read, stats.bytes_of_files_read),
+            (1, STDIO.len() as u64)
+        );
+        // The same tree in another action has the same node numbers and versions.
+        let g = fixture(1 << 20);
+        let again = at(&g.fs, "usr/include/stdio.h").await.unwrap();
+        assert_eq!(again, stdio);
+        assert_eq!(g.fs.getattr(again).await.unwrap(), a);
+        assert_ne!(at(&g.fs, "src/a.c").await.unwrap(), stdio);
+    }
+
+    #[tokio::test]
+    async fn what_the_action_makes_goes_to_the_layer_and_leaves_the_tree_as_it_was() {
+        let f = fixture(1 << 20);
+        let src = at(&f.fs, "src").await.unwrap();
+        let version = f.fs.getattr(src).await.unwrap().version;
+        // A compiler's object: written to a temporary name, then renamed.
+        let tmp = f.fs.create(src, "a.o.tmp", New::File(0o644)).await.unwrap();
+        assert_eq!(
+            f.fs.write(tmp, 0, Bytes::from_static(b"\0asm"))
+                .await
+                .unwrap(),
+            4
+        );
+        f.fs.rename(src, "a.o.tmp", src, "a.o").await.unwrap();
+        assert_eq!(names(&f.fs, "src").await, ["a.c", "a.o"]);
+        let obj = at(&f.fs, "src/a.o").await.unwrap();
+        assert_eq!(&f.fs.read(obj, 0, 100).await.unwrap()[..], b"\0asm");
+        assert_ne!(
+            f.fs.getattr(src).await.unwrap().version,
+            version,
+            "its version moved"
+        );
+        assert_eq!(
+            f.fs.create(src, "a.o", New::File(0o644)).await,
+            Err(Errno::EEXIST)
+        );
+        // Removing an input hides it; writing one copies it up.
+        f.fs.unlink(src, "a.c").await.unwrap();
+        assert_eq!(names(&f.fs, "src").await, ["a.o"]);
+        let stdio = at(&f.fs, "usr/include/stdio.h").await.unwrap();
+        f.fs.write(stdio, 0, Bytes::from_static(b"INT"))
+            .await
+            .unwrap();
+        assert_eq!(&f.fs.read(stdio, 0, 6).await.unwrap()[..], b"INT pr");
+        assert!(matches!(
+            f.fs.inspect(stdio).unwrap(),
+            Inspected::MadeFile { .. }
+        ));
+        // Directories: made, not removed while full, moved, made with their parents.
+        let out =
+            f.fs.create(f.fs.root(), "out", New::Directory(0o755))
+                .await
+                .unwrap();
+        f.fs.create(out, "x", New::Symlink("../src/a.o"))
+            .await
+            .unwrap();
+        assert_eq!(f.fs.unlink(f.fs.root(), "out").await, Err(Errno::ENOTEMPTY));
+        assert_eq!(
+            f.fs.rename(f.fs.root(), "out", out, "inside").await,
+            Err(Errno::EINVAL)
+        );
+        f.fs.make_dirs("deep/er/still").await.unwrap();
+        assert!(at(&f.fs, "deep/er/still").await.is_ok());
+        assert_eq!(f.fs.make_dirs("src/a.o/x").await, Err(Errno::ENOTDIR));
+        assert_eq!(
+            f.fs.resolve("out/x").map(|n| f.fs.inspect(n).is_ok()),
+            Ok(true)
+        );
+        // Another action on the same tree sees none of it.
+        let g = fixture(1 << 20);
+        assert_eq!(names(&g.fs, "src").await, ["a.c"]);
+    }
+
+    #[tokio::test]
+    async fn the_layer_holds_no_more_than_its_bound() {
+        let f = fixture(10);
+        let root = f.fs.root();
+        let file = f.fs.create(root, "big", New::File(0o644)).await.unwrap();
+        assert_eq!(
+            f.fs.write(file, 0, Bytes::from_static(b"0123456789")).await,
+            Ok(10)
+        );
+        assert_eq!(
+            f.fs.write(file, 10, Bytes::from_static(b"x")).await,
+            Err(Errno::ENOSPC)
+        );
+        assert_eq!(f.fs.set_size(file, 11).await, Err(Errno::ENOSPC));
+        f.fs.set_size(file, 2).await.unwrap();
+        assert_eq!(f.fs.stats().bytes_written, 2);
+        // Copying an input up counts too.
+        let stdio = at(&f.fs, "usr/include/stdio.h").await.unwrap();
+        assert_eq!(
+            f.fs.write(stdio, 0, Bytes::from_static(b"x")).await,
+            Err(Errno::ENOSPC)
+        );
+    }
+}
