@@ -42,6 +42,7 @@ fn main() -> ExitCode {
         Command::Mount(args) => cli::mount(args),
         Command::Compile(args) => cli::compile(args),
         Command::Daemon(args) => cli::cc::daemon(args),
+        Command::Worker(args) => cli::worker(args),
         Command::Cache(args) => cli::cache(args),
         Command::Serve(args) => match tokio::runtime::Builder::new_multi_thread()
             .enable_all()

@@ -357,7 +357,7 @@ impl Mounted {
 }
 
 /// The 9p client and its caches over an in-process server's end of a duplex.
-async fn attach_in_process(
+pub(crate) async fn attach_in_process(
     client_end: wasm9p_proto::transport::BoxStream,
     options: &NinepOptions,
 ) -> Result<Arc<NinepFs>, String> {

@@ -42,6 +42,17 @@ pub(super) enum Stdio {
     },
 }
 
+/// Where one guest runs, when not on the host's own namespace in wasi-libc's `/`.
+#[derive(Clone, Default)]
+pub(super) struct Place<'a> {
+    /// Its namespace (`None`: the host's mounts).
+    pub(super) namespace: Option<Arc<wasm9p_guest_fs::namespace::Namespace>>,
+    /// Its working directory, a guest path (preview1 guests only).
+    pub(super) working_dir: Option<&'a str>,
+    /// The most bytes each of its memories may take (preview1 guests only).
+    pub(super) memory_limit: Option<usize>,
+}
+
 /// Most bytes of one guest's stdout or stderr kept when captured.
 const MAX_CAPTURE: usize = 16 << 20;
 
@@ -240,26 +251,52 @@ impl Host {
         stdio: Stdio,
         working_dir: Option<&str>,
     ) -> (wasmtime::Result<i32>, Vec<u8>, Vec<u8>) {
+        let place = Place {
+            working_dir,
+            ..Place::default()
+        };
+        self.run_guest_at(argv, env, stdio, &place)
+    }
+
+    /// As [`Host::run_guest_in`], where `place` says.
+    pub(super) fn run_guest_at(
+        &self,
+        argv: Vec<String>,
+        env: &[(String, String)],
+        stdio: Stdio,
+        place: &Place,
+    ) -> (wasmtime::Result<i32>, Vec<u8>, Vec<u8>) {
         let program = self.program.next();
-        self.run_program(&program, argv, env, stdio, working_dir)
+        self.run_program(&program, argv, env, stdio, place)
+    }
+
+    /// The runtime the mounts (and guests' blocking calls) run on.
+    pub(super) fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.runtime
     }
 
     /// Runs one guest of `program` (the tier it starts on, from
-    /// [`TieredProgram::next`]), as [`Host::run_guest_in`] does.
+    /// [`TieredProgram::next`]), as [`Host::run_guest_at`] does.
     fn run_program(
         &self,
         program: &OnTier,
         argv: Vec<String>,
         env: &[(String, String)],
         stdio: Stdio,
-        working_dir: Option<&str>,
+        place: &Place,
     ) -> (wasmtime::Result<i32>, Vec<u8>, Vec<u8>) {
-        let ns = self.mounts.namespace().clone();
+        let ns = place
+            .namespace
+            .clone()
+            .unwrap_or_else(|| self.mounts.namespace().clone());
         match &program.runner {
             Runner::P1(program) => {
                 let mut ctx = WasiP1Ctx::builder(ns, self.runtime.handle().clone()).args(argv);
-                if let Some(dir) = working_dir {
+                if let Some(dir) = place.working_dir {
                     ctx = ctx.working_dir(dir);
+                }
+                if let Some(bytes) = place.memory_limit {
+                    ctx = ctx.memory_limit(bytes);
                 }
                 for (k, v) in env {
                     ctx = ctx.env(k, v);
@@ -600,8 +637,13 @@ struct Outcome {
 fn run_captured(host: &Host, job: &Job, env: &[(String, String)]) -> Outcome {
     let started = Instant::now();
     let program = host.program.next();
-    let (result, stdout, stderr) =
-        host.run_program(&program, job.argv.clone(), env, Stdio::Capture, None);
+    let (result, stdout, stderr) = host.run_program(
+        &program,
+        job.argv.clone(),
+        env,
+        Stdio::Capture,
+        &Place::default(),
+    );
     let (code, trap) = exit_code(result);
     Outcome {
         code,

@@ -18,12 +18,14 @@ mod guests;
 mod mount;
 mod run;
 mod tiered;
+mod worker;
 
 pub use cache::{cache, CacheAction, CacheArgs, StoreChoice};
 pub use compile::{compile, CompileArgs};
 pub use guests::{batch, parse_commands, BatchArgs, GuestArgs, Job, NamespaceArgs};
 pub use mount::{mount, MountArgs};
 pub use run::{run, RunArgs};
+pub use worker::{worker, WorkerArgs};
 
 /// Exit code for bad usage or configuration.
 pub const EXIT_USAGE: u8 = 2;
@@ -60,6 +62,9 @@ pub enum Command {
     /// Keep clang.wasm and the mounts warm for `wasm9p cc --daemon` (a whole build
     /// shares one set of caches).
     Daemon(cc::DaemonArgs),
+    /// Run Remote Execution actions as wasm guests: a worker (bot) for a BuildGrid
+    /// farm, each input root served lazily over 9P from the farm's CAS.
+    Worker(WorkerArgs),
     /// See or remove the `cache=fscache` stores kept on this machine.
     Cache(CacheArgs),
 }

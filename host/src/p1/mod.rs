@@ -112,6 +112,8 @@ pub struct WasiP1Ctx {
     pub(crate) started: std::time::Instant,
     /// Set from outside to stop the guest (see [`WasiP1CtxBuilder::cancel`]).
     pub(crate) cancel: Option<Arc<AtomicBool>>,
+    /// Bounds on the guest's memories (see [`WasiP1CtxBuilder::memory_limit`]).
+    pub(crate) limits: wasmtime::StoreLimits,
 }
 
 impl WasiP1Ctx {
@@ -165,6 +167,7 @@ impl WasiP1Ctx {
             stderr: Output::Inherit,
             started: std::time::Instant::now(),
             cancel: None,
+            limits: wasmtime::StoreLimits::default(),
         }
     }
 
@@ -181,6 +184,7 @@ impl WasiP1Ctx {
             stderr: Output::Inherit,
             working_dir: None,
             cancel: None,
+            memory_limit: None,
         }
     }
 
@@ -206,6 +210,16 @@ impl WasiP1Ctx {
     /// Stops the guest once the flag is set (see [`WasiP1CtxBuilder::cancel`]).
     fn with_cancel(mut self, cancel: Option<Arc<AtomicBool>>) -> Self {
         self.cancel = cancel;
+        self
+    }
+
+    fn with_memory_limit(mut self, bytes: Option<usize>) -> Self {
+        if let Some(bytes) = bytes {
+            self.limits = wasmtime::StoreLimitsBuilder::new()
+                .memory_size(bytes)
+                .trap_on_grow_failure(true)
+                .build();
+        }
         self
     }
 
@@ -243,9 +257,18 @@ pub struct WasiP1CtxBuilder {
     stderr: Output,
     working_dir: Option<String>,
     cancel: Option<Arc<AtomicBool>>,
+    memory_limit: Option<usize>,
 }
 
 impl WasiP1CtxBuilder {
+    /// Bounds each of the guest's memories to `bytes`: a `memory.grow` past it traps
+    /// (with wasmtime's "forcing a memory growth failure to be a trap"), rather than
+    /// the guest seeing -1 and taking the host's memory in smaller steps.
+    pub fn memory_limit(mut self, bytes: usize) -> Self {
+        self.memory_limit = Some(bytes);
+        self
+    }
+
     /// Stops the guest once `flag` is set: its next call that names a path, reads,
     /// writes or prints traps; and, on an engine with epoch interruption (`wasm9p
     /// daemon --prompt-cancel`), a guest computing without calls traps within
@@ -318,6 +341,7 @@ impl WasiP1CtxBuilder {
         .with_input(self.stdin)
         .with_output(self.stdout, self.stderr)
         .with_cancel(self.cancel)
+        .with_memory_limit(self.memory_limit)
     }
 }
 
@@ -386,6 +410,7 @@ impl P1Program {
     pub fn run(&self, ctx: WasiP1Ctx) -> wasmtime::Result<i32> {
         let cancel = ctx.cancel.clone();
         let mut store = wasmtime::Store::new(self.pre.module().engine(), ctx);
+        store.limiter(|ctx| &mut ctx.limits);
         match cancel {
             Some(flag) => crate::interrupt::cancel_on(&mut store, flag),
             None => crate::interrupt::never(&mut store),

@@ -331,8 +331,10 @@ impl Daemon<'_> {
                 host: self.host,
                 env: guest_env(request.env.iter().cloned(), &cwd),
                 cwd: &cwd,
-                usr: &self.setup.toolchain.usr,
+                usr: Some(&self.setup.toolchain.usr),
                 tmp: self.setup.tmp.path(),
+                namespace: None,
+                memory_limit: None,
                 io: Io::Client {
                     stdin: Input::given(stdin),
                     stdout: sink(wire::STDOUT),

@@ -40,7 +40,7 @@ mod daemon;
 mod depfile;
 mod jobs;
 mod paths;
-mod session;
+pub(super) mod session;
 mod wire;
 
 pub use daemon::{daemon, DaemonArgs};
@@ -345,9 +345,11 @@ fn in_process(name: &str, tool: Tool, opts: Options, args: Vec<String>) -> ExitC
         host: &host,
         env: guest_env(std::env::vars_os(), &setup.cwd),
         cwd: &setup.cwd,
-        usr: &setup.toolchain.usr,
+        usr: Some(&setup.toolchain.usr),
         tmp: setup.tmp.path(),
         io: Io::Local,
+        namespace: None,
+        memory_limit: None,
     };
     let code = session.run(tool, &args);
     host.finish();

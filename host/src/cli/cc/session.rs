@@ -7,11 +7,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use super::{depfile, jobs, Tool};
-use crate::cli::guests::{exit_code, Host, Stdio};
+use crate::cli::guests::{exit_code, Host, Place, Stdio};
 use crate::p1::{Input, Output, Sink};
 
 /// Whose stdio the guests get.
-pub(super) enum Io {
+pub(in crate::cli) enum Io {
     /// This process's.
     Local,
     /// A daemon client's: its stdin's bytes, its stdout and stderr as streams, and the
@@ -25,21 +25,27 @@ pub(super) enum Io {
 }
 
 /// One invocation's guests: where they run and what they see.
-pub(super) struct Session<'a> {
-    pub(super) host: &'a Host,
-    pub(super) env: Vec<(String, String)>,
-    /// The working directory (inside the root).
-    pub(super) cwd: &'a Path,
-    /// The toolchain's `usr` on the host (the guest's `/usr`).
-    pub(super) usr: &'a Path,
+pub(in crate::cli) struct Session<'a> {
+    pub(in crate::cli) host: &'a Host,
+    /// The namespace they see (`None`: the host's mounts).
+    pub(in crate::cli) namespace: Option<Arc<wasm9p_guest_fs::namespace::Namespace>>,
+    pub(in crate::cli) env: Vec<(String, String)>,
+    /// The working directory: a guest path, which under `wasm9p cc` is the host's
+    /// own (inside the root).
+    pub(in crate::cli) cwd: &'a Path,
+    /// The toolchain's `usr` on the host (the guest's `/usr`) that dependency files
+    /// are pointed at (`None`: they stay as the guest wrote them).
+    pub(in crate::cli) usr: Option<&'a Path>,
     /// The host directory behind the guest's `/tmp`.
-    pub(super) tmp: &'a Path,
-    pub(super) io: Io,
+    pub(in crate::cli) tmp: &'a Path,
+    pub(in crate::cli) io: Io,
+    /// The most bytes each guest's memory may take.
+    pub(in crate::cli) memory_limit: Option<usize>,
 }
 
 impl Session<'_> {
     /// Runs `tool` on `args`: the exit code the native tool would give.
-    pub(super) fn run(&self, tool: Tool, args: &[String]) -> u8 {
+    pub(in crate::cli) fn run(&self, tool: Tool, args: &[String]) -> u8 {
         match tool {
             Tool::Driver(driver) => self.driver(driver, args),
             Tool::Direct(direct) => self.job(guest_argv(direct, args), direct),
@@ -90,7 +96,12 @@ impl Session<'_> {
         stdio: Stdio,
     ) -> (wasmtime::Result<i32>, Vec<u8>, Vec<u8>) {
         let cwd = self.cwd.display().to_string();
-        self.host.run_guest_in(argv, &self.env, stdio, Some(&cwd))
+        let place = Place {
+            namespace: self.namespace.clone(),
+            working_dir: Some(&cwd),
+            memory_limit: self.memory_limit,
+        };
+        self.host.run_guest_at(argv, &self.env, stdio, &place)
     }
 
     /// Runs one guest: its exit code (1 after a report if it trapped).
@@ -160,12 +171,15 @@ impl Session<'_> {
 
     /// Points the dependency file a job wrote at the host's toolchain headers.
     fn deps_to_host(&self, deps: &str) -> std::io::Result<()> {
+        let Some(usr) = self.usr else {
+            return Ok(());
+        };
         let path = match deps.strip_prefix("/tmp/") {
             Some(name) => self.tmp.join(name),
             None => self.cwd.join(deps),
         };
         let text = std::fs::read_to_string(&path)?;
-        let host = depfile::to_host(&text, self.usr);
+        let host = depfile::to_host(&text, usr);
         if host != text {
             std::fs::write(&path, host)?;
         }
