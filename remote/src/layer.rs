@@ -119,6 +119,8 @@ pub struct ActionFs {
     layer: Mutex<Layer>,
     /// Blobs opened, by tree file.
     opened: Mutex<HashMap<u64, Arc<File>>>,
+    /// Files of the tree whose bytes could not be had: (path, why).
+    unfetched: Mutex<Vec<(String, FetchError)>>,
 }
 
 impl std::fmt::Debug for ActionFs {
@@ -187,7 +189,18 @@ impl ActionFs {
             limit,
             layer: Mutex::default(),
             opened: Mutex::default(),
+            unfetched: Mutex::default(),
         })
+    }
+
+    /// The files of the input root whose bytes could not be had when read (the guest
+    /// saw EIO): their paths and why. An action that met one failed for it, whatever
+    /// the guest made of the error.
+    pub fn unfetched(&self) -> Vec<(String, FetchError)> {
+        self.unfetched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// What it has done so far.
@@ -340,11 +353,18 @@ impl ActionFs {
         {
             return Ok(file.clone());
         }
-        let file = self
-            .store
-            .get(digest, &*self.fetch)
-            .await
-            .map_err(|e| errno_of(&e))?;
+        let file = match self.store.get(digest, &*self.fetch).await {
+            Ok(file) => file,
+            Err(e) => {
+                let errno = errno_of(&e);
+                let path = self.by_id.get(&id).map(|i| self.tree.node(*i).1.clone());
+                self.unfetched
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((path.unwrap_or_default(), e));
+                return Err(errno);
+            }
+        };
         self.opened
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -40,6 +40,7 @@ pub use digest::Digest;
 pub mod proto {
     pub use bazel_remote_apis::build::bazel::remote::execution::v2;
     pub use bazel_remote_apis::google::bytestream;
+    pub use bazel_remote_apis::google::longrunning;
     pub use bazel_remote_apis::google::protobuf;
     /// The Remote Workers API (v1test2) and its google.rpc.
     pub mod workers {

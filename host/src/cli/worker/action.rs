@@ -125,6 +125,13 @@ fn fetch_failed(e: FetchError) -> Failed {
     }
 }
 
+/// A file of the input root the guest read and whose bytes could not be had.
+fn fetch_failed_at(path: &str, e: FetchError) -> Failed {
+    let mut outcome = fetch_failed(e);
+    outcome.status.message = format!("the input {path:?}: {}", outcome.status.message);
+    outcome
+}
+
 fn output_failed(e: OutputError) -> Failed {
     match e {
         OutputError::Unreadable { .. } => Outcome::error(code::INTERNAL, e.to_string()),
@@ -331,6 +338,9 @@ fn run_action(shared: &Shared, work: &Work, stats: &mut ActionStats) -> Result<O
             code::CANCELLED,
             "the scheduler took the lease back",
         ));
+    }
+    if let Some((path, e)) = fs.unfetched().into_iter().next() {
+        return Err(fetch_failed_at(&path, e));
     }
     let stderr_text = err.text();
     if stderr_text.contains("forcing a memory growth failure to be a trap") {

@@ -73,6 +73,9 @@ pub struct WorkerArgs {
     /// actions' scratch space (default: ~/.cache/wasm9p/worker).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// Where compiled modules are kept (default: the cache directory's `modules`).
+    #[arg(long, value_name = "DIR")]
+    pub module_cache: Option<PathBuf>,
     /// The most bytes the content store keeps (K, M or G; default 10G).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub cache_size: Option<u64>,
@@ -185,7 +188,11 @@ pub fn worker(args: WorkerArgs) -> ExitCode {
         let shared = Shared {
             cas: Cas::new(cas_channel, &args.instance),
             store: Arc::new(store),
-            tools: tools::Tools::new(dir.join("modules")),
+            tools: tools::Tools::new(
+                args.module_cache
+                    .clone()
+                    .unwrap_or_else(|| dir.join("modules")),
+            ),
             scratch,
             memory_limit: args.memory_limit.unwrap_or(4 << 30) as usize,
             output_limit: args.max_output.unwrap_or(1 << 30),
@@ -251,10 +258,13 @@ async fn serve(
     let mut running: HashMap<String, Arc<AtomicBool>> = HashMap::new();
     let mut session: Option<Session> = None;
     let mut backoff = Duration::from_millis(100);
-    let mut offered = Vec::new();
+    // The scheduler's last answer, not yet taken in (none when an update was dropped
+    // for a lease that ended: no answer is not an empty one).
+    let mut offered: Option<Vec<wasm9p_remote::proto::workers::Lease>> = None;
     loop {
         // What the last answer asked for.
-        for event in leases.sync(&offered) {
+        let events = offered.take().map(|answer| leases.sync(&answer));
+        for event in events.into_iter().flatten() {
             match event {
                 Event::Start { id, payload } => {
                     let cancel = Arc::new(AtomicBool::new(false));
@@ -280,7 +290,6 @@ async fn serve(
                 }
             }
         }
-        offered.clear();
         if leases.draining() && leases.is_empty() && running.is_empty() {
             return Ok(());
         }
@@ -289,7 +298,7 @@ async fn serve(
                 Ok((made, first)) => {
                     say(&format!("worker: session {}", made.name()));
                     session = Some(made);
-                    offered = first;
+                    offered = Some(first);
                     backoff = Duration::from_millis(100);
                 }
                 Err(e) => {
@@ -316,11 +325,20 @@ async fn serve(
             false => BotStatus::Ok,
         };
         let busy = leases.draining() || running.len() >= bot.capacity;
-        let update = current.update(status, leases.report(), POLL);
+        let report = leases.report();
+        tracing::debug!(
+            "update: {:?}",
+            report.iter().map(|l| (&l.id, l.state)).collect::<Vec<_>>()
+        );
+        let update = current.update(status, report, POLL);
         tokio::select! {
             answer = update => match answer {
                 Ok(answer) => {
-                    offered = answer;
+                    tracing::debug!(
+                        "answer: {:?}",
+                        answer.iter().map(|l| (&l.id, l.state)).collect::<Vec<_>>()
+                    );
+                    offered = Some(answer);
                     backoff = Duration::from_millis(100);
                     if busy {
                         // The scheduler answers at once then: report again soon, or

@@ -1,0 +1,79 @@
+/* A guest for the worker's tests, one job per mode:
+ *   write PATH TEXT    writes TEXT to PATH (its directories made first), prints
+ *                      "wrote PATH"
+ *   read PATH          prints PATH's bytes
+ *   sleep SECONDS      sleeps (one WASI call), prints "slept"
+ *   spin               computes for ever without a WASI call
+ *   alloc MIB          touches MIB MiB of memory, prints "allocated"
+ *   exit CODE          prints to stderr and exits CODE
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: farm_action MODE ...\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    if (!strcmp(mode, "write") && argc == 4) {
+        char dirs[4096];
+        snprintf(dirs, sizeof dirs, "%s", argv[2]);
+        for (char *slash = strchr(dirs, '/'); slash; slash = strchr(slash + 1, '/')) {
+            *slash = 0;
+            mkdir(dirs, 0755);
+            *slash = '/';
+        }
+        FILE *f = fopen(argv[2], "w");
+        if (!f || fputs(argv[3], f) < 0 || fclose(f)) {
+            perror(argv[2]);
+            return 1;
+        }
+        printf("wrote %s\n", argv[2]);
+        return 0;
+    }
+    if (!strcmp(mode, "read") && argc == 3) {
+        FILE *f = fopen(argv[2], "r");
+        if (!f) {
+            perror(argv[2]);
+            return 1;
+        }
+        int c;
+        while ((c = fgetc(f)) != EOF)
+            putchar(c);
+        return 0;
+    }
+    if (!strcmp(mode, "sleep") && argc == 3) {
+        struct timespec t = {atoi(argv[2]), 0};
+        nanosleep(&t, NULL);
+        puts("slept");
+        return 0;
+    }
+    if (!strcmp(mode, "spin")) {
+        volatile unsigned long n = 0;
+        for (;;)
+            n++;
+    }
+    if (!strcmp(mode, "alloc") && argc == 3) {
+        size_t mib = (size_t)atoi(argv[2]);
+        for (size_t i = 0; i < mib; i++) {
+            char *p = malloc(1 << 20);
+            if (!p) {
+                fprintf(stderr, "out of memory after %zu MiB\n", i);
+                return 1;
+            }
+            memset(p, 1, 1 << 20);
+        }
+        puts("allocated");
+        return 0;
+    }
+    if (!strcmp(mode, "exit") && argc == 3) {
+        fprintf(stderr, "exiting %s\n", argv[2]);
+        return atoi(argv[2]);
+    }
+    fprintf(stderr, "farm_action: bad arguments\n");
+    return 2;
+}
