@@ -26,6 +26,14 @@ use wasm9p_proto::Errno;
 
 pub use serve::serve;
 
+/// Serves `fs` to every client of `listener` (a Unix socket, vsock, a hybrid vsock
+/// socket, tcp), each connection in a task of its own, until the listener fails.
+pub async fn serve_on(fs: std::sync::Arc<dyn NodeFs>, listener: wasm9p_proto::transport::Listener) {
+    while let Ok((stream, _peer)) = listener.accept().await {
+        tokio::spawn(serve(fs.clone(), stream));
+    }
+}
+
 /// A future a [`NodeFs`] answers with.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
