@@ -386,10 +386,7 @@ fn a_killed_worker_s_action_completes_on_another_and_sigterm_drains() {
 /// Waits until `worker` runs an action (its scratch directory is there).
 fn wait_until_running(worker: &Worker) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !std::fs::read_dir(worker.dir.path().join("actions"))
-        .map(|d| d.count() > 0)
-        .unwrap_or(false)
-    {
+    while !worker.is_running() {
         assert!(Instant::now() < deadline, "never taken: {}", worker.log());
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -419,7 +416,7 @@ fn a_clang_compile_on_the_farm_makes_the_object_wasm9p_cc_makes_and_fetches_only
             std::fs::copy(toolchain().join("llvm.core.wasm"), r.join("bin/clang")).map(drop)
         })
         .unwrap();
-    copy_dir(&toolchain().join("sysroot/usr"), &r.join("usr"));
+    wasm9p_tests::copy_tree(&toolchain().join("sysroot/usr"), &r.join("usr"));
     let source = "#include <stdio.h>\n#include <string.h>\n\
                   int shout(const char *s) { return printf(\"%s!\\n\", s) + (int)strlen(s); }\n";
     std::fs::write(r.join("src/a.c"), source).unwrap();
@@ -503,20 +500,4 @@ fn a_clang_compile_on_the_farm_makes_the_object_wasm9p_cc_makes_and_fetches_only
     let second = &worker.actions()[1];
     assert_eq!(second["blobs_fetched"], 0, "{second}");
     assert!(second["store_hits"].as_u64().unwrap() > 0, "{second}");
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let dest = to.join(entry.file_name());
-        let kind = entry.file_type().unwrap();
-        if kind.is_dir() {
-            copy_dir(&entry.path(), &dest);
-        } else if kind.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(entry.path()).unwrap(), &dest).unwrap();
-        } else {
-            std::fs::copy(entry.path(), &dest).unwrap();
-        }
-    }
 }

@@ -24,7 +24,7 @@ mod server;
 pub use clang::{clang_wasm, parse_cc1_line, zstd_sources, ClangWasm};
 pub use conn::Conn;
 pub use diod::{diod_available, free_port, Diod};
-pub use fixture::Tree;
+pub use fixture::{copy_tree, Tree};
 pub use guests::{
     build_c_component, build_c_plugin, c_plugin, c_sandbox_guest, compile_c_guest, componentize,
     wit_bindgen,

@@ -220,6 +220,8 @@ fn config_text(port: u16, url: &str, cas: &Path) -> String {
     address: "127.0.0.1:{port}"
     insecure-mode: true
 
+thread-pool-size: 100
+
 grpc-server-options:
   grpc.max_receive_message_length: 67108864
   grpc.max_send_message_length: 67108864
@@ -334,6 +336,11 @@ impl Worker {
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .filter_map(|v| v.get("action").cloned())
             .collect()
+    }
+
+    /// Whether it runs an action now (an action's scratch directory is there).
+    pub fn is_running(&self) -> bool {
+        std::fs::read_dir(self.dir.path().join("actions")).is_ok_and(|mut d| d.next().is_some())
     }
 
     pub fn pid(&self) -> u32 {

@@ -1,0 +1,397 @@
+//! Bazel (Debian's `bazel-bootstrap`, 4.2.3) with clang.wasm's toolchain of
+//! `examples/bazel`: the demo workspace built here (`--config=wasm9p`) and on a real
+//! BuildGrid with two `wasm9p worker`s (`--config=wasm9p-remote`, see `farm`) makes
+//! the same bytes, every compile, archive and link remote; after `bazel clean` the
+//! farm's action cache serves it; a worker killed mid-build does not fail the build;
+//! zstd's library and a program on it build remotely as they build here; a compile
+//! error reaches the user as clang's message.
+//!
+//! One Bazel output root per test binary, under the target directory (so that the
+//! workspace and Bazel's output base share a directory `wasm9p cc` can take as its
+//! root); its servers stop themselves soon after the last command. Tests take turns:
+//! `bazel clean` of one would pull another's outputs away.
+
+mod farm;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use farm::{Farm, Worker, BIN};
+
+static TURN: Mutex<()> = Mutex::new(());
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bazel")
+}
+
+/// Bazel in `workspace`, with the variables @wasm9p's repository reads.
+fn bazel(workspace: &Path, args: &[&str]) -> Output {
+    let toolchain = wasm9p_tests::clang_wasm();
+    Command::new("bazel")
+        .arg(format!(
+            "--output_user_root={}",
+            Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join("bazel-root")
+                .display()
+        ))
+        .arg("--max_idle_secs=20")
+        .args(args)
+        .current_dir(workspace)
+        .env("WASM9P", BIN)
+        .env("WASM9P_TOOLCHAIN", toolchain.module.parent().unwrap())
+        .env("WASM9P_CACHE_DIR", farm::module_cache())
+        .env("WASM9P_DAEMON", "off")
+        .output()
+        .expect("bazel (Debian's bazel-bootstrap; scripts/test installs it)")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A build that must succeed: its output.
+fn build(workspace: &Path, args: &[&str]) -> String {
+    let mut all = vec!["build", "--symlink_prefix=/"];
+    all.extend_from_slice(args);
+    let out = bazel(workspace, &all);
+    assert!(
+        out.status.success(),
+        "bazel {}: {}",
+        all.join(" "),
+        text(&out)
+    );
+    text(&out)
+}
+
+fn clean(workspace: &Path) {
+    let out = bazel(workspace, &["clean"]);
+    assert!(out.status.success(), "bazel clean: {}", text(&out));
+}
+
+/// Bazel's process summary ("15 processes: 8 internal, 7 remote."): count by kind.
+fn processes(log: &str) -> BTreeMap<String, u32> {
+    let line = log
+        .lines()
+        .find(|l| l.contains(" processes: ") || l.contains(" process: "))
+        .unwrap_or_else(|| panic!("no process summary in: {log}"));
+    let kinds = line
+        .split_once(" processes: ")
+        .or_else(|| line.split_once(" process: "))
+        .unwrap()
+        .1
+        .trim_end_matches('.');
+    kinds
+        .split(", ")
+        .map(|part| {
+            let (n, kind) = part.split_once(' ').unwrap();
+            (kind.to_owned(), n.parse().unwrap())
+        })
+        .collect()
+}
+
+fn bazel_bin(workspace: &Path, config: &str) -> PathBuf {
+    let out = bazel(workspace, &["info", config, "bazel-bin"]);
+    assert!(out.status.success(), "bazel info: {}", text(&out));
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// The build's outputs under `bin` (objects, dependency files, archives, programs)
+/// by path, with their bytes.
+fn outputs(bin: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(dir: &Path, bin: &Path, found: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !name.ends_with(".runfiles") {
+                    walk(&path, bin, found);
+                }
+            } else if !name.ends_with(".params") && !name.ends_with("_manifest") {
+                let bytes = std::fs::read(&path).unwrap();
+                found.insert(path.strip_prefix(bin).unwrap().to_owned(), bytes);
+            }
+        }
+    }
+    let mut found = BTreeMap::new();
+    walk(bin, bin, &mut found);
+    found
+}
+
+fn assert_same(here: &BTreeMap<PathBuf, Vec<u8>>, there: &BTreeMap<PathBuf, Vec<u8>>) {
+    assert_eq!(
+        here.keys().collect::<Vec<_>>(),
+        there.keys().collect::<Vec<_>>(),
+        "the same outputs"
+    );
+    for (path, bytes) in here {
+        assert!(
+            there[path] == *bytes,
+            "{} differs between the local and the remote build",
+            path.display()
+        );
+    }
+}
+
+/// `wasm9p run --root DIR PROGRAM ARGS` in `dir` (relative paths are the host's): its
+/// stdout.
+fn run(program: &Path, dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .arg("run")
+        .arg("--root")
+        .arg(dir)
+        .arg(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        program.display(),
+        text(&out)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Two workers of the farm, each running one action at a time.
+fn workers(farm: &Farm) -> [Worker; 2] {
+    [
+        Worker::start(farm, "bazel", &["--jobs", "1"]),
+        Worker::start(farm, "bazel", &["--jobs", "1"]),
+    ]
+}
+
+/// `--config=wasm9p-remote` on the farm (its actions ask for no pool, so any of the
+/// binary's workers takes them).
+fn remote_args(farm: &Farm) -> Vec<String> {
+    vec![
+        "--config=wasm9p-remote".to_owned(),
+        format!("--remote_executor={}", farm.address),
+    ]
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn the_demo_builds_on_the_farm_byte_for_byte_as_here_from_the_cache_after_a_clean_and_past_a_killed_worker(
+) {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let farm = Farm::get();
+    let demo = examples().join("demo");
+
+    clean(&demo);
+    let log = build(&demo, &["--config=wasm9p", "//..."]);
+    let here = processes(&log);
+    let ran = here.get("local").copied().unwrap_or(0);
+    assert!(ran >= 7, "4 compiles, an archive and 2 links: {here:?}");
+    let bin = bazel_bin(&demo, "--config=wasm9p");
+    let local = outputs(&bin);
+    assert!(
+        local.keys().any(|p| p.ends_with("libshapes.a")),
+        "{local:?}"
+    );
+
+    let [w1, w2] = workers(farm);
+    let remote = remote_args(farm);
+    clean(&demo);
+    let log = build(&demo, &[strs(&remote), vec!["//..."]].concat());
+    let there = processes(&log);
+    assert_eq!(there.get("remote"), Some(&ran), "every one remote: {log}");
+    assert!(
+        there.keys().all(|k| k == "remote" || k == "internal"),
+        "nothing ran but on the farm: {there:?}"
+    );
+    assert_eq!(
+        w1.actions().len() + w2.actions().len(),
+        ran as usize,
+        "the workers ran them"
+    );
+    assert_same(&local, &outputs(&bin));
+
+    let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    assert_eq!(
+        run(
+            &bin.join("external/shapes/shapes_main"),
+            work.path(),
+            &["circle 2, square 3"]
+        ),
+        "circle     2: 12.568\nsquare     3: 9.000\ntotal 21.568\n"
+    );
+    assert_eq!(
+        run(&bin.join("words"), work.path(), &["b a b", "c"]),
+        "a 1\nb 2\nc 1\n"
+    );
+
+    // After a clean, the farm's action cache has every action.
+    clean(&demo);
+    let log = build(&demo, &[strs(&remote), vec!["//..."]].concat());
+    assert_eq!(
+        processes(&log).get("remote cache hit"),
+        Some(&ran),
+        "served from the action cache: {log}"
+    );
+    assert_same(&local, &outputs(&bin));
+
+    // Run again on the farm (the cache not looked at), one worker killed while it
+    // runs an action: its lease goes to the other, and the build succeeds.
+    clean(&demo);
+    let args = [strs(&remote), vec!["--noremote_accept_cached", "//..."]].concat();
+    let demo_dir = demo.clone();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let building = std::thread::spawn(move || build(&demo_dir, &strs(&args)));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let running = loop {
+        if let Some(i) = [&w1, &w2].iter().position(|w| w.is_running()) {
+            break i;
+        }
+        assert!(Instant::now() < deadline, "no action taken");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let [killed, kept] = if running == 0 { [w1, w2] } else { [w2, w1] };
+    let before = kept.actions().len();
+    drop(killed.kill());
+    let log = building.join().unwrap();
+    assert_eq!(processes(&log).get("remote"), Some(&ran), "{log}");
+    assert!(
+        kept.actions().len() > before,
+        "the other worker ran the rest"
+    );
+    assert_same(&local, &outputs(&bin));
+}
+
+#[test]
+fn a_compile_error_on_the_farm_is_clang_s_message_and_a_failed_action() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let farm = Farm::get();
+    let _workers = workers(farm);
+    let ws = workspace("broken");
+    std::fs::write(
+        ws.path().join("BUILD.bazel"),
+        "cc_library(name = \"bad\", srcs = [\"bad.c\"])\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.path().join("bad.c"),
+        "int f(void) {\n    return undeclared_name;\n}\n",
+    )
+    .unwrap();
+    let remote = remote_args(farm);
+    let out = bazel(
+        ws.path(),
+        &[
+            vec!["build", "--symlink_prefix=/"],
+            strs(&remote),
+            vec!["//:bad"],
+        ]
+        .concat(),
+    );
+    let log = text(&out);
+    assert!(!out.status.success(), "{log}");
+    assert!(
+        log.contains("bad.c:2:12: error: use of undeclared identifier 'undeclared_name'"),
+        "clang's own message: {log}"
+    );
+    assert!(log.contains("Compiling bad.c failed: (Exit 1)"), "{log}");
+    assert!(!log.contains("wasm9p"), "no worker error: {log}");
+}
+
+/// A workspace of its own under the target directory, using @wasm9p.
+fn workspace(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix(name)
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let examples = examples().canonicalize().unwrap();
+    std::fs::write(
+        dir.path().join("WORKSPACE"),
+        format!(
+            "local_repository(name = \"wasm9p\", path = \"{e}\")\n\
+             local_repository(name = \"rules_cc\", path = \"{e}/offline/rules_cc\")\n\
+             local_repository(name = \"rules_java\", path = \"{e}/offline/rules_java\")\n\
+             load(\"@wasm9p//:defs.bzl\", \"clang_wasm\")\n\
+             clang_wasm(name = \"clang_wasm\")\n",
+            e = examples.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join(".bazelrc"),
+        format!("import {}/wasm9p.bazelrc\n", examples.display()),
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn zstd_and_a_program_on_it_build_on_the_farm_as_here_and_the_program_round_trips_a_file() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let farm = Farm::get();
+    let ws = workspace("zstd");
+    wasm9p_tests::copy_tree(&wasm9p_tests::zstd_sources(), &ws.path().join("zstd"));
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/projects/zpipe/zpipe.c"),
+        ws.path().join("zpipe.c"),
+    )
+    .unwrap();
+    std::fs::write(
+        ws.path().join("BUILD.bazel"),
+        r#"cc_library(
+    name = "zstd",
+    srcs = glob([
+        "zstd/lib/common/*.c",
+        "zstd/lib/compress/*.c",
+        "zstd/lib/decompress/*.c",
+        "zstd/lib/dictBuilder/*.c",
+        "zstd/lib/**/*.h",
+    ]),
+    hdrs = ["zstd/lib/zstd.h", "zstd/lib/zdict.h", "zstd/lib/zstd_errors.h"],
+    copts = ["-O2"],
+    local_defines = ["ZSTD_DISABLE_ASM", "ZSTD_MULTITHREAD=0"],
+    strip_include_prefix = "zstd/lib",
+)
+
+cc_binary(
+    name = "zpipe",
+    srcs = ["zpipe.c"],
+    copts = ["-O2"],
+    deps = [":zstd"],
+)
+"#,
+    )
+    .unwrap();
+
+    let log = build(ws.path(), &["--config=wasm9p", "//..."]);
+    let ran = processes(&log).get("local").copied().unwrap_or(0);
+    assert!(ran > 30, "zstd's units, the archive, zpipe: {log}");
+    let bin = bazel_bin(ws.path(), "--config=wasm9p");
+    let local = outputs(&bin);
+
+    let _workers = workers(farm);
+    clean(ws.path());
+    let remote = remote_args(farm);
+    let log = build(ws.path(), &[strs(&remote), vec!["//..."]].concat());
+    assert_eq!(processes(&log).get("remote"), Some(&ran), "{log}");
+    assert_same(&local, &outputs(&bin));
+
+    let input: Vec<u8> = (0..200_000u32)
+        .flat_map(|i| format!("line {} of {}\n", i % 977, i / 1000).into_bytes())
+        .collect();
+    std::fs::write(ws.path().join("in.txt"), &input).unwrap();
+    run(
+        &bin.join("zpipe"),
+        ws.path(),
+        &["in.txt", "in.zst", "out.txt"],
+    );
+    assert!(std::fs::read(ws.path().join("out.txt")).unwrap() == input);
+    let packed = std::fs::metadata(ws.path().join("in.zst")).unwrap().len();
+    assert!(packed < input.len() as u64 / 4, "{packed} bytes compressed");
+}
