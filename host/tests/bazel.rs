@@ -342,30 +342,9 @@ fn zstd_and_a_program_on_it_build_on_the_farm_as_here_and_the_program_round_trip
         ws.path().join("zpipe.c"),
     )
     .unwrap();
-    std::fs::write(
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/projects/bazel-zstd/BUILD.bazel"),
         ws.path().join("BUILD.bazel"),
-        r#"cc_library(
-    name = "zstd",
-    srcs = glob([
-        "zstd/lib/common/*.c",
-        "zstd/lib/compress/*.c",
-        "zstd/lib/decompress/*.c",
-        "zstd/lib/dictBuilder/*.c",
-        "zstd/lib/**/*.h",
-    ]),
-    hdrs = ["zstd/lib/zstd.h", "zstd/lib/zdict.h", "zstd/lib/zstd_errors.h"],
-    copts = ["-O2"],
-    local_defines = ["ZSTD_DISABLE_ASM", "ZSTD_MULTITHREAD=0"],
-    strip_include_prefix = "zstd/lib",
-)
-
-cc_binary(
-    name = "zpipe",
-    srcs = ["zpipe.c"],
-    copts = ["-O2"],
-    deps = [":zstd"],
-)
-"#,
     )
     .unwrap();
 

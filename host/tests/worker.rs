@@ -500,4 +500,7 @@ fn a_clang_compile_on_the_farm_makes_the_object_wasm9p_cc_makes_and_fetches_only
     let second = &worker.actions()[1];
     assert_eq!(second["blobs_fetched"], 0, "{second}");
     assert!(second["store_hits"].as_u64().unwrap() > 0, "{second}");
+    // Its input root's Directory messages too: known from the first.
+    assert!(first["directories_read"].as_u64().unwrap() > 10, "{first}");
+    assert_eq!(second["directories_read"], 0, "{second}");
 }

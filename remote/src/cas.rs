@@ -7,7 +7,8 @@
 //!   checked against its digest ([`FetchError::Corrupt`]); a blob the CAS does not have
 //!   is [`FetchError::Missing`].
 //! - An action's `Directory` messages, level by level ([`Cas::directories`]): one batch
-//!   per level, each message checked, at most [`MAX_DIRECTORIES`] of them.
+//!   per level of those the worker has not read before (see [`crate::directories`]),
+//!   each message checked, at most [`MAX_DIRECTORIES`] of them.
 //! - Writes: `FindMissingBlobs` first, then what is missing in `BatchUpdateBlobs` (small)
 //!   or `ByteStream.Write` (large).
 //!
@@ -23,6 +24,7 @@ use prost::Message;
 use tonic::transport::Channel;
 
 use crate::digest::Digest;
+use crate::directories::Directories;
 use crate::proto::bytestream::{byte_stream_client::ByteStreamClient, ReadRequest, WriteRequest};
 use crate::proto::v2::{
     self, batch_update_blobs_request,
@@ -257,13 +259,16 @@ impl Cas {
         })
     }
 
-    /// Every `Directory` message of the tree whose root directory is `root`, by digest:
-    /// read level by level, one batch per level.
+    /// Every `Directory` message of the tree whose root directory is `root`, by digest,
+    /// and how many of them were read from the CAS: level by level, those `cache` has
+    /// taken from it and the others read in one batch per level (and kept in it).
     pub async fn directories(
         &self,
         root: Digest,
-    ) -> Result<HashMap<Digest, v2::Directory>, FetchError> {
+        cache: &Directories,
+    ) -> Result<(HashMap<Digest, v2::Directory>, usize), FetchError> {
         let mut known: HashMap<Digest, v2::Directory> = HashMap::new();
+        let mut read = 0;
         let mut level = vec![root];
         while !level.is_empty() {
             if known.len() + level.len() > MAX_DIRECTORIES {
@@ -272,13 +277,25 @@ impl Cas {
                     why: format!("the input root has more than {MAX_DIRECTORIES} directories"),
                 });
             }
-            let blobs = self.read_blobs(&level).await?;
-            let mut next = HashSet::new();
-            for (digest, bytes) in blobs {
+            let mut found = Vec::with_capacity(level.len());
+            let mut missing = Vec::new();
+            for digest in level {
+                match cache.get(&digest) {
+                    Some(dir) => found.push((digest, dir)),
+                    None => missing.push(digest),
+                }
+            }
+            for (digest, bytes) in self.read_blobs(&missing).await? {
                 let dir = v2::Directory::decode(bytes).map_err(|e| FetchError::Unreachable {
                     digest,
                     why: format!("not a Directory message: {e}"),
                 })?;
+                cache.keep(digest, dir.clone());
+                read += 1;
+                found.push((digest, dir));
+            }
+            let mut next = HashSet::new();
+            for (digest, dir) in found {
                 for sub in &dir.directories {
                     // A digest that is not one is left for the tree's check to name.
                     if let Some(d) = sub.digest.as_ref().and_then(|d| Digest::from_proto(d).ok()) {
@@ -294,7 +311,7 @@ impl Cas {
                 .filter(|d| !known.contains_key(d))
                 .collect();
         }
-        Ok(known)
+        Ok((known, read))
     }
 
     /// The digests of `digests` the CAS lacks.

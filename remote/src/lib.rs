@@ -5,6 +5,8 @@
 //! - [`digest`]: blobs named as REAPI names them (SHA-256 and size);
 //! - [`cas`]: a client of the farm's CAS (FindMissingBlobs, BatchReadBlobs,
 //!   BatchUpdateBlobs, ByteStream for large blobs, GetTree);
+//! - [`directories`]: the `Directory` messages already read, by digest, for the
+//!   actions after (a build's input roots share most of theirs);
 //! - [`store`]: the worker's content store on local disk, by digest: each blob
 //!   fetched once per worker, verified, bounded, crash-safe, shared by every action;
 //! - [`tree`]: an action's input root from its `Directory` messages, checked (names,
@@ -27,6 +29,7 @@
 pub mod bots;
 pub mod cas;
 pub mod digest;
+pub mod directories;
 pub mod layer;
 pub mod lease;
 pub mod outputs;

@@ -12,7 +12,9 @@
 //!   (their use is counted in memory; at start, a file's mtime stands for it). A blob
 //!   handed out as an open file stays readable after it goes from the directory. A
 //!   single blob larger than the whole bound is fetched and handed out, then not kept.
-//! - **Counted.** Blobs and bytes fetched, and hits, overall ([`ContentStore::stats`]).
+//! - **Counted.** Blobs and bytes fetched, and hits, overall ([`ContentStore::stats`]),
+//!   and for each caller through a [`Counted`] fetch of its own (an action's: the
+//!   fetch it shared with another action is the other's).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -29,6 +31,72 @@ use crate::BoxFuture;
 pub trait Fetch: Send + Sync {
     /// The bytes of the blob `digest` (checked by the store).
     fn fetch(&self, digest: Digest) -> BoxFuture<'_, Result<Vec<u8>, FetchError>>;
+
+    /// Told when the store answered a `get` through this without fetching (it had the
+    /// blob, or another caller's fetch of it landed): for counting, see [`Counted`].
+    fn had(&self, _digest: Digest) {}
+}
+
+impl<T: Fetch + ?Sized> Fetch for Arc<T> {
+    fn fetch(&self, digest: Digest) -> BoxFuture<'_, Result<Vec<u8>, FetchError>> {
+        (**self).fetch(digest)
+    }
+
+    fn had(&self, digest: Digest) {
+        (**self).had(digest)
+    }
+}
+
+/// A [`Fetch`] that counts what went through it: the blobs and bytes it fetched, and
+/// the blobs the store had. One per action, so that actions running at once, whose
+/// fetches the store shares, each count only their own (the store's [`StoreStats`] are
+/// the whole worker's).
+pub struct Counted<F> {
+    inner: F,
+    fetched: AtomicU64,
+    fetched_bytes: AtomicU64,
+    hits: AtomicU64,
+}
+
+impl<F: Fetch> Counted<F> {
+    /// Counts what goes through `inner`.
+    pub fn new(inner: F) -> Counted<F> {
+        Counted {
+            inner,
+            fetched: AtomicU64::new(0),
+            fetched_bytes: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+        }
+    }
+
+    /// Blobs fetched through it, and their bytes.
+    pub fn fetched(&self) -> (u64, u64) {
+        (
+            self.fetched.load(Ordering::Relaxed),
+            self.fetched_bytes.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Blobs asked for through it that the store had, or had fetched for another.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+}
+
+impl<F: Fetch> Fetch for Counted<F> {
+    fn fetch(&self, digest: Digest) -> BoxFuture<'_, Result<Vec<u8>, FetchError>> {
+        Box::pin(async move {
+            let bytes = self.inner.fetch(digest).await?;
+            self.fetched.fetch_add(1, Ordering::Relaxed);
+            self.fetched_bytes
+                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            Ok(bytes)
+        })
+    }
+
+    fn had(&self, _digest: Digest) {
+        self.hits.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Why a blob could not be had.
@@ -166,8 +234,10 @@ impl ContentStore {
     pub async fn get(&self, digest: Digest, from: &dyn Fetch) -> Result<Arc<File>, FetchError> {
         if let Some(file) = self.open_kept(&digest) {
             self.hits.fetch_add(1, Ordering::Relaxed);
+            from.had(digest);
             return Ok(file);
         }
+        let mut fetched_here = false;
         let cell = self
             .fetching
             .lock()
@@ -181,6 +251,7 @@ impl ContentStore {
                 if let Some(file) = self.open_kept(&digest) {
                     return Ok(file);
                 }
+                fetched_here = true;
                 let bytes = from.fetch(digest).await?;
                 let got = Digest::of(&bytes);
                 if got != digest {
@@ -200,6 +271,9 @@ impl ContentStore {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&digest);
+        if !fetched_here && result.is_ok() {
+            from.had(digest);
+        }
         result
     }
 
@@ -354,6 +428,28 @@ mod tests {
         let mut out = vec![0u8; f.metadata().unwrap().len() as usize];
         f.read_exact_at(&mut out, 0).unwrap();
         out
+    }
+
+    #[tokio::test]
+    async fn callers_sharing_a_fetch_count_it_once_and_the_other_a_hit() {
+        let dir = tempfile::tempdir().unwrap();
+        let cas = Arc::new(Blobs::default());
+        let d = cas.put(b"#define ANSWER 42\n");
+        let store = ContentStore::open(dir.path(), 1 << 20).unwrap();
+        let (one, two) = (Counted::new(cas.clone()), Counted::new(cas.clone()));
+        let (a, b) = tokio::join!(store.get(d, &one), store.get(d, &two));
+        assert_eq!(read(a.unwrap()), read(b.unwrap()));
+        let (f1, f2) = (one.fetched(), two.fetched());
+        assert_eq!(
+            (f1.0 + f2.0, f1.1 + f2.1),
+            (1, 18),
+            "one fetch between them"
+        );
+        assert_eq!(one.hits() + two.hits(), 1, "the other shared it");
+        let three = Counted::new(cas.clone());
+        store.get(d, &three).await.unwrap();
+        assert_eq!((three.fetched(), three.hits()), ((0, 0), 1), "kept: a hit");
+        assert_eq!(store.stats().fetched, 1);
     }
 
     #[tokio::test]

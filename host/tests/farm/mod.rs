@@ -252,6 +252,9 @@ schedulers:
     storage: *cas
     action-cache: *action-cache
     bot-session-keepalive-timeout: 6
+    job-assignment-interval: 0.05
+    bot-poll-interval: 0.05
+    poll-interval: 0.1
     session-expiry-timer-interval: 1
     max-job-attempts: 3
     property-set: !dynamic-property-set

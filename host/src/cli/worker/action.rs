@@ -2,8 +2,8 @@
 //! `ActionResult` or a status that says what went wrong.
 //!
 //! In order: the `Action` (from the lease, or by its digest from the CAS), its
-//! `Command` and the `Directory` messages of its input root (the files' bytes stay
-//! where they are); the tree and the outputs checked; `arguments[0]` found in the
+//! `Command` and the `Directory` messages of its input root (those the worker has
+//! not read for an earlier action; the files' bytes stay where they are); the tree and the outputs checked; `arguments[0]` found in the
 //! input root (from the working directory; symlinks followed inside the root) and
 //! loaded as a program (see `tools`); the parents of the outputs made; then the guest
 //! runs on a namespace of its own: the input root at `/` over 9P (its writable layer
@@ -31,11 +31,12 @@ use wasm9p_guest_fs::backend::bind::BindFs;
 use wasm9p_guest_fs::mount_options::NinepOptions;
 use wasm9p_guest_fs::namespace::Namespace;
 use wasm9p_remote::cas::Cas;
+use wasm9p_remote::directories::Directories;
 use wasm9p_remote::layer::ActionFs;
 use wasm9p_remote::lease::{code, Outcome};
 use wasm9p_remote::outputs::{self, OutputError};
 use wasm9p_remote::proto::v2;
-use wasm9p_remote::store::{ContentStore, FetchError};
+use wasm9p_remote::store::{ContentStore, Counted, FetchError};
 use wasm9p_remote::tree::{InputTree, TreeNode};
 use wasm9p_remote::Digest;
 
@@ -48,6 +49,8 @@ use crate::p1::{Input, Output, Sink};
 /// What every action of a worker shares.
 pub(super) struct Shared {
     pub(super) cas: Cas,
+    /// The `Directory` messages read so far, for the actions after.
+    pub(super) directories: Directories,
     pub(super) store: Arc<ContentStore>,
     pub(super) tools: Tools,
     /// Where actions' scratch directories go.
@@ -79,6 +82,8 @@ pub(super) struct ActionStats {
     pub(super) blobs_fetched: u64,
     pub(super) bytes_fetched: u64,
     pub(super) store_hits: u64,
+    /// `Directory` messages read from the CAS (the others were known already).
+    pub(super) directories_read: u64,
     pub(super) files_read: u64,
     pub(super) bytes_of_files_read: u64,
     pub(super) input_root_bytes: u64,
@@ -97,6 +102,7 @@ impl ActionStats {
             "blobs_fetched": self.blobs_fetched,
             "bytes_fetched": self.bytes_fetched,
             "store_hits": self.store_hits,
+            "directories_read": self.directories_read,
             "files_read": self.files_read,
             "bytes_of_files_read": self.bytes_of_files_read,
             "input_root_bytes": self.input_root_bytes,
@@ -146,24 +152,28 @@ const RESULT_TYPE: &str = "type.googleapis.com/build.bazel.remote.execution.v2.A
 /// Runs `work` on this (plain) thread: its outcome, and what it took.
 pub(super) fn run(shared: &Shared, work: &Work) -> (Outcome, ActionStats) {
     let started = Instant::now();
-    let before = shared.store.stats();
     let mut stats = ActionStats {
         lease: work.id.clone(),
         ..ActionStats::default()
     };
-    let outcome = match run_action(shared, work, &mut stats) {
+    // This action's fetches, counted apart from those of the actions running beside it.
+    let fetch = Arc::new(Counted::new(shared.cas.clone()));
+    let outcome = match run_action(shared, work, &fetch, &mut stats) {
         Ok(outcome) | Err(outcome) => outcome,
     };
-    let after = shared.store.stats();
-    stats.blobs_fetched = after.fetched - before.fetched;
-    stats.bytes_fetched = after.fetched_bytes - before.fetched_bytes;
-    stats.store_hits = after.hits - before.hits;
+    (stats.blobs_fetched, stats.bytes_fetched) = fetch.fetched();
+    stats.store_hits = fetch.hits();
     stats.status = outcome.status.code;
     stats.total_ms = started.elapsed().as_millis() as u64;
     (outcome, stats)
 }
 
-fn run_action(shared: &Shared, work: &Work, stats: &mut ActionStats) -> Result<Outcome, Failed> {
+fn run_action(
+    shared: &Shared,
+    work: &Work,
+    fetch: &Arc<Counted<Cas>>,
+    stats: &mut ActionStats,
+) -> Result<Outcome, Failed> {
     let rt = &shared.runtime;
     let action = match &work.payload {
         Some(any) if any.type_url == ACTION_TYPE => v2::Action::decode(&any.value[..])
@@ -193,9 +203,10 @@ fn run_action(shared: &Shared, work: &Work, stats: &mut ActionStats) -> Result<O
     let command: v2::Command = rt
         .block_on(shared.cas.read_message(command_digest))
         .map_err(fetch_failed)?;
-    let directories = rt
-        .block_on(shared.cas.directories(root_digest))
+    let (directories, read) = rt
+        .block_on(shared.cas.directories(root_digest, &shared.directories))
         .map_err(fetch_failed)?;
+    stats.directories_read = read as u64;
     let tree = InputTree::build(root_digest, &directories).map_err(|e| invalid(e.to_string()))?;
     let wanted = outputs::wanted_outputs(&command).map_err(output_failed)?;
     let wd = outputs::working_dir(&command).map_err(output_failed)?;
@@ -209,7 +220,7 @@ fn run_action(shared: &Shared, work: &Work, stats: &mut ActionStats) -> Result<O
         .ok_or_else(|| invalid("the Command has no arguments"))?;
     let tool_digest = program_in(&tree, &wd, argv0)?;
     let blob = rt
-        .block_on(shared.store.get(tool_digest, &shared.cas))
+        .block_on(shared.store.get(tool_digest, &**fetch))
         .map_err(fetch_failed)?;
     let mut magic = [0u8; 4];
     use std::os::unix::fs::FileExt;
@@ -240,7 +251,7 @@ fn run_action(shared: &Shared, work: &Work, stats: &mut ActionStats) -> Result<O
         ActionFs::new(
             Arc::new(tree),
             shared.store.clone(),
-            Arc::new(shared.cas.clone()),
+            fetch.clone(),
             scratch.path().join("layer"),
             shared.output_limit,
         )

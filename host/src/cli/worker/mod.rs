@@ -36,6 +36,7 @@ use std::time::Duration;
 use clap::Args;
 use wasm9p_remote::bots::{Bot, Session};
 use wasm9p_remote::cas::Cas;
+use wasm9p_remote::directories::Directories;
 use wasm9p_remote::lease::{Event, Leases, Outcome};
 use wasm9p_remote::proto::workers::BotStatus;
 use wasm9p_remote::store::ContentStore;
@@ -45,6 +46,9 @@ use action::{ActionStats, Shared, Work};
 
 /// How long one update may wait for the scheduler's answer.
 const POLL: Duration = Duration::from_secs(20);
+/// Bytes of `Directory` messages kept for the actions after (a sysroot's input root
+/// has a few hundred of some hundred bytes each).
+const DIRECTORIES_KEPT: u64 = 64 << 20;
 /// How often a bot with no room reports its leases.
 pub const BUSY_HEARTBEAT: Duration = Duration::from_secs(1);
 /// The longest wait between tries to reach the scheduler.
@@ -187,6 +191,7 @@ pub fn worker(args: WorkerArgs) -> ExitCode {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let shared = Shared {
             cas: Cas::new(cas_channel, &args.instance),
+            directories: Directories::new(DIRECTORIES_KEPT),
             store: Arc::new(store),
             tools: tools::Tools::new(
                 args.module_cache
