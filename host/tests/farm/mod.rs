@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -31,9 +31,30 @@ const PG: &str = "/usr/lib/postgresql/15/bin";
 /// The running farm.
 pub struct Farm {
     pub address: String,
+    port: u16,
     pub bgd: PathBuf,
     dir: PathBuf,
-    _server: Child,
+    server: Mutex<Child>,
+}
+
+/// `bgd server start` of the farm in `dir` (its log appended to, its pid written for
+/// the watchdog).
+fn spawn_bgd(bgd: &Path, dir: &Path) -> Child {
+    let log = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(dir.join("bgd.log"))
+        .unwrap();
+    let server = Command::new(bgd)
+        .args(["server", "start"])
+        .arg(dir.join("bgd.yml"))
+        .current_dir(dir)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    std::fs::write(dir.join("bgd.pid"), server.id().to_string()).unwrap();
+    server
 }
 
 fn free_port() -> u16 {
@@ -143,21 +164,13 @@ impl Farm {
         let port = free_port();
         let config = dir.join("bgd.yml");
         std::fs::write(&config, config_text(port, &url, &dir.join("cas"))).unwrap();
-        let log = std::fs::File::create(dir.join("bgd.log")).unwrap();
-        let server = Command::new(&bgd)
-            .args(["server", "start"])
-            .arg(&config)
-            .current_dir(&dir)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        // Stops BuildGrid and PostgreSQL once this process is gone.
+        let server = spawn_bgd(&bgd, &dir);
+        // Stops BuildGrid (whichever process it is by then) and PostgreSQL once this
+        // process is gone.
         let watchdog = format!(
-            "while kill -0 {me} 2>/dev/null; do sleep 1; done; kill {bgd_pid}; \
+            "while kill -0 {me} 2>/dev/null; do sleep 1; done; kill $(cat {dir}/bgd.pid); \
              {stop} -D {pg} -m immediate stop >/dev/null 2>&1; rm -rf {dir}",
             me = std::process::id(),
-            bgd_pid = server.id(),
             stop = if rustix::process::geteuid().is_root() {
                 format!("runuser -u postgres -- {PG}/pg_ctl")
             } else {
@@ -175,21 +188,42 @@ impl Farm {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
+        let farm = Farm {
+            address: format!("grpc://127.0.0.1:{port}"),
+            port,
+            bgd,
+            dir,
+            server: Mutex::new(server),
+        };
+        farm.wait_until_listening();
+        farm
+    }
+
+    fn wait_until_listening(&self) {
         let deadline = Instant::now() + Duration::from_secs(120);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             assert!(
                 Instant::now() < deadline,
                 "BuildGrid did not start: {}",
-                std::fs::read_to_string(dir.join("bgd.log")).unwrap_or_default()
+                self.log()
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        Farm {
-            address: format!("grpc://127.0.0.1:{port}"),
-            bgd,
-            dir,
-            _server: server,
+    }
+
+    /// Stops BuildGrid, runs `meanwhile`, and starts it again on the same port and
+    /// database (its jobs and bot sessions are in PostgreSQL).
+    pub fn restart_scheduler(&self, meanwhile: impl FnOnce()) {
+        let mut server = self.server.lock().unwrap();
+        let _ = server.kill();
+        let _ = server.wait();
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            std::thread::sleep(Duration::from_millis(50));
         }
+        meanwhile();
+        *server = spawn_bgd(&self.bgd, &self.dir);
+        drop(server);
+        self.wait_until_listening();
     }
 
     /// BuildGrid's log so far.

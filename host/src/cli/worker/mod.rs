@@ -263,6 +263,8 @@ async fn serve(
     let mut running: HashMap<String, Arc<AtomicBool>> = HashMap::new();
     let mut session: Option<Session> = None;
     let mut backoff = Duration::from_millis(100);
+    // Said once when the scheduler stops answering, and once when it answers again.
+    let mut lost = false;
     // The scheduler's last answer, not yet taken in (none when an update was dropped
     // for a lease that ended: no answer is not an empty one).
     let mut offered: Option<Vec<wasm9p_remote::proto::workers::Lease>> = None;
@@ -301,6 +303,9 @@ async fn serve(
         let Some(current) = session.as_mut() else {
             match Session::create(channel.clone(), &bot, POLL).await {
                 Ok((made, first)) => {
+                    if std::mem::take(&mut lost) {
+                        say("worker: the scheduler answers again");
+                    }
                     say(&format!("worker: session {}", made.name()));
                     session = Some(made);
                     offered = Some(first);
@@ -308,6 +313,12 @@ async fn serve(
                 }
                 Err(e) => {
                     tracing::debug!("CreateBotSession: {e}");
+                    if !std::mem::replace(&mut lost, true) {
+                        say(&format!(
+                            "worker: the scheduler does not answer ({}); retrying",
+                            e.message()
+                        ));
+                    }
                     if leases.draining() && running.is_empty() {
                         return Ok(()); // nothing to report to a scheduler that is gone
                     }
@@ -339,6 +350,9 @@ async fn serve(
         tokio::select! {
             answer = update => match answer {
                 Ok(answer) => {
+                    if std::mem::take(&mut lost) {
+                        say("worker: the scheduler answers again");
+                    }
                     tracing::debug!(
                         "answer: {:?}",
                         answer.iter().map(|l| (&l.id, l.state)).collect::<Vec<_>>()
@@ -368,6 +382,8 @@ async fn serve(
                     }
                     if matches!(e.code(), Code::NotFound | Code::InvalidArgument | Code::FailedPrecondition) {
                         session = None;
+                    } else if !std::mem::replace(&mut lost, true) {
+                        say(&format!("worker: the scheduler does not answer ({}); retrying", e.message()));
                     }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
