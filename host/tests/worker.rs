@@ -6,21 +6,12 @@
 
 mod farm;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use farm::{Client, Farm, Root, Worker};
+use farm::{guest, stdout_of, Client, Farm, Root, Worker};
 use wasm9p_remote::proto::v2;
 use wasm9p_remote::Digest;
-
-/// The tests' guest (`guests/farm_action.c`).
-fn guest() -> Bytes {
-    let path = wasm9p_tests::compile_c_guest(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests/farm_action.c"),
-    );
-    Bytes::from(std::fs::read(path).unwrap())
-}
 
 /// The code of a response's status (0: OK).
 fn code(response: &v2::ExecuteResponse) -> i32 {
@@ -48,14 +39,6 @@ fn run(
     client.upload(made.blobs);
     let action = client.action(root, args, outputs, pool, timeout);
     client.execute(action, |_| {})
-}
-
-fn stdout_of(client: &Client, response: &v2::ExecuteResponse) -> String {
-    let result = response.result.as_ref().expect("a result");
-    match &result.stdout_digest {
-        Some(d) if d.size_bytes > 0 => String::from_utf8_lossy(&client.blob(d)).into_owned(),
-        _ => String::from_utf8_lossy(&result.stdout_raw).into_owned(),
-    }
 }
 
 #[test]

@@ -5,32 +5,19 @@
 
 mod farm;
 
-use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use bytes::Bytes;
-use farm::{Client, Farm, Root, Worker};
+use farm::{guest, stdout_of, Client, Farm, Root, Worker};
 use wasm9p_remote::proto::v2;
 
 /// One test at a time: the scheduler's restart stops every action in flight.
 static TURN: Mutex<()> = Mutex::new(());
 
-fn guest() -> Bytes {
-    let path = wasm9p_tests::compile_c_guest(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests/farm_action.c"),
-    );
-    Bytes::from(std::fs::read(path).unwrap())
-}
-
 fn ok(client: &Client, response: &v2::ExecuteResponse) -> String {
     let status = response.status.clone().unwrap_or_default();
     assert_eq!(status.code, 0, "{}", status.message);
-    let result = response.result.as_ref().expect("a result");
-    match &result.stdout_digest {
-        Some(d) if d.size_bytes > 0 => String::from_utf8_lossy(&client.blob(d)).into_owned(),
-        _ => String::from_utf8_lossy(&result.stdout_raw).into_owned(),
-    }
+    stdout_of(client, response)
 }
 
 /// The bot id a worker's log names ("worker: bot ID for ...").

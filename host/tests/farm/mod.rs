@@ -684,3 +684,20 @@ impl Client {
         });
     }
 }
+
+/// The tests' guest (`guests/farm_action.c`).
+pub fn guest() -> Bytes {
+    let path = wasm9p_tests::compile_c_guest(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests/farm_action.c"),
+    );
+    Bytes::from(std::fs::read(path).unwrap())
+}
+
+/// The stdout of an action's result, inline or from the CAS.
+pub fn stdout_of(client: &Client, response: &v2::ExecuteResponse) -> String {
+    let result = response.result.as_ref().expect("a result");
+    match &result.stdout_digest {
+        Some(d) if d.size_bytes > 0 => String::from_utf8_lossy(&client.blob(d)).into_owned(),
+        _ => String::from_utf8_lossy(&result.stdout_raw).into_owned(),
+    }
+}
