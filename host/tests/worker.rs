@@ -487,3 +487,52 @@ fn a_clang_compile_on_the_farm_makes_the_object_wasm9p_cc_makes_and_fetches_only
     assert!(first["directories_read"].as_u64().unwrap() > 10, "{first}");
     assert_eq!(second["directories_read"], 0, "{second}");
 }
+
+#[test]
+fn a_guest_past_the_memory_limit_fails_resource_exhausted_and_writes_past_the_output_bound_fail() {
+    const RESOURCE_EXHAUSTED: i32 = 8;
+    let farm = Farm::get();
+    let pool = "limits";
+    let _worker = Worker::start(
+        farm,
+        pool,
+        &[
+            "--jobs",
+            "1",
+            "--memory-limit",
+            "64M",
+            "--max-output",
+            "100000",
+        ],
+    );
+    let client = Client::new(farm);
+    let root = Root::default().file("tool.wasm", guest(), true).make();
+    client.upload(root.blobs.clone());
+    let run = |args: &[&str], outputs: &[&str]| {
+        let action = client.action(root.digest, args, outputs, pool, None);
+        client.execute(action, |_| {})
+    };
+    let over = run(&["tool.wasm", "alloc", "128"], &[]);
+    assert_eq!(code(&over), RESOURCE_EXHAUSTED, "{}", message(&over));
+    assert!(
+        message(&over).contains("--memory-limit"),
+        "{}",
+        message(&over)
+    );
+    // Under it, the next guest runs.
+    let under = run(&["tool.wasm", "alloc", "16"], &[]);
+    assert_eq!(code(&under), 0, "{}", message(&under));
+    assert_eq!(stdout_of(&client, &under), "allocated\n");
+    // A write past the outputs' bound is the guest's ENOSPC: it fails as a program.
+    let big = "x".repeat(150_000);
+    let full = run(&["tool.wasm", "write", "out.txt", &big], &["out.txt"]);
+    assert_eq!(code(&full), 0, "{}", message(&full));
+    let result = full.result.as_ref().unwrap();
+    assert_eq!(result.exit_code, 1);
+    let stderr = client.blob(result.stderr_digest.as_ref().unwrap());
+    assert!(
+        String::from_utf8_lossy(&stderr).contains("No space left on device"),
+        "{}",
+        String::from_utf8_lossy(&stderr)
+    );
+}

@@ -65,7 +65,12 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "out of memory after %zu MiB\n", i);
                 return 1;
             }
-            memset(p, 1, 1 << 20);
+            /* Through a volatile pointer: the compiler may not drop the stores, and so
+             * not the allocation either (an unused malloc is elided at -O2). */
+            volatile char *touch = p;
+            for (size_t at = 0; at < (1 << 20); at += 4096) {
+                touch[at] = 1;
+            }
         }
         puts("allocated");
         return 0;

@@ -354,7 +354,11 @@ fn run_action(
         return Err(fetch_failed_at(&path, e));
     }
     let stderr_text = err.text();
-    if stderr_text.contains("forcing a memory growth failure to be a trap") {
+    // wasmtime's words for a memory grown past the limit (and for a growth the host
+    // could not back), which the guest's trap brings to its stderr.
+    if stderr_text.contains("forcing trap when growing memory")
+        || stderr_text.contains("forcing a memory growth failure to be a trap")
+    {
         return Err(Outcome::error(
             code::RESOURCE_EXHAUSTED,
             format!(
