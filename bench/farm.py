@@ -1,12 +1,13 @@
 """A real build farm for the benchmarks (bench/worker, bench/bazel): a PostgreSQL
 cluster of the run's own, BuildGrid 0.4.4 (scripts/fetch-buildgrid) on 127.0.0.1 with
-the tests' configuration (host/tests/farm/mod.rs), and the workers' --stats lines."""
+the tests' configuration (host/tests/farm/buildgrid.yml), and the workers' --stats lines."""
 
 import json
 import os
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 PG = "/usr/lib/postgresql/15/bin"
 
@@ -42,54 +43,10 @@ def start_farm(work, bgd):
     url = f"postgresql+psycopg2://postgres@/bgd?host={work / 'sock'}&port={pg_port}"
     run([str(bgd), "migrate", "apply", url], capture_output=True)
     port = free_port()
-    # The same configuration as the tests' (host/tests/farm/mod.rs).
-    (work / "bgd.yml").write_text(f"""server:
-  - !channel
-    address: "127.0.0.1:{port}"
-    insecure-mode: true
-thread-pool-size: 100
-grpc-server-options:
-  grpc.max_receive_message_length: 67108864
-  grpc.max_send_message_length: 67108864
-authorization:
-  method: none
-connections:
-  - !sql-connection &sql
-    connection-string: "{url}"
-    pool-size: 10
-    max-overflow: 20
-storages:
-  - !disk-storage &cas
-    path: {work / 'cas'}
-caches:
-  - !lru-action-cache &action-cache
-    storage: *cas
-    max-cached-refs: 65536
-    allow-updates: true
-    cache-failed-actions: false
-schedulers:
-  - !sql-scheduler &scheduler
-    sql: *sql
-    storage: *cas
-    action-cache: *action-cache
-    bot-session-keepalive-timeout: 30
-    job-assignment-interval: 0.05
-    bot-poll-interval: 0.05
-    poll-interval: 0.1
-    property-set: !dynamic-property-set
-      match-property-keys: [OSFamily, ISA]
-instances:
-  - name: ""
-    services:
-      - !action-cache
-        cache: *action-cache
-      - !execution
-        scheduler: *scheduler
-      - !cas
-        storage: *cas
-      - !bytestream
-        storage: *cas
-""")
+    # The tests' configuration (host/tests/farm/buildgrid.yml).
+    template = (Path(__file__).resolve().parent.parent / "host/tests/farm/buildgrid.yml").read_text()
+    (work / "bgd.yml").write_text(template.replace("@PORT@", str(port)).replace("@URL@", url)
+                                  .replace("@CAS@", str(work / "cas")))
     server = subprocess.Popen([str(bgd), "server", "start", str(work / "bgd.yml")], cwd=work,
                               stdout=open(work / "bgd.log", "w"), stderr=subprocess.STDOUT)
     for _ in range(1200):

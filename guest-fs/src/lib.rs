@@ -1,10 +1,9 @@
 //! # wasm9p-guest-fs: the filesystem every guest sees
 //!
-//! Role: the 9P2000.L client session ([`client`]), and (with the guest-fs issue) the
-//! Linux-v9fs-style caches (negative dentries with a TTL, symlink targets, attributes,
-//! pages) and the mount table with path resolution inside the guest namespace, over
-//! three backends: `ninep` (the client), `bind` (a host directory through cap-std) and
-//! `memory` (a tmpfs).
+//! Role: the 9P2000.L client session ([`client`]), the Linux-v9fs-style caches
+//! (negative dentries with a TTL, symlink targets, attributes, pages) and the mount
+//! table with path resolution inside the guest namespace, over three backends: `ninep`
+//! (the client), `bind` (a host directory through cap-std) and `memory` (a tmpfs).
 //!
 //! What it is not: a WASI implementation (that is `wasm9p-host`) or a server (that is
 //! `wasm9p-server`).
@@ -12,7 +11,8 @@
 //! Built: the client ([`client`]); per-mount options ([`mount_options`]); the mount
 //! cache ([`cache`]: dentries, negative dentries with `negtimeout`, symlink targets,
 //! attributes, directory listings and file pages, all under one `cache_size` byte
-//! bound); the store on disk for `cache=fscache` ([`fscache`]: what later processes
+//! bound, and the late-answer rule: an answer asked for before a change through the
+//! mount is never stored over it, `cache::changes`); the store on disk for `cache=fscache` ([`fscache`]: what later processes
 //! start warm with, confirmed with the server before use); the write-back coalescer
 //! ([`writeback`]); the [`backend::Backend`] trait with
 //! the `ninep`, `bind` and `memory` backends; and the [`namespace::Namespace`] with

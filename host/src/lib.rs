@@ -1,7 +1,9 @@
 //! # wasm9p-host: the `wasm9p` command and the wasmtime embedding
 //!
-//! What it is: the command-line front end ([`cli`]: `wasm9p serve`, `wasm9p run`,
-//! `wasm9p batch`); [`mounts`], which turns `--mount` / `--dir` SPECs into a guest-fs
+//! What it is: the command-line front end ([`cli`]: `wasm9p serve`, `run`, `batch`,
+//! `mount`, `compile`, `cache`; the drop-in compiler `wasm9p cc` and its tools with
+//! `wasm9p daemon`; the build farm's `wasm9p worker`, whose farm side is
+//! `wasm9p-remote`); [`mounts`], which turns `--mount` / `--dir` SPECs into a guest-fs
 //! namespace (9p remote, 9p embedded in process, bind) held by a [`mounts::MountTable`]
 //! and renders the `--stats` JSON; [`p1`], our own WASI preview1 over that namespace
 //! (a context builder, the [`p1::WasiP1View`] trait and [`p1::add_to_linker`] for

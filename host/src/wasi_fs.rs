@@ -3,7 +3,7 @@
 //! algorithm. (0.3 adds one rule on top, in `p2::descriptor`: its descriptors may not
 //! be left through a symlink either, as cap-std confines wasmtime-wasi's.)
 //!
-//! Both follow what stock wasmtime does on a host directory, so that the community's
+//! All three follow what stock wasmtime does on a host directory, so that the community's
 //! conformance suite (wasi-testsuite) sees the same answers on every mount:
 //!
 //! - A path is relative to its directory descriptor and may not leave it: an absolute
@@ -13,7 +13,7 @@
 //!   namespace, as everywhere in wasm9p (see `guest-fs`'s namespace docs): a guest
 //!   holds every mount of its namespace as a preopen, so a symlink gives it nothing it
 //!   could not open anyway. Making a symlink with an absolute target is refused by
-//!   both previews (`EPERM`), as wasmtime refuses it. An empty path is `ENOENT`.
+//!   every preview (`EPERM`), as wasmtime refuses it. An empty path is `ENOENT`.
 //! - An open's mode is read and/or write, as the OS sees it: write if asked for, or if
 //!   the open creates or truncates; read if asked for, or if write is not (wasmtime
 //!   opens such a file read-only, so that a descriptor opened with no rights at all is

@@ -244,70 +244,14 @@ impl Farm {
     }
 }
 
-/// BuildGrid's configuration: one instance (named ""), its scheduler on PostgreSQL,
-/// bots matched on OSFamily, ISA and pool, short keepalives so that a killed bot's
-/// leases go to another soon.
+/// BuildGrid's configuration (`buildgrid.yml`, shared with bench/farm.py): one
+/// instance (named ""), its scheduler on PostgreSQL, bots matched on OSFamily, ISA and
+/// pool, short keepalives so that a killed bot's leases go to another soon.
 fn config_text(port: u16, url: &str, cas: &Path) -> String {
-    format!(
-        r#"server:
-  - !channel
-    address: "127.0.0.1:{port}"
-    insecure-mode: true
-
-thread-pool-size: 100
-
-grpc-server-options:
-  grpc.max_receive_message_length: 67108864
-  grpc.max_send_message_length: 67108864
-
-authorization:
-  method: none
-
-connections:
-  - !sql-connection &sql
-    connection-string: "{url}"
-    pool-size: 10
-    max-overflow: 20
-
-storages:
-  - !disk-storage &cas
-    path: {cas}
-
-caches:
-  - !lru-action-cache &action-cache
-    storage: *cas
-    max-cached-refs: 65536
-    allow-updates: true
-    cache-failed-actions: false
-
-schedulers:
-  - !sql-scheduler &scheduler
-    sql: *sql
-    storage: *cas
-    action-cache: *action-cache
-    bot-session-keepalive-timeout: 6
-    job-assignment-interval: 0.05
-    bot-poll-interval: 0.05
-    poll-interval: 0.1
-    session-expiry-timer-interval: 1
-    max-job-attempts: 3
-    property-set: !dynamic-property-set
-      match-property-keys: [OSFamily, ISA, pool]
-
-instances:
-  - name: ""
-    services:
-      - !action-cache
-        cache: *action-cache
-      - !execution
-        scheduler: *scheduler
-      - !cas
-        storage: *cas
-      - !bytestream
-        storage: *cas
-"#,
-        cas = cas.display()
-    )
+    include_str!("buildgrid.yml")
+        .replace("@PORT@", &port.to_string())
+        .replace("@URL@", url)
+        .replace("@CAS@", &cas.display().to_string())
 }
 
 /// A `wasm9p worker` of the farm, in a pool.
