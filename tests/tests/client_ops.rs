@@ -161,6 +161,23 @@ async fn exercise(session: &Session, dir: &Path, aname: &str, server: &str) {
         "{server}"
     );
 
+    // New files get the modes asked for: the client applied its user's umask, and the
+    // server's own (this process's 022 for ours) takes nothing more.
+    let mut exact = root.clone_fid().await.unwrap();
+    exact
+        .lcreate("g620", open::WRONLY | open::CREAT | open::EXCL, 0o620, 0)
+        .await
+        .unwrap();
+    exact.clunk().await.unwrap();
+    root.mkdir("d770", 0o770, 0).await.unwrap();
+    root.mknod("fifo620", 0o10620, 0, 0, 0).await.unwrap();
+    let mode = |n: &str| std::fs::symlink_metadata(dir.join(n)).unwrap().mode() & 0o7777;
+    assert_eq!(
+        (mode("g620"), mode("d770"), mode("fifo620")),
+        (0o620, 0o770, 0o620),
+        "{server}"
+    );
+
     // readdir of 300 entries.
     let many = root.walk(&["many"]).await.unwrap().fid;
     many.lopen(open::RDONLY | open::DIRECTORY).await.unwrap();

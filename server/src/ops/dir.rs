@@ -122,6 +122,7 @@ pub(super) fn mkdir(s: &Session, t: Tmkdir) -> Result<Message, Errno> {
     let dir = fid.dir()?;
     rustix::fs::mkdirat(&*dir, t.name.as_str(), Mode::from_raw_mode(t.mode & 0o7777))
         .map_err(sys)?;
+    super::modes::exact_at(&*dir, &t.name, t.mode);
     let qid = stat::qid(&stat_in(&dir, &t.name)?, fid.export.root_dev);
     Ok(Rmkdir { qid }.into())
 }
@@ -148,6 +149,7 @@ pub(super) fn mknod(s: &Session, t: Tmknod) -> Result<Message, Errno> {
         dev,
     )
     .map_err(sys)?;
+    super::modes::exact_at(&*dir, &t.name, t.mode);
     let qid = stat::qid(&stat_in(&dir, &t.name)?, fid.export.root_dev);
     Ok(Rmknod { qid }.into())
 }

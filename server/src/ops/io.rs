@@ -112,6 +112,7 @@ pub(super) fn lcreate(s: &Session, t: Tlcreate) -> Result<Message, Errno> {
     }
     let mode = Mode::from_raw_mode(t.mode & 0o7777);
     let fd = rustix::fs::openat(&*dir, t.name.as_str(), flags, mode).map_err(sys)?;
+    super::modes::exact(&fd, t.mode);
     let st = rustix::fs::fstat(&fd).map_err(sys)?;
     let qid = stat::qid(&st, fid.export.root_dev);
     // The fid now names the new, open file.

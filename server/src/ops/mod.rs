@@ -6,6 +6,7 @@ mod dir;
 mod io;
 mod link;
 mod lock;
+mod modes;
 mod remove;
 mod session;
 mod walk;
