@@ -72,7 +72,8 @@ impl Directories {
     }
 
     /// How many are kept, and their bytes.
-    pub fn len_and_bytes(&self) -> (usize, u64) {
+    #[cfg(test)]
+    fn len_and_bytes(&self) -> (usize, u64) {
         let kept = self.lock();
         (kept.by_digest.len(), kept.bytes)
     }

@@ -263,7 +263,7 @@ async fn serve(
     let mut running: HashMap<String, Arc<AtomicBool>> = HashMap::new();
     let mut session: Option<Session> = None;
     let mut backoff = Duration::from_millis(100);
-    // Said once when the scheduler stops answering, and once when it answers again.
+    // Whether the scheduler has stopped answering (see `unanswered`).
     let mut lost = false;
     // The scheduler's last answer, not yet taken in (none when an update was dropped
     // for a lease that ended: no answer is not an empty one).
@@ -303,9 +303,7 @@ async fn serve(
         let Some(current) = session.as_mut() else {
             match Session::create(channel.clone(), &bot, POLL).await {
                 Ok((made, first)) => {
-                    if std::mem::take(&mut lost) {
-                        say("worker: the scheduler answers again");
-                    }
+                    answered(&mut lost);
                     say(&format!("worker: session {}", made.name()));
                     session = Some(made);
                     offered = Some(first);
@@ -313,12 +311,7 @@ async fn serve(
                 }
                 Err(e) => {
                     tracing::debug!("CreateBotSession: {e}");
-                    if !std::mem::replace(&mut lost, true) {
-                        say(&format!(
-                            "worker: the scheduler does not answer ({}); retrying",
-                            e.message()
-                        ));
-                    }
+                    unanswered(&mut lost, &e);
                     if leases.draining() && running.is_empty() {
                         return Ok(()); // nothing to report to a scheduler that is gone
                     }
@@ -350,9 +343,7 @@ async fn serve(
         tokio::select! {
             answer = update => match answer {
                 Ok(answer) => {
-                    if std::mem::take(&mut lost) {
-                        say("worker: the scheduler answers again");
-                    }
+                    answered(&mut lost);
                     tracing::debug!(
                         "answer: {:?}",
                         answer.iter().map(|l| (&l.id, l.state)).collect::<Vec<_>>()
@@ -382,8 +373,8 @@ async fn serve(
                     }
                     if matches!(e.code(), Code::NotFound | Code::InvalidArgument | Code::FailedPrecondition) {
                         session = None;
-                    } else if !std::mem::replace(&mut lost, true) {
-                        say(&format!("worker: the scheduler does not answer ({}); retrying", e.message()));
+                    } else {
+                        unanswered(&mut lost, &e);
                     }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -499,5 +490,22 @@ impl Stats {
             "rpc_9p": t.rpcs_9p,
             "run_ms": t.run_ms,
         }}));
+    }
+}
+
+/// Says, once, that the scheduler stopped answering (`lost` remembers it).
+fn unanswered(lost: &mut bool, e: &tonic::Status) {
+    if !std::mem::replace(lost, true) {
+        say(&format!(
+            "worker: the scheduler does not answer ({}); retrying",
+            e.message()
+        ));
+    }
+}
+
+/// Says, once, that the scheduler answers again after `unanswered`.
+fn answered(lost: &mut bool) {
+    if std::mem::take(lost) {
+        say("worker: the scheduler answers again");
     }
 }
