@@ -5,8 +5,9 @@
 //! `Command` and the `Directory` messages of its input root (those the worker has
 //! not read for an earlier action; the files' bytes stay where they are); the tree
 //! and the outputs checked; `arguments[0]` found in the input root (from the working
-//! directory; symlinks followed inside the root) and loaded as a program (see `tools`); the parents of the outputs made; then the guest
-//! runs on a namespace of its own: the input root at `/` over 9P (its writable layer
+//! directory; symlinks followed inside the root) and loaded as a program (see
+//! `tools`); the parents of the outputs made; then the guest runs on a namespace of
+//! its own: the input root at `/` over 9P (its writable layer
 //! taking what it writes), a private `/tmp`, the `Command`'s working directory and
 //! environment. A multi-call LLVM module (clang.wasm) runs as the tool its file is
 //! named after, the driver's jobs one by one as `wasm9p cc` runs them; any other
