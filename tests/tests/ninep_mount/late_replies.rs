@@ -198,20 +198,23 @@ async fn interleave(spec: &str, change: Change, answer: Answer) -> Vec<String> {
         let ns = ns.clone();
         tokio::spawn(async move { answer.ask(&ns).await })
     };
+    // B starts only once A's request has been answered and its reply is held: started
+    // together, B's change could win and A be answered from what B recorded, without
+    // asking the server at all.
+    tokio::time::timeout(TIMEOUT, held.reply_held())
+        .await
+        .unwrap_or_else(|_| panic!("{case}: A's request never reached the server"));
     let b = tokio::spawn(change.apply(fs.clone(), nodes));
     if change.looks_up_first() && answer == Answer::Walk {
+        // B's own lookup of /d/x joins A's walk on the wire and waits for its reply.
         held.release();
+        b.await.unwrap().unwrap_or_else(|e| panic!("{case}: {e:?}"));
     } else {
-        tokio::time::timeout(TIMEOUT, held.reply_held())
-            .await
-            .unwrap_or_else(|_| panic!("{case}: A's request never reached the server"));
         let done = tokio::time::timeout(TIMEOUT, b).await;
         let changed = done.unwrap_or_else(|_| panic!("{case}: B waited for A's late reply"));
         changed.unwrap().unwrap_or_else(|e| panic!("{case}: {e:?}"));
         held.release();
-        return finish(&case, spec, &ns, &fs, &truth, &server, a).await;
     }
-    b.await.unwrap().unwrap_or_else(|e| panic!("{case}: {e:?}"));
     finish(&case, spec, &ns, &fs, &truth, &server, a).await
 }
 
