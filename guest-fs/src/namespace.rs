@@ -428,18 +428,22 @@ impl Namespace {
         Err(Errno::ELOOP)
     }
 
-    /// Creates a FIFO or a Unix socket at `path` (device nodes: EPERM).
-    pub async fn mknod(&self, path: &str, special: Special, mode: u32) -> Result<Location, Errno> {
-        if !matches!(special, Special::Fifo | Special::Socket) {
-            return Err(Errno::EPERM);
-        }
+    /// Creates a FIFO, a Unix socket or (where the mount's backend makes them, see
+    /// [`crate::backend::Backend::mknod`]) a device node `rdev` at `path`.
+    pub async fn mknod(
+        &self,
+        path: &str,
+        special: Special,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<Location, Errno> {
         let (dir, name) = self.resolve_parent(path).await?;
         if self.is_mount_point(&dir, &name) {
             return Err(Errno::EEXIST);
         }
         let node = self
             .writable(&dir)?
-            .mknod(&dir.node, &name, special, mode)
+            .mknod(&dir.node, &name, special, mode, rdev)
             .await?;
         Ok(Location {
             mount: dir.mount,

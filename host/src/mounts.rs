@@ -7,8 +7,9 @@
 //!   `cache=fscache[,cachetag=NAME][,fscache_dir=DIR][,fscache_size=BYTES]` keeps the
 //!   cache on disk for later processes, see `wasm9p_guest_fs::fscache`: the store is
 //!   named `ADDR ANAME` unless `cachetag=` says, `export:DIR` for an embedded export);
-//! - `type=9p,export=HOSTDIR,target=/g[,...]` (the embedded default: our server in
-//!   process, over an in-memory duplex; no socket, no setup);
+//! - `type=9p,export=HOSTDIR,target=/g[,security_model=passthrough|mapped-xattr][,allow_devices][,...]`
+//!   (the embedded default: our server in process, over an in-memory duplex; no
+//!   socket, no setup; the security model as `wasm9p serve --security-model` has it);
 //! - `type=bind,source=HOSTDIR,target=/g[,ro]`, which is what `--dir HOSTDIR::/g` means;
 //! - `type=plugin,component=FILE.wasm,target=/g[,instances=N][,fuel=N][,call_timeout=S][,cache=..]...`: a
 //!   file system written as a component (world `fs-plugin` of `wit/fs.wit`; see
@@ -26,7 +27,7 @@ use wasm9p_guest_fs::client::{ClientConfig, Session};
 use wasm9p_guest_fs::mount_options::{NinepOptions, OptionError};
 use wasm9p_guest_fs::namespace::Namespace;
 use wasm9p_proto::Addr;
-use wasm9p_server::{ExportConfig, Server, ServerConfig};
+use wasm9p_server::{ExportConfig, SecurityModel, Server, ServerConfig};
 
 use crate::module_cache::{ModuleCache, TierChoice, UpgradeIn};
 use crate::plugin::{PluginCompile, PluginFs, PluginLimits};
@@ -40,6 +41,15 @@ pub struct MountSpec {
     pub kind: MountKind,
     /// Read-only for the guest.
     pub read_only: bool,
+}
+
+/// An embedded export's security model and whether it makes device nodes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExportSecurity {
+    /// `security_model=passthrough|mapped-xattr`.
+    pub model: SecurityModel,
+    /// `allow_devices` (passthrough only).
+    pub allow_devices: bool,
 }
 
 /// What a mount is.
@@ -60,6 +70,9 @@ pub enum MountKind {
         export: PathBuf,
         /// Cache mode and the rest.
         options: NinepOptions,
+        /// How the in-process server keeps owners, modes and special files
+        /// (`security_model=`, `allow_devices`; see `wasm9p_server::security`).
+        security: ExportSecurity,
     },
     /// A host directory, directly.
     Bind {
@@ -119,6 +132,8 @@ impl MountSpec {
         let mut read_only = false;
         let mut limits = PluginLimits::default();
         let mut plugin_key = None;
+        let mut security = ExportSecurity::default();
+        let mut security_key = None;
         for item in spec.split(',').filter(|s| !s.is_empty()) {
             let (key, value) = match item.split_once('=') {
                 Some((k, v)) => (k, Some(v)),
@@ -141,6 +156,14 @@ impl MountSpec {
                     plugin_key = Some(key);
                 }
                 "ro" | "readonly" if value.is_none() => read_only = true,
+                "security_model" => {
+                    security.model = need()?.parse().map_err(|e: String| spec_error(spec, e))?;
+                    security_key = Some(key);
+                }
+                "allow_devices" if value.is_none() => {
+                    security.allow_devices = true;
+                    security_key = Some(key);
+                }
                 "nocto" if value.is_none() => options.push((key, value)),
                 "cache" | "negtimeout" | "msize" | "cache_size" | "symlink_cache" | "reconnect"
                 | "revalidate" | "complete_dirs" | "pipeline" | "cachetag" | "fscache_dir"
@@ -193,9 +216,16 @@ impl MountSpec {
                                 "reconnect= applies to mounts of a server (source=), not to an embedded export",
                             ));
                         }
+                        if security.allow_devices && security.model != SecurityModel::Passthrough {
+                            return Err(spec_error(
+                                spec,
+                                "allow_devices applies to security_model=passthrough (mapped models keep device nodes as regular files)",
+                            ));
+                        }
                         MountKind::NinepEmbedded {
                             export: dir.into(),
                             options,
+                            security,
                         }
                     }
                     (Some(_), Some(_)) => return Err(spec_error(
@@ -244,6 +274,12 @@ impl MountSpec {
                 ))
             }
         };
+        if let Some(key) = security_key.filter(|_| !matches!(kind, MountKind::NinepEmbedded { .. })) {
+            return Err(spec_error(
+                spec,
+                format!("{key} applies to embedded exports (type=9p,export=DIR): a server's own options say it"),
+            ));
+        }
         if let Some(key) = plugin_key.filter(|_| !matches!(kind, MountKind::Plugin { .. })) {
             return Err(spec_error(spec, format!("{key}= applies to plugin mounts")));
         }
@@ -417,10 +453,16 @@ pub async fn build(
                     Some(fs),
                 )
             }
-            MountKind::NinepEmbedded { export, options } => {
+            MountKind::NinepEmbedded {
+                export,
+                options,
+                security,
+            } => {
                 let server = Server::new(ServerConfig {
                     exports: vec![ExportConfig {
                         read_only: options.read_only,
+                        security_model: security.model,
+                        allow_devices: security.allow_devices,
                         ..ExportConfig::new(export)
                     }],
                     msize: options.msize,

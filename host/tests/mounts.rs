@@ -39,7 +39,7 @@ fn specs_parse_as_documented() {
 
     let s = MountSpec::parse("type=9p,export=/srv/src,target=/src,cache=mmap,msize=65536").unwrap();
     assert!(
-        matches!(&s.kind, MountKind::NinepEmbedded { export, options } if export.to_str() == Some("/srv/src") && options.msize == 65536)
+        matches!(&s.kind, MountKind::NinepEmbedded { export, options, .. } if export.to_str() == Some("/srv/src") && options.msize == 65536)
     );
     assert_eq!(s.type_name(), "9p");
 

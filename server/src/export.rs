@@ -15,6 +15,8 @@ use std::sync::Arc;
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 
+use crate::security::SecurityModel;
+
 /// What to export.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExportConfig {
@@ -24,6 +26,10 @@ pub struct ExportConfig {
     pub name: Option<String>,
     /// Refuse every mutation with EROFS.
     pub read_only: bool,
+    /// How owners, modes and special files are kept (see [`crate::security`]).
+    pub security_model: SecurityModel,
+    /// In passthrough, make the device nodes clients ask for (else EPERM).
+    pub allow_devices: bool,
 }
 
 impl ExportConfig {
@@ -33,6 +39,8 @@ impl ExportConfig {
             path: path.into(),
             name: None,
             read_only: false,
+            security_model: SecurityModel::default(),
+            allow_devices: false,
         }
     }
 }
@@ -48,6 +56,10 @@ pub struct Export {
     pub canonical: PathBuf,
     /// Every mutation gets EROFS.
     pub read_only: bool,
+    /// How owners, modes and special files are kept.
+    pub security_model: SecurityModel,
+    /// Device nodes are made (passthrough).
+    pub allow_devices: bool,
     /// The root, the only ambient-authority handle; all access goes beneath it.
     pub(crate) root: Arc<Dir>,
     /// Device of the root, to keep qid paths of other mounted file systems apart.
@@ -79,10 +91,17 @@ impl Export {
             path: config.path.clone(),
             canonical,
             read_only: config.read_only,
+            security_model: config.security_model,
+            allow_devices: config.allow_devices,
             root: Arc::new(root),
             root_dev,
             live_fids: Default::default(),
         })
+    }
+
+    /// Whether what clients make is mapped (kept in attributes, see [`crate::security`]).
+    pub(crate) fn mapped(&self) -> bool {
+        self.security_model == SecurityModel::MappedXattr
     }
 
     /// Whether `self` is `configured`, or a directory attached inside it (which shares
@@ -152,6 +171,8 @@ impl Export {
             path: self.path.join(&rel),
             canonical: self.canonical.join(&rel),
             read_only: self.read_only,
+            security_model: self.security_model,
+            allow_devices: self.allow_devices,
             root: Arc::new(dir),
             root_dev: self.root_dev,
             live_fids: self.live_fids.clone(),

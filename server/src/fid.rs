@@ -112,6 +112,9 @@ pub(crate) struct Fid {
     pub export: Arc<Export>,
     pub node: RwLock<Node>,
     pub qid: Qid,
+    /// Who attached (Tattach's `n_uname`, or the server's own uid when it sent none):
+    /// the owner a mapped export gives what is made through this fid.
+    pub uid: u32,
     /// The node's own handle when it is a directory, opened on first use.
     dir: OnceLock<Arc<Dir>>,
     pub open: Mutex<Open>,
@@ -126,7 +129,7 @@ impl Drop for Fid {
 }
 
 impl Fid {
-    pub fn new(export: Arc<Export>, node: Node, qid: Qid) -> Fid {
+    pub fn new(export: Arc<Export>, node: Node, qid: Qid, uid: u32) -> Fid {
         export
             .live_fids
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -134,6 +137,7 @@ impl Fid {
             export,
             node: RwLock::new(node),
             qid,
+            uid,
             dir: OnceLock::new(),
             open: Mutex::new(Open::None),
         }
@@ -141,7 +145,7 @@ impl Fid {
 
     /// A fid at the same place, not opened (walk with no names).
     pub fn clone_unopened(&self) -> Fid {
-        let fid = Fid::new(self.export.clone(), self.node(), self.qid);
+        let fid = Fid::new(self.export.clone(), self.node(), self.qid, self.uid);
         if let Some(dir) = self.dir.get() {
             let _ = fid.dir.set(dir.clone());
         }

@@ -27,7 +27,10 @@
 //! cap-std's confined resolution from the root for `..`), so a client can never reach
 //! outside the export: `..` at the root stays at the root, walk never follows a symlink
 //! (walking *through* one fails with ENOTDIR), lopen of a symlink fails with ELOOP, and
-//! names containing `/` are EINVAL. Device nodes cannot be created (EPERM).
+//! names containing `/` are EINVAL. Device nodes cannot be created (EPERM) unless the
+//! export allows them, and are never opened; the [`security`] model says how owners,
+//! modes and special files are kept (for real, or mapped into extended attributes so
+//! that an unprivileged server serves a guest that is root).
 //!
 //! ```no_run
 //! # async fn example() -> std::io::Result<()> {
@@ -51,6 +54,7 @@ pub mod nodes;
 mod ops;
 mod rates;
 mod scheduler;
+pub mod security;
 mod session;
 mod stat;
 mod tenants;
@@ -65,6 +69,7 @@ use wasm9p_proto::transport::{Accepted, BoxStream, Listener, Peer};
 pub use access::{AccessRule, PeerMatch};
 pub use export::{Export, ExportConfig};
 pub use rates::RateCap;
+pub use security::SecurityModel;
 pub use tenants::PeerLimits;
 
 /// Most fids one connection may hold at once; the next attach or walk gets EMFILE.

@@ -27,6 +27,7 @@ macro_rules! attr_of {
         Attr {
             mode: $m.mode() & 0o7777,
             special: super::Special::from_mode($m.mode()),
+            rdev: $m.rdev(),
             uid: $m.uid(),
             gid: $m.gid(),
             size: $m.size(),
@@ -328,7 +329,12 @@ impl Backend for BindFs {
         name: &'a str,
         special: super::Special,
         mode: u32,
+        _rdev: u64,
     ) -> BoxFuture<'a, Result<Node, Errno>> {
+        if !matches!(special, super::Special::Fifo | super::Special::Socket) {
+            // A bind mount is the host directory itself: no device node is made in it.
+            return Box::pin(ready(Err(Errno::EPERM)));
+        }
         let result = child(dir, name).and_then(|p| {
             // The parent through cap-std (confined), the name by mknodat beneath it.
             let parent = self

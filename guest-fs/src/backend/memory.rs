@@ -558,6 +558,7 @@ impl Table {
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
             special: None,
+            rdev: 0,
             size: match &i.data {
                 Data::File(d) => d.len() as u64,
                 Data::Symlink(s) => s.len() as u64,

@@ -161,6 +161,8 @@ pub struct Attr {
     /// For a special file, which kind (a 9p server's qid says only "file" for these,
     /// the mode from getattr says more).
     pub special: Option<Special>,
+    /// For a device node, which device (Linux's `dev_t`: `rustix::fs::major`/`minor`).
+    pub rdev: u64,
 }
 
 /// File system statistics.
@@ -293,15 +295,17 @@ pub trait Backend: Send + Sync + 'static {
         target: &'a str,
     ) -> BoxFuture<'a, Result<Node, Errno>>;
 
-    /// Creates the FIFO or Unix socket `name` with permission bits `mode` (the
-    /// namespace never asks for a device node). A backend that cannot make special
-    /// files answers EPERM.
+    /// Creates the special file `name` with permission bits `mode`; `rdev` is a device
+    /// node's device (Linux's `dev_t`), 0 for the rest. A backend that cannot make it
+    /// answers EPERM (a 9p server makes device nodes only where its export allows, or
+    /// keeps them mapped; see `wasm9p_server::security`).
     fn mknod<'a>(
         &'a self,
         _dir: &'a Node,
         _name: &'a str,
         _special: Special,
         _mode: u32,
+        _rdev: u64,
     ) -> BoxFuture<'a, Result<Node, Errno>> {
         Box::pin(std::future::ready(Err(Errno::EPERM)))
     }

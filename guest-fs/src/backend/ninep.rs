@@ -151,6 +151,7 @@ pub(super) fn attr_of(a: &Rgetattr) -> Attr {
     Attr {
         mode: a.mode & 0o7777,
         special: super::Special::from_mode(a.mode),
+        rdev: a.rdev,
         uid: a.uid,
         gid: a.gid,
         size: a.size,
@@ -540,12 +541,14 @@ impl Backend for NinepFs {
         name: &'a str,
         special: super::Special,
         mode: u32,
+        rdev: u64,
     ) -> BoxFuture<'a, Result<Node, Errno>> {
         Box::pin(async move {
+            let (major, minor) = (rustix::fs::major(rdev), rustix::fs::minor(rdev));
             let q = self
                 .walk(&parts(dir)?.path)
                 .await?
-                .mknod(name, special.mode_bits() | (mode & 0o7777), 0, 0, 0)
+                .mknod(name, special.mode_bits() | (mode & 0o7777), major, minor, 0)
                 .await?;
             self.created(dir, name, q);
             Ok(node(child_path(dir, name)?, q))

@@ -9,7 +9,9 @@ use clap::{Args, Parser, Subcommand};
 use wasm9p_proto::consts::{DEFAULT_MSIZE, MAX_MSIZE, MIN_MSIZE};
 use wasm9p_proto::transport::Listener;
 use wasm9p_proto::Addr;
-use wasm9p_server::{AccessRule, ExportConfig, PeerLimits, RateCap, Server, ServerConfig};
+use wasm9p_server::{
+    AccessRule, ExportConfig, PeerLimits, RateCap, SecurityModel, Server, ServerConfig,
+};
 
 mod cache;
 pub mod cc;
@@ -121,6 +123,17 @@ pub struct ServeArgs {
     /// Refuse every change with EROFS.
     #[arg(long)]
     pub read_only: bool,
+    /// How owners, modes and special files are kept: passthrough (made for real, with
+    /// the server's credentials) or mapped-xattr (regular files and directories owned
+    /// by the server, what the client asked for in user.virtfs.* xattrs, as QEMU keeps
+    /// them: device nodes, FIFOs, chown and chmod work for a guest that is root while
+    /// the server is not).
+    #[arg(long, value_name = "MODEL", default_value_t = SecurityModel::Passthrough)]
+    pub security_model: SecurityModel,
+    /// In passthrough, make the device nodes clients ask for (the server needs
+    /// CAP_MKNOD; it never opens them). Without it, mknod of a device is EPERM.
+    #[arg(long)]
+    pub allow_devices: bool,
     /// Largest message size granted, in bytes.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MSIZE, value_parser = parse_msize)]
     pub msize: u32,
@@ -206,9 +219,17 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         .iter()
         .map(|(p, ro)| ExportConfig {
             read_only: args.read_only || *ro,
+            security_model: args.security_model,
+            allow_devices: args.allow_devices,
             ..ExportConfig::new(p)
         })
         .collect();
+    if args.allow_devices && args.security_model != SecurityModel::Passthrough {
+        return fail(
+            EXIT_USAGE,
+            "--allow-devices applies to --security-model passthrough (mapped models keep device nodes as regular files)",
+        );
+    }
     let rules = match all_rules(&args.allow, args.allow_file.as_deref()) {
         Ok(rules) => rules,
         Err(e) => return fail(EXIT_USAGE, &format!("cannot read the rules: {e}")),

@@ -72,6 +72,13 @@ fn file_type(kind: Kind, attr: &Attr) -> FileType {
     }
 }
 
+/// A `dev_t` as FUSE's 32-bit rdev (Linux's new encoding: the low byte of the minor,
+/// the major above it, the minor's other bits above that).
+fn fuse_rdev(dev: u64) -> u32 {
+    let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+    (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
+}
+
 fn time((sec, nsec): (u64, u32)) -> SystemTime {
     UNIX_EPOCH + Duration::new(sec, nsec)
 }
@@ -163,7 +170,7 @@ impl NamespaceFs {
             // bind), so the kernel's default_permissions checks true attributes.
             uid: a.uid,
             gid: a.gid,
-            rdev: 0,
+            rdev: fuse_rdev(a.rdev),
             blksize: 4096,
             flags: 0,
         }
@@ -385,10 +392,14 @@ impl Filesystem for NamespaceFs {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
-        // Regular files, FIFOs and sockets; device nodes are never made (EPERM).
+        // Regular files and special files: device nodes where the mount's server makes
+        // them (an export in a mapped security model, or passthrough allowing devices;
+        // else EPERM). The kernel's rdev is Linux's new encoding, which rustix's
+        // major/minor read as they read a 64-bit dev_t (for majors below 4096 and
+        // minors below 2^20, all Linux gives FUSE).
         let perm = mode & !umask & 0o7777;
         let path = self.child(parent, name).and_then(|path| {
             self.rt.block_on(async {
@@ -396,10 +407,10 @@ impl Filesystem for NamespaceFs {
                     None if mode & libc::S_IFMT == libc::S_IFREG => {
                         self.ns.create(&path, perm, true).await?;
                     }
-                    Some(special @ (Special::Fifo | Special::Socket)) => {
-                        self.ns.mknod(&path, special, perm).await?;
+                    Some(special) => {
+                        self.ns.mknod(&path, special, perm, u64::from(rdev)).await?;
                     }
-                    _ => return Err(Errno::EPERM),
+                    None => return Err(Errno::EINVAL),
                 }
                 self.give_to(req, &path, false).await?;
                 Ok(path)

@@ -4,25 +4,27 @@ use std::os::fd::AsFd;
 
 use cap_std::fs::Permissions;
 use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
-use wasm9p_proto::consts::setattr as valid;
+use wasm9p_proto::consts::{mode as m, setattr as valid};
 use wasm9p_proto::{Errno, Message, Rsetattr, Rstatfs, Tgetattr, Tsetattr, Tstatfs};
 
-use super::{ioerr, stat_node, sys, writable};
-use crate::fid::{Fid, Open};
+use super::{ioerr, stat_fd, stat_node, sys, writable};
+use crate::fid::{Fid, Node, Open};
+use crate::security::{self, At, Mapped};
 use crate::session::Session;
 use crate::stat;
 
 pub(super) fn getattr(s: &Session, t: Tgetattr) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     // An open file is asked through its descriptor: it may have been unlinked since.
+    let export = &fid.export;
     let st = match &*fid.open_state() {
-        Open::File(file) => Some(rustix::fs::fstat(file.as_fd()).map_err(sys)?),
-        Open::Dir { fd, .. } => Some(rustix::fs::fstat(fd).map_err(sys)?),
+        Open::File(file) => Some(stat_fd(export, file.as_fd())?),
+        Open::Dir { fd, .. } => Some(stat_fd(export, fd)?),
         _ => None,
     };
     let st = match st {
         Some(st) => st,
-        None => stat_node(&fid.node())?,
+        None => stat_node(export, &fid.node())?,
     };
     Ok(stat::rgetattr(&st, fid.export.root_dev).into())
 }
@@ -48,15 +50,6 @@ pub(super) fn setattr(s: &Session, t: Tsetattr) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     writable(&fid)?;
     let node = fid.node();
-    if t.valid & valid::MODE != 0 {
-        // cap-std's set_permissions resolves beneath the export, so even a node
-        // replaced by a symlink since the walk cannot lead outside.
-        use std::os::unix::fs::PermissionsExt;
-        let perms = Permissions::from_std(std::fs::Permissions::from_mode(t.mode & 0o7777));
-        node.parent
-            .set_permissions(&node.name, perms)
-            .map_err(ioerr)?;
-    }
     if t.valid & (valid::UID | valid::GID) != 0 {
         // -1 is chown's "leave it"; a client that asks to set it asks for nothing valid
         // (found by fuzzing: rustix refuses to make a Uid of it).
@@ -65,16 +58,11 @@ pub(super) fn setattr(s: &Session, t: Tsetattr) -> Result<Message, Errno> {
         if set_uid && t.uid == u32::MAX || set_gid && t.gid == u32::MAX {
             return Err(Errno::EINVAL);
         }
-        let uid = set_uid.then(|| rustix::fs::Uid::from_raw(t.uid));
-        let gid = set_gid.then(|| rustix::fs::Gid::from_raw(t.gid));
-        rustix::fs::chownat(
-            &*node.parent,
-            node.name.as_str(),
-            uid,
-            gid,
-            AtFlags::SYMLINK_NOFOLLOW,
-        )
-        .map_err(sys)?;
+    }
+    if fid.export.mapped() {
+        mapped_owner_and_mode(&fid, &t)?;
+    } else {
+        host_owner_and_mode(&node, &t)?;
     }
     if t.valid & valid::SIZE != 0 {
         truncate(&fid, t.size)?;
@@ -111,6 +99,54 @@ pub(super) fn setattr(s: &Session, t: Tsetattr) -> Result<Message, Errno> {
         .map_err(sys)?;
     }
     Ok(Rsetattr {}.into())
+}
+
+/// chmod and chown for real (passthrough).
+fn host_owner_and_mode(node: &Node, t: &Tsetattr) -> Result<(), Errno> {
+    if t.valid & valid::MODE != 0 {
+        // cap-std's set_permissions resolves beneath the export, so even a node
+        // replaced by a symlink since the walk cannot lead outside.
+        use std::os::unix::fs::PermissionsExt;
+        let perms = Permissions::from_std(std::fs::Permissions::from_mode(t.mode & 0o7777));
+        node.parent
+            .set_permissions(&node.name, perms)
+            .map_err(ioerr)?;
+    }
+    if t.valid & (valid::UID | valid::GID) != 0 {
+        let set_uid = t.valid & valid::UID != 0;
+        let set_gid = t.valid & valid::GID != 0;
+        let uid = set_uid.then(|| rustix::fs::Uid::from_raw(t.uid));
+        let gid = set_gid.then(|| rustix::fs::Gid::from_raw(t.gid));
+        rustix::fs::chownat(
+            &*node.parent,
+            node.name.as_str(),
+            uid,
+            gid,
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .map_err(sys)?;
+    }
+    Ok(())
+}
+
+/// chmod and chown in a mapped export: the attributes only, the file type kept.
+fn mapped_owner_and_mode(fid: &Fid, t: &Tsetattr) -> Result<(), Errno> {
+    if t.valid & (valid::MODE | valid::UID | valid::GID) == 0 {
+        return Ok(());
+    }
+    let node = fid.node();
+    let st = stat_node(&fid.export, &node)?;
+    if !security::mappable(rustix::fs::statat(&*node.parent, node.name.as_str(), AtFlags::SYMLINK_NOFOLLOW).map_err(sys)?.st_mode) {
+        // A host symlink or special file cannot carry the attributes.
+        return Err(Errno::EPERM);
+    }
+    let mode = (t.valid & valid::MODE != 0).then(|| (st.st_mode & m::S_IFMT) | (t.mode & 0o7777));
+    At::Name(&*node.parent, &node.name).write(Mapped {
+        mode,
+        uid: (t.valid & valid::UID != 0).then_some(t.uid),
+        gid: (t.valid & valid::GID != 0).then_some(t.gid),
+        rdev: None,
+    })
 }
 
 fn truncate(fid: &Fid, size: u64) -> Result<(), Errno> {

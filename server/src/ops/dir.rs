@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use rustix::fs::{FileType, Mode};
+use rustix::fs::{AtFlags, FileType, Mode};
 use wasm9p_proto::consts::{dt, mode as m, MAX_ENTRY_NAME, READDIRHDRSZ};
 use wasm9p_proto::{
     Data, DirEntry, DirEntryPacker, Errno, Message, Qid, Rmkdir, Rmknod, Rreaddir, Tmkdir, Tmknod,
@@ -11,6 +11,7 @@ use wasm9p_proto::{
 
 use super::{check_name, stat_in, sys, writable};
 use crate::fid::{Fid, Open};
+use crate::security::{self, At, Mapped};
 use crate::session::Session;
 use crate::stat;
 
@@ -60,6 +61,7 @@ pub(super) fn readdir(s: &Session, t: Treaddir) -> Result<Message, Errno> {
 fn list(fid: &Fid, fd: &std::os::fd::OwnedFd) -> Result<Vec<DirEntry>, Errno> {
     let node = fid.node();
     let root_dev = fid.export.root_dev;
+    let mapped = fid.export.mapped();
     let this = stat::qid(&rustix::fs::fstat(fd).map_err(sys)?, root_dev);
     // `..` of the export root is the root itself: nothing above it is visible.
     let parent = if node.is_root() {
@@ -100,7 +102,13 @@ fn list(fid: &Fid, fd: &std::os::fd::OwnedFd) -> Result<Vec<DirEntry>, Errno> {
             tracing::debug!("readdir: skipping a name of {} bytes", name.len());
             continue;
         }
-        let ft = entry.file_type();
+        let mut ft = entry.file_type();
+        if mapped && ft == FileType::RegularFile {
+            // What the file stands for (a special file, a symlink), as getattr says.
+            if let Some(mode) = At::Name(fd, name).mapped().mode {
+                ft = FileType::from_raw_mode(security::shown_type(mode));
+            }
+        }
         entries.push(DirEntry {
             qid: Qid {
                 ty: stat::dirent_qid_type(ft),
@@ -120,10 +128,26 @@ pub(super) fn mkdir(s: &Session, t: Tmkdir) -> Result<Message, Errno> {
     writable(&fid)?;
     check_name(&t.name)?;
     let dir = fid.dir()?;
-    rustix::fs::mkdirat(&*dir, t.name.as_str(), Mode::from_raw_mode(t.mode & 0o7777))
-        .map_err(sys)?;
-    super::modes::exact_at(&*dir, &t.name, t.mode);
-    let qid = stat::qid(&stat_in(&dir, &t.name)?, fid.export.root_dev);
+    let export = &fid.export;
+    if export.mapped() {
+        let host = Mode::from_raw_mode(security::HOST_DIR_MODE);
+        rustix::fs::mkdirat(&*dir, t.name.as_str(), host).map_err(sys)?;
+        let owner = Mapped {
+            mode: Some(m::S_IFDIR | (t.mode & 0o7777)),
+            uid: Some(fid.uid),
+            gid: Some(t.gid),
+            rdev: None,
+        };
+        if let Err(e) = At::Name(&*dir, &t.name).write(owner) {
+            let _ = rustix::fs::unlinkat(&*dir, t.name.as_str(), AtFlags::REMOVEDIR);
+            return Err(e);
+        }
+    } else {
+        rustix::fs::mkdirat(&*dir, t.name.as_str(), Mode::from_raw_mode(t.mode & 0o7777))
+            .map_err(sys)?;
+        super::modes::exact_at(&*dir, &t.name, t.mode);
+    }
+    let qid = stat::qid(&stat_in(export, &dir, &t.name)?, export.root_dev);
     Ok(Rmkdir { qid }.into())
 }
 
@@ -135,21 +159,43 @@ pub(super) fn mknod(s: &Session, t: Tmknod) -> Result<Message, Errno> {
         m::S_IFIFO => FileType::Fifo,
         m::S_IFSOCK => FileType::Socket,
         m::S_IFREG | 0 => FileType::RegularFile,
-        // A device node would hand the client whatever device it names: refused.
-        m::S_IFCHR | m::S_IFBLK => return Err(Errno::EPERM),
+        m::S_IFCHR => FileType::CharacterDevice,
+        m::S_IFBLK => FileType::BlockDevice,
         _ => return Err(Errno::EINVAL),
     };
     let dir = fid.dir()?;
-    let dev = rustix::fs::makedev(t.major, t.minor);
-    rustix::fs::mknodat(
-        &*dir,
-        t.name.as_str(),
+    let export = &fid.export;
+    let device = matches!(
         file_type,
-        Mode::from_raw_mode(t.mode & 0o7777),
-        dev,
-    )
-    .map_err(sys)?;
-    super::modes::exact_at(&*dir, &t.name, t.mode);
-    let qid = stat::qid(&stat_in(&dir, &t.name)?, fid.export.root_dev);
+        FileType::CharacterDevice | FileType::BlockDevice
+    );
+    let dev = rustix::fs::makedev(t.major, t.minor);
+    if export.mapped() {
+        // A regular file saying what it stands for (see `security`).
+        let kind = file_type.as_raw_mode() & m::S_IFMT;
+        let set = Mapped {
+            mode: Some(kind | (t.mode & 0o7777)),
+            uid: Some(fid.uid),
+            gid: Some(t.gid),
+            rdev: device.then_some(dev),
+        };
+        security::make_file(&*dir, &t.name, set, b"")?;
+    } else {
+        // A device node would hand the client whatever device it names: only where
+        // the export allows them (and the server may make them).
+        if device && !export.allow_devices {
+            return Err(Errno::EPERM);
+        }
+        rustix::fs::mknodat(
+            &*dir,
+            t.name.as_str(),
+            file_type,
+            Mode::from_raw_mode(t.mode & 0o7777),
+            dev,
+        )
+        .map_err(sys)?;
+        super::modes::exact_at(&*dir, &t.name, t.mode);
+    }
+    let qid = stat::qid(&stat_in(export, &dir, &t.name)?, export.root_dev);
     Ok(Rmknod { qid }.into())
 }

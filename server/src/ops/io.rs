@@ -1,18 +1,20 @@
 //! Tlopen, Tlcreate, Tread, Twrite, Tfsync.
 
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use rustix::fs::{FileType, Mode, OFlags};
-use wasm9p_proto::consts::{open as p9, IOHDRSZ};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use wasm9p_proto::consts::{mode as m, open as p9, IOHDRSZ};
 use wasm9p_proto::{
     Data, Errno, Message, Rfsync, Rlcreate, Rlopen, Rread, Rwrite, Tfsync, Tlcreate, Tlopen, Tread,
     Twrite,
 };
 
-use super::{check_name, child, ioerr, stat_node, sys, writable};
+use super::{check_name, child, ioerr, stat_fd, stat_in, stat_node, sys, writable};
 use crate::fid::{Fid, Open};
+use crate::security::{self, At, Mapped};
 use crate::session::Session;
 use crate::stat;
 
@@ -61,7 +63,8 @@ pub(super) fn lopen(s: &Session, t: Tlopen) -> Result<Message, Errno> {
         writable(&fid)?;
     }
     let node = fid.node();
-    let st = stat_node(&node)?;
+    let export = &fid.export;
+    let st = stat_node(export, &node)?;
     let ft = FileType::from_raw_mode(st.st_mode);
     let mut flags = host_flags(t.flags);
     let open = match ft {
@@ -82,18 +85,26 @@ pub(super) fn lopen(s: &Session, t: Tlopen) -> Result<Message, Errno> {
             }
         }
         FileType::Symlink => return Err(Errno::ELOOP),
+        // The server never opens a device's bytes, nor a special file a mapped export
+        // keeps as a regular one (see `security`).
+        FileType::CharacterDevice | FileType::BlockDevice => return Err(Errno::EACCES),
+        FileType::Fifo | FileType::Socket if export.mapped() => return Err(Errno::EACCES),
         other => {
-            if other != FileType::RegularFile {
-                // A FIFO or device must never block a server thread.
+            if other != FileType::RegularFile || export.allow_devices {
+                // A FIFO must never block a server thread; and where device nodes
+                // may be made, a name swapped for one since the stat must not open it.
                 flags |= OFlags::NONBLOCK;
             }
             let fd = rustix::fs::openat(&*node.parent, node.name.as_str(), flags, Mode::empty())
                 .map_err(sys)?;
+            if export.allow_devices && !opened_type_is(&fd, other)? {
+                return Err(Errno::EACCES);
+            }
             Open::File(Arc::new(std::fs::File::from(fd)))
         }
     };
     *fid.open_state() = open;
-    let qid = stat::qid(&st, fid.export.root_dev);
+    let qid = stat::qid(&st, export.root_dev);
     Ok(Rlopen {
         qid,
         iounit: iounit(s),
@@ -106,17 +117,55 @@ pub(super) fn lcreate(s: &Session, t: Tlcreate) -> Result<Message, Errno> {
     writable(&fid)?;
     check_name(&t.name)?;
     let dir = fid.dir()?;
-    let mut flags = host_flags(t.flags) | OFlags::CREATE;
-    if t.flags & p9::EXCL != 0 {
-        flags |= OFlags::EXCL;
-    }
-    let mode = Mode::from_raw_mode(t.mode & 0o7777);
-    let fd = rustix::fs::openat(&*dir, t.name.as_str(), flags, mode).map_err(sys)?;
-    super::modes::exact(&fd, t.mode);
-    let st = rustix::fs::fstat(&fd).map_err(sys)?;
-    let qid = stat::qid(&st, fid.export.root_dev);
+    let export = &fid.export;
+    let flags = host_flags(t.flags);
+    let mapped = export.mapped();
+    let mode = if mapped {
+        security::HOST_FILE_MODE
+    } else {
+        t.mode & 0o7777
+    };
+    let create = flags | OFlags::CREATE | OFlags::EXCL;
+    let fd = match rustix::fs::openat(&*dir, t.name.as_str(), create, Mode::from_raw_mode(mode)) {
+        Ok(fd) => {
+            if mapped {
+                let owner = Mapped {
+                    mode: Some(m::S_IFREG | (t.mode & 0o7777)),
+                    uid: Some(fid.uid),
+                    gid: Some(t.gid),
+                    rdev: None,
+                };
+                if let Err(e) = At::Fd(&fd).write(owner) {
+                    let _ = rustix::fs::unlinkat(&*dir, t.name.as_str(), AtFlags::empty());
+                    return Err(e);
+                }
+            } else {
+                super::modes::exact(&fd, t.mode);
+            }
+            fd
+        }
+        // Without O_EXCL an existing file is opened, if it is a regular one.
+        Err(rustix::io::Errno::EXIST) if t.flags & p9::EXCL == 0 => {
+            let existing = stat_in(export, &dir, &t.name)?;
+            match FileType::from_raw_mode(existing.st_mode) {
+                FileType::RegularFile => {}
+                FileType::Directory => return Err(Errno::EISDIR),
+                FileType::Symlink => return Err(Errno::ELOOP),
+                _ => return Err(Errno::EACCES),
+            }
+            let fd = rustix::fs::openat(&*dir, t.name.as_str(), flags | OFlags::NONBLOCK, Mode::empty())
+                .map_err(sys)?;
+            if !opened_type_is(&fd, FileType::RegularFile)? {
+                return Err(Errno::EACCES);
+            }
+            fd
+        }
+        Err(e) => return Err(sys(e)),
+    };
+    let st = stat_fd(export, &fd)?;
+    let qid = stat::qid(&st, export.root_dev);
     // The fid now names the new, open file.
-    let created = Fid::new(fid.export.clone(), child(&fid, dir, &t.name), qid);
+    let created = Fid::new(fid.export.clone(), child(&fid, dir, &t.name), qid, fid.uid);
     *created.open_state() = Open::File(Arc::new(std::fs::File::from(fd)));
     s.fids.replace(t.fid, created);
     Ok(Rlcreate {
@@ -124,6 +173,13 @@ pub(super) fn lcreate(s: &Session, t: Tlcreate) -> Result<Message, Errno> {
         iounit: iounit(s),
     }
     .into())
+}
+
+/// Whether what `fd` opened is of type `ft` on the host (a name may have been swapped
+/// between a stat and the open).
+fn opened_type_is(fd: &impl AsFd, ft: FileType) -> Result<bool, Errno> {
+    let st = rustix::fs::fstat(fd).map_err(sys)?;
+    Ok(FileType::from_raw_mode(st.st_mode) == ft)
 }
 
 pub(super) fn read(s: &Session, t: Tread) -> Result<Message, Errno> {

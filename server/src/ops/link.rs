@@ -1,9 +1,12 @@
 //! Tsymlink, Treadlink, Tlink.
 
-use rustix::fs::AtFlags;
+use rustix::fs::{AtFlags, Mode, OFlags};
+use wasm9p_proto::consts::mode as m;
 use wasm9p_proto::{Errno, Message, Rlink, Rreadlink, Rsymlink, Tlink, Treadlink, Tsymlink};
 
-use super::{check_name, stat_in, sys, writable};
+use super::{check_name, stat_in, stat_node, sys, writable};
+use crate::fid::Node;
+use crate::security::{self, Mapped};
 use crate::session::Session;
 use crate::stat;
 
@@ -21,19 +24,68 @@ pub(super) fn symlink(s: &Session, t: Tsymlink) -> Result<Message, Errno> {
         return Err(Errno::ENAMETOOLONG);
     }
     let dir = fid.dir()?;
-    // The target is stored as text; this server never follows it.
-    rustix::fs::symlinkat(t.symtgt.as_str(), &*dir, t.name.as_str()).map_err(sys)?;
-    let qid = stat::qid(&stat_in(&dir, &t.name)?, fid.export.root_dev);
+    let export = &fid.export;
+    if export.mapped() {
+        // A regular file holding the target (see `security`).
+        let set = Mapped {
+            mode: Some(m::S_IFLNK | 0o777),
+            uid: Some(fid.uid),
+            gid: Some(t.gid),
+            rdev: None,
+        };
+        security::make_file(&*dir, &t.name, set, t.symtgt.as_bytes())?;
+    } else {
+        // The target is stored as text; this server never follows it.
+        rustix::fs::symlinkat(t.symtgt.as_str(), &*dir, t.name.as_str()).map_err(sys)?;
+    }
+    let qid = stat::qid(&stat_in(export, &dir, &t.name)?, export.root_dev);
     Ok(Rsymlink { qid }.into())
 }
 
 pub(super) fn readlink(s: &Session, t: Treadlink) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     let node = fid.node();
-    let target =
-        rustix::fs::readlinkat(&*node.parent, node.name.as_str(), Vec::new()).map_err(sys)?;
-    let target = target.into_string().map_err(|_| Errno::EILSEQ)?;
+    let target = if fid.export.mapped() && stored_as_file(&fid.export, &node)? {
+        mapped_target(&node)?
+    } else {
+        rustix::fs::readlinkat(&*node.parent, node.name.as_str(), Vec::new())
+            .map_err(sys)?
+            .into_bytes()
+    };
+    let target = String::from_utf8(target).map_err(|_| Errno::EILSEQ)?;
     Ok(Rreadlink { target }.into())
+}
+
+/// Whether `node` is a symlink a mapped export keeps as a regular file (EINVAL when it
+/// is no symlink at all, as readlink says).
+fn stored_as_file(export: &crate::export::Export, node: &Node) -> Result<bool, Errno> {
+    let st = stat_node(export, node)?;
+    if st.st_mode & m::S_IFMT != m::S_IFLNK {
+        return Err(Errno::EINVAL);
+    }
+    let host = rustix::fs::statat(&*node.parent, node.name.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+        .map_err(sys)?;
+    Ok(host.st_mode & m::S_IFMT == m::S_IFREG)
+}
+
+/// A mapped symlink's target: the file's bytes (never more than a target may be).
+fn mapped_target(node: &Node) -> Result<Vec<u8>, Errno> {
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(&*node.parent, node.name.as_str(), flags, Mode::empty())
+        .map_err(sys)?;
+    let mut target = vec![0u8; TARGET_MAX + 1];
+    let mut len = 0;
+    while len < target.len() {
+        match rustix::io::read(&fd, &mut target[len..]).map_err(sys)? {
+            0 => break,
+            n => len += n,
+        }
+    }
+    if len == 0 || len > TARGET_MAX {
+        return Err(Errno::EIO);
+    }
+    target.truncate(len);
+    Ok(target)
 }
 
 pub(super) fn link(s: &Session, t: Tlink) -> Result<Message, Errno> {

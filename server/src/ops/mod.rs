@@ -12,13 +12,16 @@ mod session;
 mod walk;
 mod xattr;
 
+use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use cap_std::fs::Dir;
 use rustix::fs::{AtFlags, Stat};
 use wasm9p_proto::{Errno, Message};
 
+use crate::export::Export;
 use crate::fid::{Fid, Node};
+use crate::security::{self, At};
 use crate::session::Session;
 
 /// Longest name accepted in one component (Linux NAME_MAX).
@@ -89,14 +92,28 @@ pub(crate) fn ioerr(e: std::io::Error) -> Errno {
     Errno::from(&e)
 }
 
-/// `lstat` of a node: never follows a final symlink.
-pub(crate) fn stat_node(node: &Node) -> Result<Stat, Errno> {
-    rustix::fs::statat(&*node.parent, node.name.as_str(), AtFlags::SYMLINK_NOFOLLOW).map_err(sys)
+/// `lstat` of a node as clients see it (mapped, in a mapped export): never follows a
+/// final symlink.
+pub(crate) fn stat_node(export: &Export, node: &Node) -> Result<Stat, Errno> {
+    stat_in(export, &node.parent, &node.name)
 }
 
-/// `lstat` of `name` in `dir`.
-pub(crate) fn stat_in(dir: &Dir, name: &str) -> Result<Stat, Errno> {
-    rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(sys)
+/// `lstat` of `name` in `dir` as clients see it.
+pub(crate) fn stat_in(export: &Export, dir: &Dir, name: &str) -> Result<Stat, Errno> {
+    let mut st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(sys)?;
+    if export.mapped() && security::mappable(st.st_mode) {
+        security::apply(&mut st, At::Name(dir, name).mapped());
+    }
+    Ok(st)
+}
+
+/// `fstat` of an open file or directory as clients see it.
+pub(crate) fn stat_fd(export: &Export, fd: impl AsFd) -> Result<Stat, Errno> {
+    let mut st = rustix::fs::fstat(&fd).map_err(sys)?;
+    if export.mapped() && security::mappable(st.st_mode) {
+        security::apply(&mut st, At::Fd(fd).mapped());
+    }
+    Ok(st)
 }
 
 /// The node `name` inside directory fid `dir_fid`.

@@ -40,8 +40,12 @@ pub(super) fn attach(s: &Session, t: Tattach) -> Result<Message, Errno> {
     };
     let export = &export;
     let node = Node::root(export);
-    let qid = stat::qid(&stat_node(&node)?, export.root_dev);
-    s.fids.insert(t.fid, Fid::new(export.clone(), node, qid))?;
+    let qid = stat::qid(&stat_node(export, &node)?, export.root_dev);
+    let uid = match t.n_uname {
+        u32::MAX => rustix::process::geteuid().as_raw(),
+        uid => uid,
+    };
+    s.fids.insert(t.fid, Fid::new(export.clone(), node, qid, uid))?;
     Ok(Rattach { qid }.into())
 }
 

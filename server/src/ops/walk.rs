@@ -46,7 +46,7 @@ pub(super) fn walk(s: &Session, t: Twalk) -> Result<Message, Errno> {
         let new = if t.wnames.is_empty() {
             fid.clone_unopened()
         } else {
-            let new = Fid::new(export, cursor.node, cursor.qid);
+            let new = Fid::new(export, cursor.node, cursor.qid, fid.uid);
             if let Some(dir) = cursor.dir {
                 new.set_dir(dir);
             }
@@ -87,7 +87,7 @@ impl Cursor {
                     let mut path = std::mem::take(&mut self.node.path);
                     path.pop();
                     self.node = node_at(export, path)?;
-                    self.qid = stat::qid(&stat_node(&self.node)?, export.root_dev);
+                    self.qid = stat::qid(&stat_node(export, &self.node)?, export.root_dev);
                     self.dir = None;
                 }
                 Ok(())
@@ -99,7 +99,7 @@ impl Cursor {
                     (None, Some(dir)) => dir?,
                     (None, None) => open_dir(&self.node)?,
                 };
-                let st = stat_in(&dir, name)?;
+                let st = stat_in(export, &dir, name)?;
                 self.qid = stat::qid(&st, export.root_dev);
                 let mut path = std::mem::take(&mut self.node.path);
                 path.push(name.to_owned());

@@ -5,7 +5,7 @@
 //! turns a fid into a buffer of `attr_size` bytes filled by Twrite and applied on Tclunk
 //! (size 0 with XATTR_REPLACE removes the attribute, as Linux's removexattr sends it).
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use bytes::{Bytes, BytesMut};
 use rustix::fs::{Mode, OFlags, XattrFlags};
@@ -31,13 +31,31 @@ fn xattr_fd(fid: &Fid) -> Result<Option<OwnedFd>, Errno> {
             .map_err(|e| Errno::from(&e));
     }
     let node = fid.node();
-    let flags =
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
-    match rustix::fs::openat(&*node.parent, node.name.as_str(), flags, Mode::empty()) {
-        Ok(fd) => Ok(Some(fd)),
-        Err(rustix::io::Errno::LOOP) => Ok(None),
-        Err(e) => Err(sys(e)),
+    // Only a regular file or a directory is opened: never a device's or a FIFO's bytes
+    // (their xattrs are not served). An `O_PATH` descriptor says which it is without
+    // opening it, and is reopened through its `/proc/self/fd` link (the same inode,
+    // whatever the name holds by then).
+    let path = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let handle =
+        rustix::fs::openat(&*node.parent, node.name.as_str(), path, Mode::empty()).map_err(sys)?;
+    let st = rustix::fs::fstat(&handle).map_err(sys)?;
+    if !crate::security::mappable(st.st_mode) {
+        return Ok(None);
     }
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let link = format!("/proc/self/fd/{}", handle.as_raw_fd());
+    rustix::fs::open(link.as_str(), flags, Mode::empty())
+        .map(Some)
+        .map_err(sys)
+}
+
+/// A name list without the names a mapped export keeps for itself.
+fn without_reserved(list: &[u8]) -> Vec<u8> {
+    list.split_inclusive(|b| *b == 0)
+        .filter(|name| !crate::security::reserved(&String::from_utf8_lossy(name)))
+        .flatten()
+        .copied()
+        .collect()
 }
 
 fn read_value(fd: &OwnedFd, name: &str) -> Result<Bytes, Errno> {
@@ -64,6 +82,11 @@ pub(super) fn xattrwalk(s: &Session, t: Txattrwalk) -> Result<Message, Errno> {
     if t.name.contains('\0') {
         return Err(Errno::EINVAL);
     }
+    let mapped = fid.export.mapped();
+    if mapped && crate::security::reserved(&t.name) {
+        // The model's own (see `security`).
+        return Err(Errno::ENODATA);
+    }
     let value = if t.name == ORDERED_XATTR || t.name == LISTINGS_FILL_XATTR {
         // Promises clients ask for (see the constants' docs). In order: true of every
         // connection, whose reader runs metadata requests one after the other and
@@ -73,6 +96,9 @@ pub(super) fn xattrwalk(s: &Session, t: Txattrwalk) -> Result<Message, Errno> {
         Bytes::new()
     } else {
         match xattr_fd(&fid)? {
+            Some(fd) if mapped && t.name.is_empty() => {
+                Bytes::from(without_reserved(&read_value(&fd, "")?))
+            }
             Some(fd) => read_value(&fd, &t.name)?,
             None if t.name.is_empty() => Bytes::new(),
             None => return Err(Errno::ENODATA),
@@ -97,6 +123,9 @@ pub(super) fn xattrcreate(s: &Session, t: Txattrcreate) -> Result<Message, Errno
     }
     if t.attr_size > XATTR_SIZE_MAX {
         return Err(Errno::E2BIG);
+    }
+    if fid.export.mapped() && crate::security::reserved(&t.name) {
+        return Err(Errno::EACCES);
     }
     let mut open = fid.open_state();
     if !matches!(*open, Open::None) {

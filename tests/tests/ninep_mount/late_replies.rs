@@ -97,7 +97,7 @@ impl Change {
             Change::Mkdir => fs.mkdir(d, "x", 0o755).await.map(drop),
             Change::Symlink => fs.symlink(d, "x", "keep").await.map(drop),
             Change::Link => fs.link(f, d, "x").await,
-            Change::Mknod => fs.mknod(d, "x", Special::Fifo, 0o644).await.map(drop),
+            Change::Mknod => fs.mknod(d, "x", Special::Fifo, 0o644, 0).await.map(drop),
             Change::RenameIn => fs.rename(e, "x", d, "x").await,
             Change::RenameOut => fs.rename(d, "x", e, "x").await,
             Change::Unlink => fs.unlink(d, "x", false).await,

@@ -13,6 +13,7 @@ mod confinement;
 mod files;
 mod metadata;
 mod protocol;
+mod security;
 
 const MSIZE: u32 = 64 * 1024;
 
