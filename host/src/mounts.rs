@@ -274,7 +274,8 @@ impl MountSpec {
                 ))
             }
         };
-        if let Some(key) = security_key.filter(|_| !matches!(kind, MountKind::NinepEmbedded { .. })) {
+        if let Some(key) = security_key.filter(|_| !matches!(kind, MountKind::NinepEmbedded { .. }))
+        {
             return Err(spec_error(
                 spec,
                 format!("{key} applies to embedded exports (type=9p,export=DIR): a server's own options say it"),

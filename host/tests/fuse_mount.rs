@@ -16,7 +16,6 @@ use wasm9p_tests::{spawn_serve, Rng, Tree};
 mod fuse_support;
 use fuse_support::{embedded, wait_bounded, Mounted, BIN};
 
-
 /// The cache modes a mount is tried in.
 const MODES: [&str; 3] = ["none", "mmap", "loose"];
 

@@ -56,6 +56,40 @@ fn specs_parse_as_documented() {
         .to_string();
     assert!(err.contains("nocto"), "{err}");
 
+    let s =
+        MountSpec::parse("type=9p,export=/srv/root,target=/,security_model=mapped-xattr").unwrap();
+    assert!(
+        matches!(&s.kind, MountKind::NinepEmbedded { security, .. }
+            if security.model == wasm9p_server::SecurityModel::MappedXattr && !security.allow_devices),
+        "{s:?}"
+    );
+    let s = MountSpec::parse("type=9p,export=/srv/root,target=/,allow_devices").unwrap();
+    assert!(
+        matches!(&s.kind, MountKind::NinepEmbedded { security, .. } if security.allow_devices),
+        "{s:?}"
+    );
+    for (spec, why) in [
+        (
+            "type=9p,export=/d,target=/,security_model=mapped-file",
+            "not implemented",
+        ),
+        (
+            "type=9p,export=/d,target=/,security_model=mapped-xattr,allow_devices",
+            "allow_devices applies to security_model=passthrough",
+        ),
+        (
+            "type=9p,source=tcp:127.0.0.1:564,target=/,security_model=mapped-xattr",
+            "applies to embedded exports",
+        ),
+        (
+            "type=bind,source=/tmp,target=/,allow_devices",
+            "applies to embedded exports",
+        ),
+    ] {
+        let err = MountSpec::parse(spec).unwrap_err().to_string();
+        assert!(err.contains(why), "{spec}: {err}");
+    }
+
     let s = MountSpec::parse("type=bind,source=/tmp,target=/scratch").unwrap();
     assert_eq!(
         s.kind,

@@ -21,7 +21,15 @@ impl Unprivileged {
     fn start(export: &Path, socket: &Path) -> Unprivileged {
         let id = NOBODY.to_string();
         let mut child = Command::new("setpriv")
-            .args(["--reuid", &id, "--regid", &id, "--clear-groups", BIN, "serve"])
+            .args([
+                "--reuid",
+                &id,
+                "--regid",
+                &id,
+                "--clear-groups",
+                BIN,
+                "serve",
+            ])
             .arg("--export")
             .arg(export)
             .args(["--security-model", "mapped-xattr", "--listen"])
@@ -59,7 +67,10 @@ fn check_made(mnt: &Path, when: &str) {
     let null = std::fs::symlink_metadata(mnt.join("null")).unwrap();
     assert!(null.file_type().is_char_device(), "{when}: {null:?}");
     assert_eq!(
-        (rustix::fs::major(null.rdev()), rustix::fs::minor(null.rdev())),
+        (
+            rustix::fs::major(null.rdev()),
+            rustix::fs::minor(null.rdev())
+        ),
         (1, 3),
         "{when}"
     );
@@ -67,7 +78,10 @@ fn check_made(mnt: &Path, when: &str) {
     let disk = std::fs::symlink_metadata(mnt.join("disk")).unwrap();
     assert!(disk.file_type().is_block_device(), "{when}");
     assert_eq!(
-        (rustix::fs::major(disk.rdev()), rustix::fs::minor(disk.rdev())),
+        (
+            rustix::fs::major(disk.rdev()),
+            rustix::fs::minor(disk.rdev())
+        ),
         (8, 17),
         "{when}"
     );
@@ -87,10 +101,7 @@ fn check_made(mnt: &Path, when: &str) {
         Path::new("dir/owned"),
         "{when}"
     );
-    assert_eq!(
-        std::fs::read_to_string(mnt.join("link")).unwrap(),
-        "mine\n"
-    );
+    assert_eq!(std::fs::read_to_string(mnt.join("link")).unwrap(), "mine\n");
 }
 
 /// Every entry below `dir`, as the host has it: (path, is regular or directory, uid).
@@ -100,7 +111,11 @@ fn host_entries(dir: &Path) -> Vec<(String, bool, u32)> {
         let path = entry.unwrap().path();
         let meta = std::fs::symlink_metadata(&path).unwrap();
         let ft = meta.file_type();
-        out.push((path.display().to_string(), ft.is_file() || ft.is_dir(), meta.uid()));
+        out.push((
+            path.display().to_string(),
+            ft.is_file() || ft.is_dir(),
+            meta.uid(),
+        ));
         if ft.is_dir() {
             out.extend(host_entries(&path));
         }
@@ -157,4 +172,76 @@ fn an_unprivileged_server_in_mapped_xattr_serves_a_root_guest_devices_and_owners
         assert!(plain, "{path} is not a regular file or directory");
         assert_eq!(uid, NOBODY, "{path}");
     }
+}
+
+/// `sh -c SCRIPT` as uid and gid `id`: whether it succeeded, and its stderr.
+fn as_user(id: u32, script: &str) -> (bool, String) {
+    let id = id.to_string();
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid",
+            &id,
+            "--regid",
+            &id,
+            "--clear-groups",
+            "sh",
+            "-c",
+            script,
+        ])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_shared_mount_checks_each_user_against_the_owners_the_export_keeps() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("needs root (to mount for other users and to run as them)");
+        return;
+    }
+    let export = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        export.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let spec = format!(
+        "type=9p,export={},target=/,cache=loose,security_model=mapped-xattr",
+        export.path().display()
+    );
+    let mut m = Mounted::start(&["--allow-other".into(), "--mount".into(), spec]);
+    let home = m.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    run("chown", &[&NOBODY.to_string(), &home.display().to_string()]);
+    run("chmod", &["700", &home.display().to_string()]);
+
+    // nobody writes in its own directory; what it makes is its own.
+    let note = home.join("note");
+    let (ok, err) = as_user(NOBODY, &format!("echo hi > {}", note.display()));
+    assert!(ok, "nobody in its own directory: {err}");
+    let meta = std::fs::metadata(&note).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (NOBODY, NOBODY));
+    // Another user is kept out by the owner and mode the export keeps.
+    let (ok, err) = as_user(1234, &format!("cat {}", note.display()));
+    assert!(!ok && err.contains("Permission denied"), "{ok} {err}");
+    let (ok, _) = as_user(1234, &format!("touch {}/intruder", home.display()));
+    assert!(!ok, "a stranger wrote in nobody's 0700 directory");
+
+    // On the host both are the server's, private to it.
+    for path in [export.path().join("home"), export.path().join("home/note")] {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert_eq!(meta.uid(), 0, "{}", path.display());
+        assert_eq!(
+            meta.mode() & 0o077,
+            0,
+            "{}: {:o}",
+            path.display(),
+            meta.mode()
+        );
+    }
+    let (status, stderr) = m.stop();
+    assert!(status.success(), "{status} {stderr}");
 }

@@ -168,6 +168,40 @@ fn bad_options_print_one_line_and_exit_2() {
             "/no/such/dir",
         ),
         (vec!["--listen", "tcp:127.0.0.1:0"], "--export"),
+        (
+            vec![
+                "--export",
+                export,
+                "--listen",
+                "tcp:127.0.0.1:0",
+                "--security-model",
+                "mapped-file",
+            ],
+            "mapped-file is not implemented",
+        ),
+        (
+            vec![
+                "--export",
+                export,
+                "--listen",
+                "tcp:127.0.0.1:0",
+                "--security-model",
+                "root",
+            ],
+            "expected passthrough or mapped-xattr",
+        ),
+        (
+            vec![
+                "--export",
+                export,
+                "--listen",
+                "tcp:127.0.0.1:0",
+                "--security-model",
+                "mapped-xattr",
+                "--allow-devices",
+            ],
+            "--allow-devices applies to --security-model passthrough",
+        ),
     ];
     for (args, needle) in cases {
         let out = Command::new(BIN).arg("serve").args(&args).output().unwrap();

@@ -26,6 +26,10 @@
 //! them through the server. QEMU's third model, `mapped-file` (the attributes kept in
 //! hidden files, for host file systems without user xattrs), is not implemented: it is
 //! refused with that said.
+//!
+//! `struct stat` field types differ between architectures, hence casts that are no-ops
+//! on x86_64.
+#![allow(clippy::unnecessary_cast)]
 
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd};
@@ -205,7 +209,12 @@ pub(crate) fn apply(st: &mut Stat, mapped: Mapped) {
 /// Makes `name` in `dir` a new regular file (mode [`HOST_FILE_MODE`]) holding
 /// `content`, with attributes `set`: how a mapped export keeps a special file or a
 /// symlink. Nothing is left behind when a step fails.
-pub(crate) fn make_file(dir: &impl AsFd, name: &str, set: Mapped, content: &[u8]) -> Result<(), Errno> {
+pub(crate) fn make_file(
+    dir: &impl AsFd,
+    name: &str,
+    set: Mapped,
+    content: &[u8],
+) -> Result<(), Errno> {
     use rustix::fs::{AtFlags, Mode, OFlags};
     let flags = OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(HOST_FILE_MODE))
@@ -276,7 +285,11 @@ mod tests {
 
         let mut dir = host_stat(m::S_IFDIR | 0o700);
         apply(&mut dir, device);
-        assert_eq!(dir.st_mode as u32, m::S_IFDIR | 0o640, "a directory stays one");
+        assert_eq!(
+            dir.st_mode as u32,
+            m::S_IFDIR | 0o640,
+            "a directory stays one"
+        );
         assert_eq!(dir.st_rdev, 0);
 
         // A host symlink or device node is shown as the host has it.
@@ -288,7 +301,10 @@ mod tests {
         // Nothing mapped: nothing changes.
         let mut plain = host_stat(m::S_IFREG | 0o644);
         apply(&mut plain, Mapped::default());
-        assert_eq!((plain.st_mode as u32, plain.st_uid), (m::S_IFREG | 0o644, 65534));
+        assert_eq!(
+            (plain.st_mode as u32, plain.st_uid),
+            (m::S_IFREG | 0o644, 65534)
+        );
     }
 
     #[test]
@@ -317,6 +333,10 @@ mod tests {
         let n = rustix::fs::fgetxattr(&file, UID, &mut buf).unwrap();
         assert_eq!(&buf[..n], &1000u32.to_le_bytes());
         rustix::fs::fsetxattr(&file, GID, b"\x01", XattrFlags::empty()).unwrap();
-        assert_eq!(At::Fd(&file).mapped().gid, None, "a value of the wrong size");
+        assert_eq!(
+            At::Fd(&file).mapped().gid,
+            None,
+            "a value of the wrong size"
+        );
     }
 }

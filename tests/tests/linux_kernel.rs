@@ -1,11 +1,14 @@
 //! The real Linux kernel 9p client (Debian's 6.1, in QEMU) against our server over TCP:
 //! one export mounted with `cache=none` and one with `cache=loose`, the same file
-//! operations run on both, and the results checked inside the guest and on the host.
+//! operations run on both, and the results checked inside the guest and on the host;
+//! and a third export in the mapped-xattr security model, where the guest (root)
+//! makes device nodes, a FIFO and a symlink and chowns a file, all of it seen again
+//! after a remount, while the host holds only regular files.
 
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
-use wasm9p_server::{ExportConfig, ServerConfig};
+use wasm9p_server::{ExportConfig, SecurityModel, ServerConfig};
 use wasm9p_tests::linux_vm::{run_vm, vm_prerequisites};
 use wasm9p_tests::{TestServer, Tree};
 
@@ -39,6 +42,27 @@ check control-must-fail "false"
 check dotdot-stays-inside "[ \"\$(cd $M/.. && ls $M/src/.. | grep -c src)\" -eq 1 ]"
 "#;
 
+/// Runs inside the guest on the mapped export with PHASE `make` (then the checks make
+/// what they check) or `again` (after a remount: only the checks).
+const MAPPED_SCRIPT: &str = r#"#!/bin/sh
+M=/mnt/mapped
+check() {
+  if sh -c "$2" >/tmp/out 2>&1; then echo "CHECK mapped-$PHASE $1 ok"; else echo "CHECK mapped-$PHASE $1 FAIL: $(head -c 300 /tmp/out)"; fi
+}
+make() { [ "$PHASE" = make ] && sh -c "$1"; return 0; }
+make "mknod $M/null c 1 3 && mknod $M/disk b 8 17 && mkfifo $M/fifo"
+make "echo mine > $M/owned && chown 1234:5678 $M/owned && chmod 640 $M/owned && ln -s owned $M/link"
+check char-device "[ -c $M/null ] && [ \"\$(stat -c '%t %T' $M/null)\" = '1 3' ]"
+check block-device "[ -b $M/disk ] && [ \"\$(stat -c '%t %T' $M/disk)\" = '8 11' ]"
+check fifo "[ -p $M/fifo ]"
+check owner-and-mode "[ \"\$(stat -c '%u %g %a' $M/owned)\" = '1234 5678 640' ]"
+check symlink "[ \"\$(readlink $M/link)\" = owned ] && [ \"\$(cat $M/link)\" = mine ]"
+check control-must-fail "false"
+"#;
+
+/// The checks of [`MAPPED_SCRIPT`], in each phase.
+const MAPPED_CHECKS: usize = 6;
+
 fn export(mode: &str) -> tempfile::TempDir {
     Tree::build(&[Tree::Dir(
         "src",
@@ -71,7 +95,7 @@ fn linux_client_works_in_cache_none_and_loose() {
         panic!("{missing} (scripts/test installs and fetches these)");
     }
     let dirs: Vec<_> = MODES.iter().map(|m| export(m)).collect();
-    let exports = MODES
+    let mut exports: Vec<ExportConfig> = MODES
         .iter()
         .zip(&dirs)
         .map(|(m, d)| ExportConfig {
@@ -79,6 +103,12 @@ fn linux_client_works_in_cache_none_and_loose() {
             ..ExportConfig::new(d.path())
         })
         .collect();
+    let mapped = tempfile::tempdir().unwrap();
+    exports.push(ExportConfig {
+        name: Some("mapped".into()),
+        security_model: SecurityModel::MappedXattr,
+        ..ExportConfig::new(mapped.path())
+    });
     let server = TestServer::start(
         ServerConfig {
             exports,
@@ -101,9 +131,19 @@ fn linux_client_works_in_cache_none_and_loose() {
             )
         })
         .collect::<String>();
+    let mapped_mount = "mount -t 9p -o trans=tcp,port=$PORT,version=9p2000.L,aname=mapped,cache=none,msize=262144 10.0.2.2 /mnt/mapped";
+    let body = format!(
+        "{body}mkdir -p /mnt/mapped\n\
+         for PHASE in make again; do export PHASE; \
+         if {mapped_mount}; then sh /etc/mapped.sh; umount /mnt/mapped && echo UMOUNTED mapped-$PHASE; \
+         else echo MOUNT-FAIL mapped; fi; done\n"
+    );
     let console = run_vm(
         &body,
-        &[("etc/check.sh", GUEST_SCRIPT)],
+        &[
+            ("etc/check.sh", GUEST_SCRIPT),
+            ("etc/mapped.sh", MAPPED_SCRIPT),
+        ],
         port,
         Duration::from_secs(240),
     );
@@ -145,10 +185,38 @@ fn linux_client_works_in_cache_none_and_loose() {
             .count();
         assert_eq!(count, 19, "every check ran for {m}:\n{console}");
     }
+    for phase in ["make", "again"] {
+        assert!(
+            console.contains(&format!("UMOUNTED mapped-{phase}")),
+            "the mapped export, {phase}:\n{console}"
+        );
+        let count = checks
+            .iter()
+            .filter(|l| l.starts_with(&format!("CHECK mapped-{phase} ")))
+            .count();
+        assert_eq!(count, MAPPED_CHECKS, "mapped-{phase}:\n{console}");
+        assert!(
+            checks
+                .iter()
+                .any(|l| l.starts_with(&format!("CHECK mapped-{phase} control-must-fail FAIL"))),
+            "{console}"
+        );
+    }
     assert!(
         failed.is_empty(),
         "failed checks: {failed:#?}\nconsole:\n{console}"
     );
+    // The mapped export's host directory: regular files only, the device's mode kept
+    // in its attribute.
+    for entry in std::fs::read_dir(mapped.path()).unwrap() {
+        let path = entry.unwrap().path();
+        let ft = std::fs::symlink_metadata(&path).unwrap().file_type();
+        assert!(ft.is_file(), "{} is {ft:?} on the host", path.display());
+    }
+    let mut mode = [0u8; 4];
+    let n = rustix::fs::lgetxattr(mapped.path().join("null"), "user.virtfs.mode", &mut mode)
+        .expect("the device's mode attribute");
+    assert_eq!(u32::from_le_bytes(mode) & 0o170000, 0o020000, "{n} bytes");
 
     // What the guest did is on the host, exactly.
     for (m, dir) in MODES.iter().zip(&dirs) {

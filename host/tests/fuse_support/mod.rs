@@ -98,4 +98,3 @@ pub fn embedded(dir: &Path, mode: &str) -> Vec<String> {
     };
     vec!["--mount".into(), spec]
 }
-

@@ -136,11 +136,15 @@ fn mapped_owner_and_mode(fid: &Fid, t: &Tsetattr) -> Result<(), Errno> {
     }
     let node = fid.node();
     let st = stat_node(&fid.export, &node)?;
-    if !security::mappable(rustix::fs::statat(&*node.parent, node.name.as_str(), AtFlags::SYMLINK_NOFOLLOW).map_err(sys)?.st_mode) {
+    if !security::mappable(
+        rustix::fs::statat(&*node.parent, node.name.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(sys)?
+            .st_mode,
+    ) {
         // A host symlink or special file cannot carry the attributes.
         return Err(Errno::EPERM);
     }
-    let mode = (t.valid & valid::MODE != 0).then(|| (st.st_mode & m::S_IFMT) | (t.mode & 0o7777));
+    let mode = (t.valid & valid::MODE != 0).then_some((st.st_mode & m::S_IFMT) | (t.mode & 0o7777));
     At::Name(&*node.parent, &node.name).write(Mapped {
         mode,
         uid: (t.valid & valid::UID != 0).then_some(t.uid),

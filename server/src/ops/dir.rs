@@ -165,10 +165,7 @@ pub(super) fn mknod(s: &Session, t: Tmknod) -> Result<Message, Errno> {
     };
     let dir = fid.dir()?;
     let export = &fid.export;
-    let device = matches!(
-        file_type,
-        FileType::CharacterDevice | FileType::BlockDevice
-    );
+    let device = matches!(file_type, FileType::CharacterDevice | FileType::BlockDevice);
     let dev = rustix::fs::makedev(t.major, t.minor);
     if export.mapped() {
         // A regular file saying what it stands for (see `security`).

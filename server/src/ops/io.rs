@@ -153,8 +153,13 @@ pub(super) fn lcreate(s: &Session, t: Tlcreate) -> Result<Message, Errno> {
                 FileType::Symlink => return Err(Errno::ELOOP),
                 _ => return Err(Errno::EACCES),
             }
-            let fd = rustix::fs::openat(&*dir, t.name.as_str(), flags | OFlags::NONBLOCK, Mode::empty())
-                .map_err(sys)?;
+            let fd = rustix::fs::openat(
+                &*dir,
+                t.name.as_str(),
+                flags | OFlags::NONBLOCK,
+                Mode::empty(),
+            )
+            .map_err(sys)?;
             if !opened_type_is(&fd, FileType::RegularFile)? {
                 return Err(Errno::EACCES);
             }

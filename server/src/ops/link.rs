@@ -71,8 +71,8 @@ fn stored_as_file(export: &crate::export::Export, node: &Node) -> Result<bool, E
 /// A mapped symlink's target: the file's bytes (never more than a target may be).
 fn mapped_target(node: &Node) -> Result<Vec<u8>, Errno> {
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-    let fd = rustix::fs::openat(&*node.parent, node.name.as_str(), flags, Mode::empty())
-        .map_err(sys)?;
+    let fd =
+        rustix::fs::openat(&*node.parent, node.name.as_str(), flags, Mode::empty()).map_err(sys)?;
     let mut target = vec![0u8; TARGET_MAX + 1];
     let mut len = 0;
     while len < target.len() {

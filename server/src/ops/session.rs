@@ -45,7 +45,8 @@ pub(super) fn attach(s: &Session, t: Tattach) -> Result<Message, Errno> {
         u32::MAX => rustix::process::geteuid().as_raw(),
         uid => uid,
     };
-    s.fids.insert(t.fid, Fid::new(export.clone(), node, qid, uid))?;
+    s.fids
+        .insert(t.fid, Fid::new(export.clone(), node, qid, uid))?;
     Ok(Rattach { qid }.into())
 }
 

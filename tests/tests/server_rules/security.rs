@@ -68,8 +68,13 @@ fn xattr(path: &std::path::Path, name: &str) -> Option<Vec<u8>> {
 #[tokio::test]
 async fn mapped_xattr_keeps_devices_owners_and_modes_in_attributes_of_regular_files() {
     let dir = tempfile::tempdir().unwrap();
-    if rustix::fs::lsetxattr(dir.path(), "user.probe", b"1", rustix::fs::XattrFlags::empty())
-        .is_err()
+    if rustix::fs::lsetxattr(
+        dir.path(),
+        "user.probe",
+        b"1",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .is_err()
     {
         panic!("{} keeps no user xattrs", dir.path().display());
     }
@@ -78,10 +83,16 @@ async fn mapped_xattr_keeps_devices_owners_and_modes_in_attributes_of_regular_fi
     let (mut c, _) = Conn::attached(&server.addr, MSIZE, "").await;
 
     // A device node, a FIFO, a symlink, a directory and a file, as a root client asks.
-    let char_dev = mknod(&mut c, "null", m::S_IFCHR | 0o666, 1, 3).await.unwrap();
+    let char_dev = mknod(&mut c, "null", m::S_IFCHR | 0o666, 1, 3)
+        .await
+        .unwrap();
     assert_eq!(char_dev.ty, qid::FILE);
-    mknod(&mut c, "sda1", m::S_IFBLK | 0o660, 8, 1).await.unwrap();
-    mknod(&mut c, "fifo", m::S_IFIFO | 0o620, 0, 0).await.unwrap();
+    mknod(&mut c, "sda1", m::S_IFBLK | 0o660, 8, 1)
+        .await
+        .unwrap();
+    mknod(&mut c, "fifo", m::S_IFIFO | 0o620, 0, 0)
+        .await
+        .unwrap();
     let link = c
         .rpc(Tsymlink {
             fid: 0,
@@ -117,10 +128,17 @@ async fn mapped_xattr_keeps_devices_owners_and_modes_in_attributes_of_regular_fi
     // What the client sees: what it asked for.
     let a = attr(&mut c, "null").await;
     assert_eq!(a.mode, m::S_IFCHR | 0o666);
-    assert_eq!((a.uid, a.gid), (0, 5), "the attaching user and the asked group");
+    assert_eq!(
+        (a.uid, a.gid),
+        (0, 5),
+        "the attaching user and the asked group"
+    );
     assert_eq!(a.rdev, rustix::fs::makedev(1, 3));
     let a = attr(&mut c, "sda1").await;
-    assert_eq!((a.mode, a.rdev), (m::S_IFBLK | 0o660, rustix::fs::makedev(8, 1)));
+    assert_eq!(
+        (a.mode, a.rdev),
+        (m::S_IFBLK | 0o660, rustix::fs::makedev(8, 1))
+    );
     assert_eq!(attr(&mut c, "fifo").await.mode, m::S_IFIFO | 0o620);
     assert_eq!(attr(&mut c, "link").await.mode, m::S_IFLNK | 0o777);
     assert_eq!(attr(&mut c, "d").await.mode, m::S_IFDIR | 0o2775);
@@ -152,16 +170,32 @@ async fn mapped_xattr_keeps_devices_owners_and_modes_in_attributes_of_regular_fi
     assert_eq!(listed["f"], consts::dt::REG);
 
     // chown and chmod change what the client sees, not the host's file.
-    setattr(&mut c, "f", consts::setattr::UID | consts::setattr::GID, 0, 1234, 5678).await;
+    setattr(
+        &mut c,
+        "f",
+        consts::setattr::UID | consts::setattr::GID,
+        0,
+        1234,
+        5678,
+    )
+    .await;
     setattr(&mut c, "null", consts::setattr::MODE, 0o600, 0, 0).await;
     let a = attr(&mut c, "f").await;
     assert_eq!((a.uid, a.gid, a.mode), (1234, 5678, m::S_IFREG | 0o4755));
-    assert_eq!(attr(&mut c, "null").await.mode, m::S_IFCHR | 0o600, "still a device");
+    assert_eq!(
+        attr(&mut c, "null").await.mode,
+        m::S_IFCHR | 0o600,
+        "still a device"
+    );
 
     // The server opens no special file's bytes.
     for name in ["null", "sda1", "fifo"] {
         c.walk(0, 4, name).await.unwrap();
-        assert_eq!(c.lopen(4, open::RDONLY).await.err(), Some(Errno::EACCES), "{name}");
+        assert_eq!(
+            c.lopen(4, open::RDONLY).await.err(),
+            Some(Errno::EACCES),
+            "{name}"
+        );
         c.clunk(4).await.unwrap();
     }
 
@@ -209,7 +243,12 @@ async fn mapped_xattr_keeps_devices_owners_and_modes_in_attributes_of_regular_fi
         assert_eq!(meta.uid(), me);
         if entry.file_name() != "plain" {
             let want = if ft.is_dir() { 0o700 } else { 0o600 };
-            assert_eq!(meta.permissions().mode() & 0o7777, want, "{:?}", entry.path());
+            assert_eq!(
+                meta.permissions().mode() & 0o7777,
+                want,
+                "{:?}",
+                entry.path()
+            );
         }
     }
     assert!(!std::fs::symlink_metadata(dir.path().join("null"))
@@ -263,7 +302,10 @@ async fn passthrough_makes_device_nodes_only_when_allowed_and_never_opens_them()
     assert!(meta.file_type().is_char_device());
     assert_eq!(meta.rdev(), rustix::fs::makedev(1, 3));
     let a = attr(&mut c, "null").await;
-    assert_eq!((a.mode & m::S_IFMT, a.rdev), (m::S_IFCHR, rustix::fs::makedev(1, 3)));
+    assert_eq!(
+        (a.mode & m::S_IFMT, a.rdev),
+        (m::S_IFCHR, rustix::fs::makedev(1, 3))
+    );
     // Neither opened, nor created over, nor read for xattrs.
     c.walk(0, 1, "null").await.unwrap();
     assert_eq!(c.lopen(1, open::RDWR).await.err(), Some(Errno::EACCES));
