@@ -64,27 +64,18 @@ fn run(program: &str, args: &[&str]) {
 
 /// What a root user checks of what it made, through the mount at `mnt`.
 fn check_made(mnt: &Path, when: &str) {
-    let null = std::fs::symlink_metadata(mnt.join("null")).unwrap();
+    let device = |name: &str| {
+        let meta = std::fs::symlink_metadata(mnt.join(name)).unwrap();
+        let rdev = meta.rdev();
+        (meta, (rustix::fs::major(rdev), rustix::fs::minor(rdev)))
+    };
+    let (null, number) = device("null");
     assert!(null.file_type().is_char_device(), "{when}: {null:?}");
-    assert_eq!(
-        (
-            rustix::fs::major(null.rdev()),
-            rustix::fs::minor(null.rdev())
-        ),
-        (1, 3),
-        "{when}"
-    );
+    assert_eq!(number, (1, 3), "{when}");
     assert_eq!(null.mode() & 0o7777, 0o666, "{when}");
-    let disk = std::fs::symlink_metadata(mnt.join("disk")).unwrap();
+    let (disk, number) = device("disk");
     assert!(disk.file_type().is_block_device(), "{when}");
-    assert_eq!(
-        (
-            rustix::fs::major(disk.rdev()),
-            rustix::fs::minor(disk.rdev())
-        ),
-        (8, 17),
-        "{when}"
-    );
+    assert_eq!(number, (8, 17), "{when}");
     let fifo = std::fs::symlink_metadata(mnt.join("fifo")).unwrap();
     assert!(fifo.file_type().is_fifo(), "{when}");
     let owned = std::fs::metadata(mnt.join("dir/owned")).unwrap();
