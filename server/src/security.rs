@@ -144,10 +144,15 @@ impl<D: AsFd> At<'_, D> {
         }
     }
 
+    /// The mapped mode alone (all a qid needs).
+    pub fn mode(&self) -> Option<u32> {
+        self.read::<4>(MODE).map(u32::from_le_bytes)
+    }
+
     /// What the file's attributes say.
     pub fn mapped(&self) -> Mapped {
         let u32_of = |attr| self.read::<4>(attr).map(u32::from_le_bytes);
-        let mode = u32_of(MODE);
+        let mode = self.mode();
         let device = mode.is_some_and(|mode| matches!(mode & m::S_IFMT, m::S_IFCHR | m::S_IFBLK));
         Mapped {
             mode,

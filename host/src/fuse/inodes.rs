@@ -1,20 +1,30 @@
-//! The FUSE node ids the kernel holds, and the namespace path each one names.
+//! The FUSE node ids the kernel holds, and the namespace paths each one names.
 //!
 //! The namespace is addressed by path; the kernel addresses files by node id, learnt
-//! from `lookup` replies and given back with `forget`. This table hands out ids (the
-//! root is 1), counts the kernel's references, and keeps each id's path current when a
-//! rename moves it or one of its ancestors. An id whose name was unlinked or renamed
-//! over keeps existing (its open files still work) but no longer has a path: calls that
-//! need one get ESTALE, as a deleted NFS file does.
+//! from `lookup` replies and given back with `forget`, and shows it as the inode number.
+//! This table hands out ids (the root is 1), one per file: the paths of a file's hard
+//! links share its id, known by the file's [`Identity`] (its mount and the backend's
+//! node id), so `stat` shows them as one inode, as a local disk does. It counts the
+//! kernel's references and keeps each id's paths current when a rename moves one of
+//! them or an ancestor. An id whose names were all unlinked or renamed over keeps
+//! existing (its open files still work) but no longer has a path: calls that need one
+//! get ESTALE, as a deleted NFS file does.
 
 use std::collections::HashMap;
 
 /// The root's node id (FUSE_ROOT_ID).
 pub const ROOT: u64 = 1;
 
+/// Which file a path leads to: the mount's index and the backend's node id (a qid
+/// path, an inode number), unique within the namespace.
+pub type Identity = (usize, u64);
+
 struct Node {
-    /// The namespace path (`/` or `/a/b`), `None` once unlinked.
-    path: Option<String>,
+    /// The namespace paths (`/` or `/a/b`) known to name it, the first one used; none
+    /// once all are unlinked.
+    paths: Vec<String>,
+    /// The file it is, where known (not for the namespace's own directories).
+    identity: Option<Identity>,
     /// References the kernel holds (lookups not yet forgotten).
     lookups: u64,
 }
@@ -23,6 +33,7 @@ struct Node {
 pub struct Inodes {
     nodes: HashMap<u64, Node>,
     by_path: HashMap<String, u64>,
+    by_identity: HashMap<Identity, u64>,
     next: u64,
 }
 
@@ -32,13 +43,15 @@ impl Default for Inodes {
         nodes.insert(
             ROOT,
             Node {
-                path: Some("/".into()),
+                paths: vec!["/".into()],
+                identity: None,
                 lookups: 1,
             },
         );
         Inodes {
             nodes,
             by_path: HashMap::from([("/".to_string(), ROOT)]),
+            by_identity: HashMap::new(),
             next: ROOT + 1,
         }
     }
@@ -54,15 +67,29 @@ pub fn child(dir: &str, name: &str) -> String {
 }
 
 impl Inodes {
-    /// The path of node `ino`, if it still has one.
+    /// A path of node `ino`, if it still has one.
     pub fn path(&self, ino: u64) -> Option<String> {
-        self.nodes.get(&ino).and_then(|n| n.path.clone())
+        self.nodes.get(&ino).and_then(|n| n.paths.first().cloned())
     }
 
-    /// The node id for `path`, counting one more kernel reference.
-    pub fn remember(&mut self, path: &str) -> u64 {
+    /// The node id for `path`, which leads to the file `identity` (`None`: the
+    /// namespace's own directory), counting one more kernel reference. A path that
+    /// led to another file before (replaced behind the mount) is that file's no more.
+    pub fn remember(&mut self, path: &str, identity: Option<Identity>) -> u64 {
         if let Some(&ino) = self.by_path.get(path) {
-            self.nodes.get_mut(&ino).expect("indexed").lookups += 1;
+            let node = self.nodes.get_mut(&ino).expect("indexed");
+            if identity.is_none() || node.identity == identity || ino == ROOT {
+                node.lookups += 1;
+                return ino;
+            }
+            self.unlinked(path);
+        }
+        if let Some(&ino) = identity.as_ref().and_then(|i| self.by_identity.get(i)) {
+            // Another hard link of a file the kernel knows.
+            let node = self.nodes.get_mut(&ino).expect("indexed");
+            node.paths.push(path.to_string());
+            node.lookups += 1;
+            self.by_path.insert(path.to_string(), ino);
             return ino;
         }
         let ino = self.next;
@@ -70,11 +97,15 @@ impl Inodes {
         self.nodes.insert(
             ino,
             Node {
-                path: Some(path.to_string()),
+                paths: vec![path.to_string()],
+                identity,
                 lookups: 1,
             },
         );
         self.by_path.insert(path.to_string(), ino);
+        if let Some(identity) = identity {
+            self.by_identity.insert(identity, ino);
+        }
         ino
     }
 
@@ -88,18 +119,37 @@ impl Inodes {
         };
         node.lookups = node.lookups.saturating_sub(n);
         if node.lookups == 0 {
-            if let Some(path) = self.nodes.remove(&ino).and_then(|n| n.path) {
+            let node = self.nodes.remove(&ino).expect("present");
+            for path in node.paths {
                 self.by_path.remove(&path);
+            }
+            self.forget_identity(node.identity, ino);
+        }
+    }
+
+    fn forget_identity(&mut self, identity: Option<Identity>, ino: u64) {
+        if let Some(identity) = identity {
+            if self.by_identity.get(&identity) == Some(&ino) {
+                self.by_identity.remove(&identity);
             }
         }
     }
 
-    /// `path` no longer names anything (unlinked, or replaced by a rename).
+    /// `path` no longer names anything (unlinked, or replaced by a rename). A file
+    /// left with no known path is no longer found by its identity either: a later
+    /// lookup of a link never looked up gets an id of its own (its backend may reuse
+    /// the number for a new file).
     pub fn unlinked(&mut self, path: &str) {
-        if let Some(ino) = self.by_path.remove(path) {
-            if let Some(node) = self.nodes.get_mut(&ino) {
-                node.path = None;
-            }
+        let Some(ino) = self.by_path.remove(path) else {
+            return;
+        };
+        let Some(node) = self.nodes.get_mut(&ino) else {
+            return;
+        };
+        node.paths.retain(|p| p != path);
+        if node.paths.is_empty() {
+            let identity = node.identity;
+            self.forget_identity(identity, ino);
         }
     }
 
@@ -118,7 +168,9 @@ impl Inodes {
             self.by_path.remove(&old);
             let new = format!("{to}{}", &old[from.len()..]);
             if let Some(node) = self.nodes.get_mut(&ino) {
-                node.path = Some(new.clone());
+                for path in node.paths.iter_mut().filter(|p| **p == old) {
+                    *path = new.clone();
+                }
             }
             self.by_path.insert(new, ino);
         }
@@ -139,14 +191,14 @@ mod tests {
     fn ids_are_stable_per_path_and_go_with_the_last_forget() {
         let mut t = Inodes::default();
         assert_eq!(t.path(ROOT).as_deref(), Some("/"));
-        let a = t.remember("/a");
-        assert_eq!(t.remember("/a"), a);
-        assert_ne!(t.remember("/b"), a);
+        let a = t.remember("/a", None);
+        assert_eq!(t.remember("/a", None), a);
+        assert_ne!(t.remember("/b", None), a);
         t.forget(a, 1);
         assert_eq!(t.path(a).as_deref(), Some("/a"));
         t.forget(a, 1);
         assert_eq!(t.path(a), None);
-        assert_ne!(t.remember("/a"), a, "a forgotten id is never reused");
+        assert_ne!(t.remember("/a", None), a, "a forgotten id is never reused");
         t.forget(ROOT, 100);
         assert_eq!(t.path(ROOT).as_deref(), Some("/"));
         assert_eq!(t.held(), 3);
@@ -155,10 +207,10 @@ mod tests {
     #[test]
     fn a_rename_moves_the_subtree_and_drops_what_it_replaced() {
         let mut t = Inodes::default();
-        let d = t.remember("/d");
-        let f = t.remember("/d/sub/f");
-        let sibling = t.remember("/dx");
-        let victim = t.remember("/e");
+        let d = t.remember("/d", None);
+        let f = t.remember("/d/sub/f", None);
+        let sibling = t.remember("/dx", None);
+        let victim = t.remember("/e", None);
         t.renamed("/d", "/e");
         assert_eq!(t.path(d).as_deref(), Some("/e"));
         assert_eq!(t.path(f).as_deref(), Some("/e/sub/f"));
@@ -168,17 +220,40 @@ mod tests {
             "a prefix only by name"
         );
         assert_eq!(t.path(victim), None);
-        assert_eq!(t.remember("/e"), d);
-        assert_ne!(t.remember("/d"), d);
+        assert_eq!(t.remember("/e", None), d);
+        assert_ne!(t.remember("/d", None), d);
+    }
+
+    #[test]
+    fn hard_links_share_one_id_until_the_file_is_another() {
+        let mut t = Inodes::default();
+        let f = t.remember("/f", Some((0, 7)));
+        let link = t.remember("/d/link", Some((0, 7)));
+        assert_eq!(link, f, "two names of one file");
+        assert_ne!(t.remember("/g", Some((1, 7))), f, "another mount's file 7");
+        t.unlinked("/f");
+        assert_eq!(
+            t.path(f).as_deref(),
+            Some("/d/link"),
+            "the other name serves"
+        );
+        t.renamed("/d", "/e");
+        assert_eq!(t.path(f).as_deref(), Some("/e/link"));
+        // The name now leads to another file: it gets an id of its own.
+        let other = t.remember("/e/link", Some((0, 8)));
+        assert_ne!(other, f);
+        assert_eq!(t.path(f), None);
+        // With no name left, the file is not found by its identity again.
+        assert_ne!(t.remember("/h", Some((0, 7))), f);
     }
 
     #[test]
     fn an_unlinked_id_lives_on_without_a_path() {
         let mut t = Inodes::default();
-        let f = t.remember("/f");
+        let f = t.remember("/f", None);
         t.unlinked("/f");
         assert_eq!(t.path(f), None);
-        let again = t.remember("/f");
+        let again = t.remember("/f", None);
         assert_ne!(again, f);
         t.forget(f, 1);
         assert_eq!(t.path(again).as_deref(), Some("/f"));

@@ -4,7 +4,8 @@
 //!
 //! Design:
 //! - The kernel names files by node id; the namespace by path. [`inodes::Inodes`] maps
-//!   one to the other and keeps paths current across renames; an unlinked file's id
+//!   one to the other (a file's hard links share its id, so they show as one inode) and
+//!   keeps paths current across renames; an unlinked file's id
 //!   lives on for its open handles, without a path: fstat and ftruncate go through
 //!   an open file of it, calls that need a name get ESTALE.
 //! - Every request is answered on the FUSE worker thread that read it (four workers),
@@ -70,6 +71,11 @@ fn file_type(kind: Kind, attr: &Attr) -> FileType {
         (None, Kind::Symlink) => FileType::Symlink,
         (None, Kind::Other) => FileType::NamedPipe,
     }
+}
+
+/// Which file `at` is, for [`Inodes`] (the namespace's own directories are none).
+fn identity(at: &Location) -> Option<inodes::Identity> {
+    at.mount.map(|mount| (mount, at.node.id))
 }
 
 /// A `dev_t` as FUSE's 32-bit rdev (Linux's new encoding: the low byte of the minor,
@@ -221,7 +227,7 @@ impl NamespaceFs {
     fn entry(&self, path: Result<String, Errno>, reply: ReplyEntry) {
         let result = path.and_then(|path| {
             let (at, attr) = self.rt.block_on(self.stat(&path))?;
-            let ino = self.inodes.lock().unwrap().remember(&path);
+            let ino = self.inodes.lock().unwrap().remember(&path, identity(&at));
             Ok(self.attr(ino, at.node.kind, &attr))
         });
         match result {
@@ -784,7 +790,7 @@ impl Filesystem for NamespaceFs {
                 }
                 let file = self.ns.open_at(&at, Self::open_flags(flags)).await?;
                 let attr = self.ns.getattr_at(&at).await?;
-                let ino = self.inodes.lock().unwrap().remember(&path);
+                let ino = self.inodes.lock().unwrap().remember(&path, identity(&at));
                 let fh = self.keep(ino, file);
                 Ok((self.attr(ino, Kind::File, &attr), fh))
             })

@@ -9,7 +9,7 @@ use wasm9p_proto::{
     Treaddir,
 };
 
-use super::{check_name, stat_in, sys, writable};
+use super::{check_name, qid_in, sys, writable};
 use crate::fid::{Fid, Open};
 use crate::security::{self, At, Mapped};
 use crate::session::Session;
@@ -105,7 +105,7 @@ fn list(fid: &Fid, fd: &std::os::fd::OwnedFd) -> Result<Vec<DirEntry>, Errno> {
         let mut ft = entry.file_type();
         if mapped && ft == FileType::RegularFile {
             // What the file stands for (a special file, a symlink), as getattr says.
-            if let Some(mode) = At::Name(fd, name).mapped().mode {
+            if let Some(mode) = At::Name(fd, name).mode() {
                 ft = FileType::from_raw_mode(security::shown_type(mode));
             }
         }
@@ -147,7 +147,7 @@ pub(super) fn mkdir(s: &Session, t: Tmkdir) -> Result<Message, Errno> {
             .map_err(sys)?;
         super::modes::exact_at(&*dir, &t.name, t.mode);
     }
-    let qid = stat::qid(&stat_in(export, &dir, &t.name)?, export.root_dev);
+    let qid = qid_in(export, &dir, &t.name)?;
     Ok(Rmkdir { qid }.into())
 }
 
@@ -193,6 +193,6 @@ pub(super) fn mknod(s: &Session, t: Tmknod) -> Result<Message, Errno> {
         .map_err(sys)?;
         super::modes::exact_at(&*dir, &t.name, t.mode);
     }
-    let qid = stat::qid(&stat_in(export, &dir, &t.name)?, export.root_dev);
+    let qid = qid_in(export, &dir, &t.name)?;
     Ok(Rmknod { qid }.into())
 }

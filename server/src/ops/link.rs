@@ -4,11 +4,10 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use wasm9p_proto::consts::mode as m;
 use wasm9p_proto::{Errno, Message, Rlink, Rreadlink, Rsymlink, Tlink, Treadlink, Tsymlink};
 
-use super::{check_name, stat_in, stat_node, sys, writable};
+use super::{check_name, qid_in, stat_node, sys, writable};
 use crate::fid::Node;
 use crate::security::{self, Mapped};
 use crate::session::Session;
-use crate::stat;
 
 /// Longest symlink target accepted (Linux PATH_MAX - 1).
 const TARGET_MAX: usize = 4095;
@@ -38,7 +37,7 @@ pub(super) fn symlink(s: &Session, t: Tsymlink) -> Result<Message, Errno> {
         // The target is stored as text; this server never follows it.
         rustix::fs::symlinkat(t.symtgt.as_str(), &*dir, t.name.as_str()).map_err(sys)?;
     }
-    let qid = stat::qid(&stat_in(export, &dir, &t.name)?, export.root_dev);
+    let qid = qid_in(export, &dir, &t.name)?;
     Ok(Rsymlink { qid }.into())
 }
 

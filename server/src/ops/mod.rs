@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use cap_std::fs::Dir;
 use rustix::fs::{AtFlags, Stat};
-use wasm9p_proto::{Errno, Message};
+use wasm9p_proto::consts::mode::{S_IFMT, S_IFREG};
+use wasm9p_proto::{Errno, Message, Qid};
 
 use crate::export::Export;
 use crate::fid::{Fid, Node};
@@ -105,6 +106,18 @@ pub(crate) fn stat_in(export: &Export, dir: &Dir, name: &str) -> Result<Stat, Er
         security::apply(&mut st, At::Name(dir, name).mapped());
     }
     Ok(st)
+}
+
+/// The qid of `name` in `dir` as clients see it: of a mapped file only its type
+/// matters (a symlink kept as a regular file), so only its mode attribute is read.
+pub(crate) fn qid_in(export: &Export, dir: &Dir, name: &str) -> Result<Qid, Errno> {
+    let mut st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(sys)?;
+    if export.mapped() && st.st_mode & S_IFMT == S_IFREG {
+        if let Some(mode) = At::Name(dir, name).mode() {
+            st.st_mode = security::shown_type(mode) | (st.st_mode & 0o7777);
+        }
+    }
+    Ok(crate::stat::qid(&st, export.root_dev))
 }
 
 /// `fstat` of an open file or directory as clients see it.

@@ -7,7 +7,7 @@ use cap_std::fs::Dir;
 use wasm9p_proto::consts::MAXWELEM;
 use wasm9p_proto::{Errno, Message, Qid, Rwalk, Twalk};
 
-use super::{check_name, ioerr, stat_in, stat_node};
+use super::{check_name, ioerr, qid_in, stat_node};
 use crate::export::Export;
 use crate::fid::{Fid, Node};
 use crate::session::Session;
@@ -99,8 +99,7 @@ impl Cursor {
                     (None, Some(dir)) => dir?,
                     (None, None) => open_dir(&self.node)?,
                 };
-                let st = stat_in(export, &dir, name)?;
-                self.qid = stat::qid(&st, export.root_dev);
+                self.qid = qid_in(export, &dir, name)?;
                 let mut path = std::mem::take(&mut self.node.path);
                 path.push(name.to_owned());
                 self.node = Node {
