@@ -29,8 +29,8 @@ use crate::path::SharedPath;
 
 /// Most symlinks followed while resolving one path (Linux's MAXSYMLINKS).
 pub const MAX_SYMLINK_HOPS: usize = 40;
-/// Longest name of one path component (Linux NAME_MAX).
-pub const NAME_MAX: usize = 255;
+/// Longest name of one path component (Linux NAME_MAX; the protocol's constant).
+pub use wasm9p_proto::consts::NAME_MAX;
 /// Longest path accepted (Linux PATH_MAX).
 pub const PATH_MAX: usize = 4096;
 

@@ -40,9 +40,12 @@ pub const ORDERED_XATTR: &str = "wasm9p.ordered";
 /// Treaddir that would come back empty. Asked beside [`ORDERED_XATTR`], on the same
 /// (bound) fid, so that a server that makes neither promise sees nothing undefined.
 pub const LISTINGS_FILL_XATTR: &str = "wasm9p.listings-fill";
-/// The longest name (in bytes) a server that promises [`LISTINGS_FILL_XATTR`] lists: Linux's
-/// `NAME_MAX`.
-pub const MAX_ENTRY_NAME: usize = 255;
+/// Linux's longest name of one path component, in bytes: what a server accepts and a
+/// client asks for.
+pub const NAME_MAX: usize = 255;
+/// The longest name (in bytes) a server that promises [`LISTINGS_FILL_XATTR`] lists:
+/// [`NAME_MAX`].
+pub const MAX_ENTRY_NAME: usize = NAME_MAX;
 /// The largest directory entry such a server sends: qid[13] offset[8] type[1] and a
 /// name of [`MAX_ENTRY_NAME`] bytes with its 2-byte length.
 pub const MAX_DIRENT_SIZE: usize = 13 + 8 + 1 + 2 + MAX_ENTRY_NAME;

@@ -16,7 +16,9 @@
 //!
 //! What it is not: an authenticating server (Tauth is refused with ENOENT, which both
 //! the Linux client and diod's tools take as "no auth needed"), nor a server that
-//! changes identity per user: files are created with the server's own credentials.
+//! changes identity per user: files are created with the server's own credentials (in
+//! the mapped-xattr [`security`] model, the owner the client asks for is kept in the
+//! file's attributes instead).
 //!
 //! ## Confinement
 //! The export root is opened once as a cap-std [`cap_std::fs::Dir`]. Every fid holds

@@ -18,15 +18,13 @@ use std::sync::Arc;
 use cap_std::fs::Dir;
 use rustix::fs::{AtFlags, Stat};
 use wasm9p_proto::consts::mode::{S_IFMT, S_IFREG};
+use wasm9p_proto::consts::NAME_MAX;
 use wasm9p_proto::{Errno, Message, Qid};
 
 use crate::export::Export;
 use crate::fid::{Fid, Node};
 use crate::security::{self, At};
 use crate::session::Session;
-
-/// Longest name accepted in one component (Linux NAME_MAX).
-pub(crate) const NAME_MAX: usize = 255;
 
 /// Runs one request.
 pub(crate) fn handle(s: &Session, msg: Message) -> Result<Message, Errno> {
