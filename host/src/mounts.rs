@@ -7,7 +7,7 @@
 //!   `cache=fscache[,cachetag=NAME][,fscache_dir=DIR][,fscache_size=BYTES]` keeps the
 //!   cache on disk for later processes, see `wasm9p_guest_fs::fscache`: the store is
 //!   named `ADDR ANAME` unless `cachetag=` says, `export:DIR` for an embedded export);
-//! - `type=9p,export=HOSTDIR,target=/g[,security_model=passthrough|mapped-xattr][,allow_devices][,...]`
+//! - `type=9p,export=HOSTDIR,target=/g[,security_model=passthrough|mapped-xattr|mapped-file][,allow_devices][,...]`
 //!   (the embedded default: our server in process, over an in-memory duplex; no
 //!   socket, no setup; the security model as `wasm9p serve --security-model` has it);
 //! - `type=bind,source=HOSTDIR,target=/g[,ro]`, which is what `--dir HOSTDIR::/g` means;
@@ -46,7 +46,7 @@ pub struct MountSpec {
 /// An embedded export's security model and whether it makes device nodes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExportSecurity {
-    /// `security_model=passthrough|mapped-xattr`.
+    /// `security_model=passthrough|mapped-xattr|mapped-file`.
     pub model: SecurityModel,
     /// `allow_devices` (passthrough only).
     pub allow_devices: bool,

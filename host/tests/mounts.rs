@@ -70,8 +70,8 @@ fn specs_parse_as_documented() {
     );
     for (spec, why) in [
         (
-            "type=9p,export=/d,target=/,security_model=mapped-file",
-            "not implemented",
+            "type=9p,export=/d,target=/,security_model=root",
+            "expected passthrough, mapped-xattr or mapped-file",
         ),
         (
             "type=9p,export=/d,target=/,security_model=mapped-xattr,allow_devices",

@@ -2,8 +2,9 @@
 //! 0.2.2, built by `scripts/fetch-pjdfstest`), run as root through
 //! `wasm9p mount --allow-other` of an embedded export (its checks run as other users
 //! too), in each security model: mapped-xattr passes every check it runs, in
-//! `cache=loose` and in `cache=none`; passthrough fails only the device-node checks,
-//! and none of them once it allows devices.
+//! `cache=loose` and in `cache=none`, and so does mapped-file in `cache=loose`;
+//! passthrough fails only the device-node checks, and none of them once it allows
+//! devices.
 //!
 //! In `cache=none` the suite's path-length checks are left out: each builds a path of
 //! PATH_MAX bytes some 30 directories deep, and a FUSE lookup of a `cache=none` mount
@@ -167,6 +168,21 @@ fn mapped_xattr_passes_every_check_it_runs_in_loose_and_none() {
     let none = run("cache=none,security_model=mapped-xattr", &shallow, true);
     assert!(none.failed.is_empty(), "none: {:#?}", none.failed);
     assert_eq!(none.passed.len(), shallow.len(), "every check ran in none");
+}
+
+#[test]
+fn mapped_file_passes_every_check_it_runs() {
+    if !root() {
+        return;
+    }
+    let loose = run("cache=loose,security_model=mapped-file", &[], false);
+    assert!(loose.failed.is_empty(), "{:#?}", loose.failed);
+    let unexpected: Vec<_> = loose
+        .skipped
+        .iter()
+        .filter(|n| !skipped_as_expected(n))
+        .collect();
+    assert!(unexpected.is_empty(), "skipped: {unexpected:#?}");
 }
 
 #[test]

@@ -9,13 +9,14 @@
 //! there) and count with the export's own.
 
 use std::io;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 
-use crate::security::SecurityModel;
+use crate::security::{At, SecurityModel};
 
 /// What to export.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,7 +102,30 @@ impl Export {
 
     /// Whether what clients make is mapped (kept in attributes, see [`crate::security`]).
     pub(crate) fn mapped(&self) -> bool {
-        self.security_model == SecurityModel::MappedXattr
+        self.security_model != SecurityModel::Passthrough
+    }
+
+    /// Whether the mapped metadata is in files (mapped-file), whose names are hidden.
+    pub(crate) fn metadata_files(&self) -> bool {
+        self.security_model == SecurityModel::MappedFile
+    }
+
+    /// The mapped metadata of `name` in `dir`.
+    pub(crate) fn meta<'a>(&self, dir: &'a impl AsFd, name: &'a str) -> At<'a> {
+        At::name(self.security_model, dir, name)
+    }
+
+    /// The mapped metadata of a file just made as `name` in `dir` and open as `fd`.
+    pub(crate) fn meta_of_new<'a>(
+        &self,
+        fd: &'a impl AsFd,
+        dir: &'a impl AsFd,
+        name: &'a str,
+    ) -> At<'a> {
+        match self.security_model {
+            SecurityModel::MappedFile => At::name(self.security_model, dir, name),
+            model => At::fd(model, fd),
+        }
     }
 
     /// Whether `self` is `configured`, or a directory attached inside it (which shares

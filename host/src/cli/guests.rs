@@ -61,8 +61,11 @@ const MAX_CAPTURE: usize = 16 << 20;
 pub struct NamespaceArgs {
     /// A mount: `type=9p,source=ADDR,target=/g` or `type=9p,export=HOSTDIR,target=/g`,
     /// optionally with `cache=`, `negtimeout=`, `msize=`, `cache_size=`,
-    /// `symlink_cache=`, `revalidate=MS`, `nocto`, `reconnect=`, `ro`; or
-    /// `type=bind,source=HOSTDIR,target=/g`, optionally `ro`. Repeatable. With no
+    /// `symlink_cache=`, `revalidate=MS`, `nocto`, `complete_dirs=`, `pipeline=`,
+    /// `reconnect=`, `cachetag=`, `fscache_dir=`, `fscache_size=`, `ro` (an export also
+    /// `security_model=passthrough|mapped-xattr|mapped-file`, `allow_devices`); or
+    /// `type=bind,source=HOSTDIR,target=/g`, optionally `ro`; or
+    /// `type=plugin,component=FILE.wasm,target=/g`. Repeatable. With no
     /// --mount and no --dir, the current directory is served at / by the embedded 9p
     /// server with cache=loose.
     #[arg(long = "mount", value_name = "SPEC")]

@@ -124,10 +124,11 @@ pub struct ServeArgs {
     #[arg(long)]
     pub read_only: bool,
     /// How owners, modes and special files are kept: passthrough (made for real, with
-    /// the server's credentials) or mapped-xattr (regular files and directories owned
-    /// by the server, what the client asked for in user.virtfs.* xattrs, as QEMU keeps
+    /// the server's credentials), mapped-xattr (regular files and directories owned by
+    /// the server, what the client asked for in user.virtfs.* xattrs, as QEMU keeps
     /// them: device nodes, FIFOs, chown and chmod work for a guest that is root while
-    /// the server is not).
+    /// the server is not) or mapped-file (the same, kept in hidden .virtfs_metadata
+    /// files, for host file systems without user xattrs).
     #[arg(long, value_name = "MODEL", default_value_t = SecurityModel::Passthrough)]
     pub security_model: SecurityModel,
     /// In passthrough, make the device nodes clients ask for (the server needs

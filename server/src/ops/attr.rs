@@ -7,9 +7,9 @@ use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps, UTIME_NOW, UTIME_O
 use wasm9p_proto::consts::{mode as m, setattr as valid};
 use wasm9p_proto::{Errno, Message, Rsetattr, Rstatfs, Tgetattr, Tsetattr, Tstatfs};
 
-use super::{ioerr, stat_fd, stat_node, sys, writable};
+use super::{ioerr, stat_node, stat_open, sys, writable};
 use crate::fid::{Fid, Node, Open};
-use crate::security::{self, At, Mapped};
+use crate::security::{self, Mapped};
 use crate::session::Session;
 use crate::stat;
 
@@ -18,8 +18,8 @@ pub(super) fn getattr(s: &Session, t: Tgetattr) -> Result<Message, Errno> {
     // An open file is asked through its descriptor: it may have been unlinked since.
     let export = &fid.export;
     let st = match &*fid.open_state() {
-        Open::File(file) => Some(stat_fd(export, file.as_fd())?),
-        Open::Dir { fd, .. } => Some(stat_fd(export, fd)?),
+        Open::File(file) => Some(stat_open(export, file.as_fd(), &fid.node())?),
+        Open::Dir { fd, .. } => Some(stat_open(export, fd, &fid.node())?),
         _ => None,
     };
     let st = match st {
@@ -145,12 +145,16 @@ fn mapped_owner_and_mode(fid: &Fid, t: &Tsetattr) -> Result<(), Errno> {
         return Err(Errno::EPERM);
     }
     let mode = (t.valid & valid::MODE != 0).then_some((st.st_mode & m::S_IFMT) | (t.mode & 0o7777));
-    At::Name(&*node.parent, &node.name).write(Mapped {
+    fid.export.meta(&*node.parent, &node.name).write(Mapped {
         mode,
         uid: (t.valid & valid::UID != 0).then_some(t.uid),
         gid: (t.valid & valid::GID != 0).then_some(t.gid),
         rdev: None,
-    })
+    })?;
+    if fid.export.metadata_files() {
+        security::files::touch_ctime(&*node.parent, &node.name);
+    }
+    Ok(())
 }
 
 fn truncate(fid: &Fid, size: u64) -> Result<(), Errno> {

@@ -9,9 +9,9 @@ use wasm9p_proto::{
     Treaddir,
 };
 
-use super::{check_name, qid_in, sys, writable};
+use super::{check_name_in, qid_in, sys, writable};
 use crate::fid::{Fid, Open};
-use crate::security::{self, At, Mapped};
+use crate::security::{self, Mapped};
 use crate::session::Session;
 use crate::stat;
 
@@ -62,6 +62,7 @@ fn list(fid: &Fid, fd: &std::os::fd::OwnedFd) -> Result<Vec<DirEntry>, Errno> {
     let node = fid.node();
     let root_dev = fid.export.root_dev;
     let mapped = fid.export.mapped();
+    let hidden = fid.export.metadata_files();
     let this = stat::qid(&rustix::fs::fstat(fd).map_err(sys)?, root_dev);
     // `..` of the export root is the root itself: nothing above it is visible.
     let parent = if node.is_root() {
@@ -96,6 +97,9 @@ fn list(fid: &Fid, fd: &std::os::fd::OwnedFd) -> Result<Vec<DirEntry>, Errno> {
         if name == "." || name == ".." {
             continue;
         }
+        if hidden && security::is_metadata_name(name) {
+            continue;
+        }
         if name.len() > MAX_ENTRY_NAME {
             // Longer than Linux allows; listing it would break the promise that
             // lets clients skip a listing's last, empty Treaddir (`LISTINGS_FILL_XATTR`).
@@ -105,7 +109,7 @@ fn list(fid: &Fid, fd: &std::os::fd::OwnedFd) -> Result<Vec<DirEntry>, Errno> {
         let mut ft = entry.file_type();
         if mapped && ft == FileType::RegularFile {
             // What the file stands for (a special file, a symlink), as getattr says.
-            if let Some(mode) = At::Name(fd, name).mode() {
+            if let Some(mode) = fid.export.meta(fd, name).mode() {
                 ft = FileType::from_raw_mode(security::shown_type(mode));
             }
         }
@@ -126,7 +130,7 @@ fn list(fid: &Fid, fd: &std::os::fd::OwnedFd) -> Result<Vec<DirEntry>, Errno> {
 pub(super) fn mkdir(s: &Session, t: Tmkdir) -> Result<Message, Errno> {
     let fid = s.fids.get(t.dfid)?;
     writable(&fid)?;
-    check_name(&t.name)?;
+    check_name_in(&fid.export, &t.name)?;
     let dir = fid.dir()?;
     let export = &fid.export;
     if export.mapped() {
@@ -138,7 +142,7 @@ pub(super) fn mkdir(s: &Session, t: Tmkdir) -> Result<Message, Errno> {
             gid: Some(t.gid),
             rdev: None,
         };
-        if let Err(e) = At::Name(&*dir, &t.name).write(owner) {
+        if let Err(e) = export.meta(&*dir, &t.name).write(owner) {
             let _ = rustix::fs::unlinkat(&*dir, t.name.as_str(), AtFlags::REMOVEDIR);
             return Err(e);
         }
@@ -154,7 +158,7 @@ pub(super) fn mkdir(s: &Session, t: Tmkdir) -> Result<Message, Errno> {
 pub(super) fn mknod(s: &Session, t: Tmknod) -> Result<Message, Errno> {
     let fid = s.fids.get(t.dfid)?;
     writable(&fid)?;
-    check_name(&t.name)?;
+    check_name_in(&fid.export, &t.name)?;
     let file_type = match t.mode & m::S_IFMT {
         m::S_IFIFO => FileType::Fifo,
         m::S_IFSOCK => FileType::Socket,
@@ -176,7 +180,7 @@ pub(super) fn mknod(s: &Session, t: Tmknod) -> Result<Message, Errno> {
             gid: Some(t.gid),
             rdev: device.then_some(dev),
         };
-        security::make_file(&*dir, &t.name, set, b"")?;
+        security::make_file(export.security_model, &*dir, &t.name, set, b"")?;
     } else {
         // A device node would hand the client whatever device it names: only where
         // the export allows them (and the server may make them).

@@ -12,9 +12,9 @@ use wasm9p_proto::{
     Twrite,
 };
 
-use super::{check_name, child, ioerr, stat_fd, stat_in, stat_node, sys, writable};
+use super::{check_name_in, child, ioerr, stat_in, stat_node, stat_open, sys, writable};
 use crate::fid::{Fid, Open};
-use crate::security::{self, At, Mapped};
+use crate::security::{self, Mapped};
 use crate::session::Session;
 use crate::stat;
 
@@ -115,7 +115,7 @@ pub(super) fn lopen(s: &Session, t: Tlopen) -> Result<Message, Errno> {
 pub(super) fn lcreate(s: &Session, t: Tlcreate) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     writable(&fid)?;
-    check_name(&t.name)?;
+    check_name_in(&fid.export, &t.name)?;
     let dir = fid.dir()?;
     let export = &fid.export;
     let flags = host_flags(t.flags);
@@ -135,7 +135,7 @@ pub(super) fn lcreate(s: &Session, t: Tlcreate) -> Result<Message, Errno> {
                     gid: Some(t.gid),
                     rdev: None,
                 };
-                if let Err(e) = At::Fd(&fd).write(owner) {
+                if let Err(e) = export.meta_of_new(&fd, &*dir, &t.name).write(owner) {
                     let _ = rustix::fs::unlinkat(&*dir, t.name.as_str(), AtFlags::empty());
                     return Err(e);
                 }
@@ -167,10 +167,11 @@ pub(super) fn lcreate(s: &Session, t: Tlcreate) -> Result<Message, Errno> {
         }
         Err(e) => return Err(sys(e)),
     };
-    let st = stat_fd(export, &fd)?;
+    let made = child(&fid, dir, &t.name);
+    let st = stat_open(export, &fd, &made)?;
     let qid = stat::qid(&st, export.root_dev);
     // The fid now names the new, open file.
-    let created = Fid::new(fid.export.clone(), child(&fid, dir, &t.name), qid, fid.uid);
+    let created = Fid::new(fid.export.clone(), made, qid, fid.uid);
     *created.open_state() = Open::File(Arc::new(std::fs::File::from(fd)));
     s.fids.replace(t.fid, created);
     Ok(Rlcreate {

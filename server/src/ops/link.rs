@@ -4,7 +4,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use wasm9p_proto::consts::mode as m;
 use wasm9p_proto::{Errno, Message, Rlink, Rreadlink, Rsymlink, Tlink, Treadlink, Tsymlink};
 
-use super::{check_name, qid_in, stat_node, sys, writable};
+use super::{check_name_in, qid_in, stat_node, sys, writable};
 use crate::fid::Node;
 use crate::security::{self, Mapped};
 use crate::session::Session;
@@ -15,7 +15,7 @@ const TARGET_MAX: usize = 4095;
 pub(super) fn symlink(s: &Session, t: Tsymlink) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     writable(&fid)?;
-    check_name(&t.name)?;
+    check_name_in(&fid.export, &t.name)?;
     if t.symtgt.is_empty() || t.symtgt.contains('\0') {
         return Err(Errno::EINVAL);
     }
@@ -32,7 +32,13 @@ pub(super) fn symlink(s: &Session, t: Tsymlink) -> Result<Message, Errno> {
             gid: Some(t.gid),
             rdev: None,
         };
-        security::make_file(&*dir, &t.name, set, t.symtgt.as_bytes())?;
+        security::make_file(
+            export.security_model,
+            &*dir,
+            &t.name,
+            set,
+            t.symtgt.as_bytes(),
+        )?;
     } else {
         // The target is stored as text; this server never follows it.
         rustix::fs::symlinkat(t.symtgt.as_str(), &*dir, t.name.as_str()).map_err(sys)?;
@@ -91,7 +97,7 @@ pub(super) fn link(s: &Session, t: Tlink) -> Result<Message, Errno> {
     let dfid = s.fids.get(t.dfid)?;
     let fid = s.fids.get(t.fid)?;
     writable(&dfid)?;
-    check_name(&t.name)?;
+    check_name_in(&dfid.export, &t.name)?;
     if fid.qid.is_dir() {
         return Err(Errno::EPERM);
     }
@@ -106,5 +112,8 @@ pub(super) fn link(s: &Session, t: Tlink) -> Result<Message, Errno> {
         AtFlags::empty(),
     )
     .map_err(sys)?;
+    if dfid.export.metadata_files() {
+        security::files::linked(&*node.parent, &node.name, &*dir, &t.name);
+    }
     Ok(Rlink {}.into())
 }

@@ -6,20 +6,27 @@ use wasm9p_proto::{
     Errno, Message, Rremove, Rrename, Rrenameat, Runlinkat, Tremove, Trename, Trenameat, Tunlinkat,
 };
 
-use super::{check_name, child, sys, writable};
+use cap_std::fs::Dir;
+
+use super::{check_name_in, child, sys, writable};
+use crate::export::Export;
+use crate::security::files;
 use crate::session::Session;
 
 pub(super) fn rename(s: &Session, t: Trename) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     let dfid = s.fids.get(t.dfid)?;
     writable(&fid)?;
-    check_name(&t.name)?;
+    check_name_in(&fid.export, &t.name)?;
     let node = fid.node();
     if node.is_root() {
         return Err(Errno::EBUSY);
     }
     let dir = dfid.dir()?;
     rustix::fs::renameat(&*node.parent, node.name.as_str(), &*dir, t.name.as_str()).map_err(sys)?;
+    if fid.export.metadata_files() {
+        files::renamed(&*node.parent, &node.name, &*dir, &t.name);
+    }
     // The fid follows its file to the new place.
     fid.set_node(child(&dfid, dir, &t.name));
     Ok(Rrename {}.into())
@@ -29,25 +36,28 @@ pub(super) fn renameat(s: &Session, t: Trenameat) -> Result<Message, Errno> {
     let old = s.fids.get(t.olddirfid)?;
     let new = s.fids.get(t.newdirfid)?;
     writable(&old)?;
-    check_name(&t.oldname)?;
-    check_name(&t.newname)?;
+    check_name_in(&old.export, &t.oldname)?;
+    check_name_in(&old.export, &t.newname)?;
     let (old_dir, new_dir) = (old.dir()?, new.dir()?);
     rustix::fs::renameat(&*old_dir, t.oldname.as_str(), &*new_dir, t.newname.as_str())
         .map_err(sys)?;
+    if old.export.metadata_files() {
+        files::renamed(&*old_dir, &t.oldname, &*new_dir, &t.newname);
+    }
     Ok(Rrenameat {}.into())
 }
 
 pub(super) fn unlinkat(s: &Session, t: Tunlinkat) -> Result<Message, Errno> {
     let fid = s.fids.get(t.dirfd)?;
     writable(&fid)?;
-    check_name(&t.name)?;
+    check_name_in(&fid.export, &t.name)?;
     let dir = fid.dir()?;
     let flags = if t.flags & AT_REMOVEDIR != 0 {
         AtFlags::REMOVEDIR
     } else {
         AtFlags::empty()
     };
-    rustix::fs::unlinkat(&*dir, t.name.as_str(), flags).map_err(sys)?;
+    unlink(&fid.export, &dir, &t.name, flags)?;
     Ok(Runlinkat {}.into())
 }
 
@@ -64,6 +74,20 @@ pub(super) fn remove(s: &Session, t: Tremove) -> Result<Message, Errno> {
     } else {
         AtFlags::empty()
     };
-    rustix::fs::unlinkat(&*node.parent, node.name.as_str(), flags).map_err(sys)?;
+    unlink(&fid.export, &node.parent, &node.name, flags)?;
     Ok(Rremove {}.into())
+}
+
+/// Removes `name` in `dir`, and in a mapped-file export its metadata (a directory's
+/// own metadata directory first).
+fn unlink(export: &Export, dir: &Dir, name: &str, flags: AtFlags) -> Result<(), Errno> {
+    let files = export.metadata_files();
+    if files && flags.contains(AtFlags::REMOVEDIR) {
+        files::removing_dir(dir, name);
+    }
+    rustix::fs::unlinkat(dir, name, flags).map_err(sys)?;
+    if files {
+        files::removed(dir, name);
+    }
+    Ok(())
 }

@@ -94,6 +94,10 @@ impl Cursor {
             }
             name => {
                 check_name(name)?;
+                if export.metadata_files() && crate::security::is_metadata_name(name) {
+                    // Hidden: the model's own.
+                    return Err(Errno::ENOENT);
+                }
                 let dir = match (self.dir.take(), known_dir) {
                     (Some(dir), _) => dir,
                     (None, Some(dir)) => dir?,

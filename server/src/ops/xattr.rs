@@ -82,7 +82,7 @@ pub(super) fn xattrwalk(s: &Session, t: Txattrwalk) -> Result<Message, Errno> {
     if t.name.contains('\0') {
         return Err(Errno::EINVAL);
     }
-    let mapped = fid.export.mapped();
+    let mapped = fid.export.security_model == crate::security::SecurityModel::MappedXattr;
     if mapped && crate::security::reserved(&t.name) {
         // The model's own (see `security`).
         return Err(Errno::ENODATA);
@@ -124,7 +124,9 @@ pub(super) fn xattrcreate(s: &Session, t: Txattrcreate) -> Result<Message, Errno
     if t.attr_size > XATTR_SIZE_MAX {
         return Err(Errno::E2BIG);
     }
-    if fid.export.mapped() && crate::security::reserved(&t.name) {
+    if fid.export.security_model == crate::security::SecurityModel::MappedXattr
+        && crate::security::reserved(&t.name)
+    {
         return Err(Errno::EACCES);
     }
     let mut open = fid.open_state();

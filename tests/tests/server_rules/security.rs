@@ -67,19 +67,31 @@ fn xattr(path: &std::path::Path, name: &str) -> Option<Vec<u8>> {
 
 #[tokio::test]
 async fn mapped_xattr_keeps_devices_owners_and_modes_in_attributes_of_regular_files() {
+    mapped(SecurityModel::MappedXattr).await;
+}
+
+#[tokio::test]
+async fn mapped_file_keeps_devices_owners_and_modes_in_hidden_metadata_files() {
+    mapped(SecurityModel::MappedFile).await;
+}
+
+/// What a root client makes in an export of `model`, as it sees it and as the host
+/// keeps it.
+async fn mapped(model: SecurityModel) {
     let dir = tempfile::tempdir().unwrap();
-    if rustix::fs::lsetxattr(
-        dir.path(),
-        "user.probe",
-        b"1",
-        rustix::fs::XattrFlags::empty(),
-    )
-    .is_err()
+    if model == SecurityModel::MappedXattr
+        && rustix::fs::lsetxattr(
+            dir.path(),
+            "user.probe",
+            b"1",
+            rustix::fs::XattrFlags::empty(),
+        )
+        .is_err()
     {
         panic!("{} keeps no user xattrs", dir.path().display());
     }
     std::fs::write(dir.path().join("plain"), "host\n").unwrap();
-    let server = serving(dir.path(), SecurityModel::MappedXattr, false);
+    let server = serving(dir.path(), model, false);
     let (mut c, _) = Conn::attached(&server.addr, MSIZE, "").await;
 
     // A device node, a FIFO, a symlink, a directory and a file, as a root client asks.
@@ -199,7 +211,58 @@ async fn mapped_xattr_keeps_devices_owners_and_modes_in_attributes_of_regular_fi
         c.clunk(4).await.unwrap();
     }
 
-    // The model's attributes are neither listed, read nor written by clients.
+    // Hard links share the metadata; it moves with a rename and goes with an unlink.
+    c.walk(0, 7, "f").await.unwrap();
+    let linked = c
+        .rpc(Tlink {
+            dfid: 0,
+            fid: 7,
+            name: "f-link".into(),
+        })
+        .await;
+    expect_reply!(linked, Rlink);
+    c.clunk(7).await.unwrap();
+    setattr(&mut c, "f-link", consts::setattr::UID, 0, 4321, 0).await;
+    assert_eq!(attr(&mut c, "f").await.uid, 4321, "one file, one owner");
+    let renamed = c
+        .rpc(Trenameat {
+            olddirfid: 0,
+            oldname: "f-link".into(),
+            newdirfid: 0,
+            newname: "moved".into(),
+        })
+        .await;
+    expect_reply!(renamed, Rrenameat);
+    assert_eq!(attr(&mut c, "moved").await.uid, 4321);
+    let unlinked = c
+        .rpc(Tunlinkat {
+            dirfd: 0,
+            name: "moved".into(),
+            flags: 0,
+        })
+        .await;
+    expect_reply!(unlinked, Runlinkat);
+    setattr(&mut c, "f", consts::setattr::UID, 0, 1234, 0).await;
+    assert_eq!(attr(&mut c, "f").await.uid, 1234);
+
+    match model {
+        SecurityModel::MappedXattr => xattrs_hidden(&mut c).await,
+        _ => metadata_files_hidden(&mut c, &listed).await,
+    }
+    host_keeps_regular_files_and_the_metadata(model, dir.path());
+
+    // A server started again on the directory serves the same.
+    drop(c);
+    drop(server);
+    let server = serving(dir.path(), model, false);
+    let (mut c, _) = Conn::attached(&server.addr, MSIZE, "").await;
+    let a = attr(&mut c, "f").await;
+    assert_eq!((a.uid, a.gid), (1234, 5678));
+    assert_eq!(attr(&mut c, "sda1").await.rdev, rustix::fs::makedev(8, 1));
+}
+
+/// mapped-xattr's attributes are neither listed, read nor written by clients.
+async fn xattrs_hidden(c: &mut Conn) {
     c.walk(0, 5, "f").await.unwrap();
     let list = c
         .rpc(Txattrwalk {
@@ -232,10 +295,36 @@ async fn mapped_xattr_keeps_devices_owners_and_modes_in_attributes_of_regular_fi
         })
         .await;
     assert_eq!(write.err(), Some(Errno::EACCES));
+    c.clunk(5).await.unwrap();
+}
 
-    // The host holds regular files and directories only, owned by the server, private.
+/// mapped-file's metadata files are neither listed, found nor made by clients.
+async fn metadata_files_hidden(c: &mut Conn, listed: &std::collections::HashMap<String, u8>) {
+    for name in [".virtfs_metadata", ".virtfs_metadata_root"] {
+        assert!(!listed.contains_key(name), "{name} listed");
+        assert_eq!(
+            c.walk(0, 5, name).await.err(),
+            Some(Errno::ENOENT),
+            "{name}"
+        );
+        let made = c
+            .rpc(Tmkdir {
+                dfid: 0,
+                name: name.into(),
+                mode: 0o755,
+                gid: 0,
+            })
+            .await;
+        assert_eq!(made.err(), Some(Errno::EINVAL), "{name}");
+    }
+}
+
+/// The host holds regular files and directories only, owned by the server, private,
+/// and the metadata in the model's format (QEMU's: a later QEMU, or a later server of
+/// ours, reads the same).
+fn host_keeps_regular_files_and_the_metadata(model: SecurityModel, dir: &std::path::Path) {
     let me = rustix::process::geteuid().as_raw();
-    for entry in std::fs::read_dir(dir.path()).unwrap() {
+    for entry in std::fs::read_dir(dir).unwrap() {
         let entry = entry.unwrap();
         let meta = entry.path().symlink_metadata().unwrap();
         let ft = meta.file_type();
@@ -251,29 +340,35 @@ async fn mapped_xattr_keeps_devices_owners_and_modes_in_attributes_of_regular_fi
             );
         }
     }
-    assert!(!std::fs::symlink_metadata(dir.path().join("null"))
+    assert!(!std::fs::symlink_metadata(dir.join("null"))
         .unwrap()
         .file_type()
         .is_char_device());
-    // In QEMU's format: a later QEMU (or a later server of ours) reads the same.
-    assert_eq!(
-        xattr(&dir.path().join("null"), "user.virtfs.mode"),
-        Some((m::S_IFCHR | 0o600).to_le_bytes().to_vec())
-    );
-    assert_eq!(
-        xattr(&dir.path().join("f"), "user.virtfs.uid"),
-        Some(1234u32.to_le_bytes().to_vec())
-    );
-    assert_eq!(std::fs::read(dir.path().join("link")).unwrap(), b"plain");
-
-    // A server started again on the directory serves the same.
-    drop(c);
-    drop(server);
-    let server = serving(dir.path(), SecurityModel::MappedXattr, false);
-    let (mut c, _) = Conn::attached(&server.addr, MSIZE, "").await;
-    let a = attr(&mut c, "f").await;
-    assert_eq!((a.uid, a.gid), (1234, 5678));
-    assert_eq!(attr(&mut c, "sda1").await.rdev, rustix::fs::makedev(8, 1));
+    let device_mode = m::S_IFCHR | 0o600;
+    match model {
+        SecurityModel::MappedXattr => {
+            assert_eq!(
+                xattr(&dir.join("null"), "user.virtfs.mode"),
+                Some(device_mode.to_le_bytes().to_vec())
+            );
+            assert_eq!(
+                xattr(&dir.join("f"), "user.virtfs.uid"),
+                Some(1234u32.to_le_bytes().to_vec())
+            );
+        }
+        _ => {
+            let meta = |name: &str| {
+                std::fs::read_to_string(dir.join(".virtfs_metadata").join(name)).unwrap()
+            };
+            assert!(meta("null").contains(&format!("virtfs.mode={device_mode}\n")));
+            assert!(meta("f").contains("virtfs.uid=1234\n"), "{}", meta("f"));
+            assert!(
+                !dir.join(".virtfs_metadata/moved").exists(),
+                "went with its file"
+            );
+        }
+    }
+    assert_eq!(std::fs::read(dir.join("link")).unwrap(), b"plain");
 }
 
 #[tokio::test]

@@ -20,22 +20,27 @@
 //!   read nor change the `user.virtfs.*` attributes themselves (ENODATA, EACCES), nor
 //!   see them listed.
 //!
-//! In both models the server never opens a special file's bytes: Tlopen of a device
+//! - **mapped-file**: the same, with what the client asked for kept in files instead,
+//!   for host file systems without user xattrs: the metadata of `dir/name` in
+//!   `dir/.virtfs_metadata/name`, of the export's root in `.virtfs_metadata_root`, as
+//!   lines `virtfs.mode=N` (and `uid`, `gid`, `rdev`; decimal), as QEMU keeps them
+//!   ([`files`]). These names are hidden from clients (not listed, not found, not
+//!   made), and the metadata moves, is linked and goes with its file.
+//!
+//! In every model the server never opens a special file's bytes: Tlopen of a device
 //! node (or, mapped, of anything that is neither a regular file nor a directory) is
 //! EACCES; clients (Linux's v9fs, FUSE) handle such files themselves and never open
-//! them through the server. QEMU's third model, `mapped-file` (the attributes kept in
-//! hidden files, for host file systems without user xattrs), is not implemented: it is
-//! refused with that said.
+//! them through the server.
 //!
 //! `struct stat` field types differ between architectures, hence casts that are no-ops
 //! on x86_64.
 #![allow(clippy::unnecessary_cast)]
 
 use std::fmt;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::str::FromStr;
 
-use rustix::fs::{Stat, XattrFlags};
+use rustix::fs::Stat;
 use wasm9p_proto::consts::mode as m;
 use wasm9p_proto::Errno;
 
@@ -47,6 +52,8 @@ pub enum SecurityModel {
     Passthrough,
     /// Regular files and directories on the host, the rest in `user.virtfs.*`.
     MappedXattr,
+    /// Regular files and directories on the host, the rest in metadata files.
+    MappedFile,
 }
 
 impl FromStr for SecurityModel {
@@ -56,13 +63,9 @@ impl FromStr for SecurityModel {
         match s {
             "passthrough" => Ok(SecurityModel::Passthrough),
             "mapped-xattr" | "mapped" => Ok(SecurityModel::MappedXattr),
-            "mapped-file" => Err(
-                "security model mapped-file is not implemented (its metadata files); \
-                 use mapped-xattr on a host file system with user xattrs"
-                    .into(),
-            ),
+            "mapped-file" => Ok(SecurityModel::MappedFile),
             other => Err(format!(
-                "unknown security model {other:?}: expected passthrough or mapped-xattr"
+                "unknown security model {other:?}: expected passthrough, mapped-xattr or mapped-file"
             )),
         }
     }
@@ -73,17 +76,17 @@ impl fmt::Display for SecurityModel {
         f.write_str(match self {
             SecurityModel::Passthrough => "passthrough",
             SecurityModel::MappedXattr => "mapped-xattr",
+            SecurityModel::MappedFile => "mapped-file",
         })
     }
 }
 
-/// The attribute names (QEMU's).
-const MODE: &str = "user.virtfs.mode";
-const UID: &str = "user.virtfs.uid";
-const GID: &str = "user.virtfs.gid";
-const RDEV: &str = "user.virtfs.rdev";
+pub(crate) mod files;
+mod xattrs;
 
-/// The prefix clients may not touch in a mapped export.
+pub(crate) use files::is_metadata_name;
+
+/// The prefix of the attributes clients may not touch in a mapped-xattr export.
 const RESERVED_PREFIX: &str = "user.virtfs.";
 
 /// Host permission bits of what a client makes in a mapped export: the server can
@@ -91,7 +94,7 @@ const RESERVED_PREFIX: &str = "user.virtfs.";
 pub(crate) const HOST_FILE_MODE: u32 = 0o600;
 pub(crate) const HOST_DIR_MODE: u32 = 0o700;
 
-/// Whether a client's xattr name is the model's own.
+/// Whether a client's xattr name is the mapped-xattr model's own.
 pub(crate) fn reserved(name: &str) -> bool {
     name.starts_with(RESERVED_PREFIX)
 }
@@ -105,81 +108,62 @@ pub(crate) struct Mapped {
     pub rdev: Option<u64>,
 }
 
-/// Where mapped attributes are read and written: an open descriptor of the file, or
-/// a name in a directory (through the directory's `/proc/self/fd` entry and the `l*`
-/// calls, so a final symlink is never followed and nothing is resolved from `/`).
-pub(crate) enum At<'a, D: AsFd> {
-    Fd(D),
-    Name(D, &'a str),
+/// Where a file's mapped metadata is read and written: an open descriptor of the file,
+/// or a name in a directory, in the export's model.
+pub(crate) struct At<'a> {
+    model: SecurityModel,
+    place: Place<'a>,
 }
 
-impl<D: AsFd> At<'_, D> {
-    fn path(dir: &D, name: &str) -> String {
-        format!("/proc/self/fd/{}/{name}", dir.as_fd().as_raw_fd())
-    }
+/// An open file, or a name in a directory (`"."`: the directory itself).
+#[derive(Clone, Copy)]
+pub(crate) enum Place<'a> {
+    Fd(BorrowedFd<'a>),
+    Name(BorrowedFd<'a>, &'a str),
+}
 
-    fn get(&self, attr: &str, buf: &mut [u8]) -> rustix::io::Result<usize> {
-        match self {
-            At::Fd(fd) => rustix::fs::fgetxattr(fd, attr, buf),
-            At::Name(dir, name) => rustix::fs::lgetxattr(Self::path(dir, name), attr, buf),
+impl<'a> At<'a> {
+    /// The file open as `fd`. (In mapped-file, metadata is found by name only: an open
+    /// file's reads nothing and cannot be written.)
+    pub fn fd(model: SecurityModel, fd: &'a impl AsFd) -> At<'a> {
+        At {
+            model,
+            place: Place::Fd(fd.as_fd()),
         }
     }
 
-    fn set(&self, attr: &str, value: &[u8]) -> rustix::io::Result<()> {
-        match self {
-            At::Fd(fd) => rustix::fs::fsetxattr(fd, attr, value, XattrFlags::empty()),
-            At::Name(dir, name) => {
-                rustix::fs::lsetxattr(Self::path(dir, name), attr, value, XattrFlags::empty())
-            }
-        }
-    }
-
-    /// One attribute of `N` bytes; absent, unreadable or of another size: `None` (a
-    /// value a hostile host put there of the wrong size is ignored, never trusted).
-    fn read<const N: usize>(&self, attr: &str) -> Option<[u8; N]> {
-        let mut buf = [0u8; N];
-        match self.get(attr, &mut buf) {
-            Ok(n) if n == N => Some(buf),
-            _ => None,
+    /// `name` in the directory open as `dir`.
+    pub fn name(model: SecurityModel, dir: &'a impl AsFd, name: &'a str) -> At<'a> {
+        At {
+            model,
+            place: Place::Name(dir.as_fd(), name),
         }
     }
 
     /// The mapped mode alone (all a qid needs).
     pub fn mode(&self) -> Option<u32> {
-        self.read::<4>(MODE).map(u32::from_le_bytes)
+        match self.model {
+            SecurityModel::MappedXattr => xattrs::mode(self.place),
+            _ => self.mapped().mode,
+        }
     }
 
-    /// What the file's attributes say.
+    /// What the file's metadata says.
     pub fn mapped(&self) -> Mapped {
-        let u32_of = |attr| self.read::<4>(attr).map(u32::from_le_bytes);
-        let mode = self.mode();
-        let device = mode.is_some_and(|mode| matches!(mode & m::S_IFMT, m::S_IFCHR | m::S_IFBLK));
-        Mapped {
-            mode,
-            uid: u32_of(UID),
-            gid: u32_of(GID),
-            rdev: device
-                .then(|| self.read::<8>(RDEV).map(u64::from_le_bytes))
-                .flatten(),
+        match (self.model, self.place) {
+            (SecurityModel::MappedXattr, place) => xattrs::read(place),
+            (SecurityModel::MappedFile, Place::Name(dir, name)) => files::read(dir, name),
+            _ => Mapped::default(),
         }
     }
 
     /// Writes what `set` says (the rest is left as it is).
     pub fn write(&self, set: Mapped) -> Result<(), Errno> {
-        let put = |attr, value: &[u8]| self.set(attr, value).map_err(crate::ops::sys);
-        if let Some(mode) = set.mode {
-            put(MODE, &mode.to_le_bytes())?;
+        match (self.model, self.place) {
+            (SecurityModel::MappedXattr, place) => xattrs::write(place, set),
+            (SecurityModel::MappedFile, Place::Name(dir, name)) => files::write(dir, name, set),
+            _ => Err(Errno::EOPNOTSUPP),
         }
-        if let Some(uid) = set.uid {
-            put(UID, &uid.to_le_bytes())?;
-        }
-        if let Some(gid) = set.gid {
-            put(GID, &gid.to_le_bytes())?;
-        }
-        if let Some(rdev) = set.rdev {
-            put(RDEV, &rdev.to_le_bytes())?;
-        }
-        Ok(())
     }
 }
 
@@ -213,8 +197,10 @@ pub(crate) fn apply(st: &mut Stat, mapped: Mapped) {
 
 /// Makes `name` in `dir` a new regular file (mode [`HOST_FILE_MODE`]) holding
 /// `content`, with attributes `set`: how a mapped export keeps a special file or a
-/// symlink. Nothing is left behind when a step fails.
+/// symlink, its metadata where `model` keeps it. Nothing is left behind when a step
+/// fails.
 pub(crate) fn make_file(
+    model: SecurityModel,
     dir: &impl AsFd,
     name: &str,
     set: Mapped,
@@ -229,10 +215,16 @@ pub(crate) fn make_file(
         while written < content.len() {
             written += rustix::io::write(&fd, &content[written..]).map_err(crate::ops::sys)?;
         }
-        At::Fd(&fd).write(set)
+        match model {
+            SecurityModel::MappedFile => At::name(model, dir, name).write(set),
+            _ => At::fd(model, &fd).write(set),
+        }
     })();
     if filled.is_err() {
         let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
+        if model == SecurityModel::MappedFile {
+            files::removed(dir, name);
+        }
     }
     filled
 }
@@ -265,14 +257,20 @@ mod tests {
     }
 
     #[test]
-    fn models_parse_by_qemus_names_and_mapped_file_is_refused_with_why() {
-        assert_eq!("passthrough".parse(), Ok(SecurityModel::Passthrough));
-        assert_eq!("mapped-xattr".parse(), Ok(SecurityModel::MappedXattr));
+    fn models_parse_by_qemus_names() {
+        for model in [
+            SecurityModel::Passthrough,
+            SecurityModel::MappedXattr,
+            SecurityModel::MappedFile,
+        ] {
+            assert_eq!(model.to_string().parse(), Ok(model));
+        }
         assert_eq!("mapped".parse(), Ok(SecurityModel::MappedXattr));
-        let why = "mapped-file".parse::<SecurityModel>().unwrap_err();
-        assert!(why.contains("not implemented"), "{why}");
-        assert!("none".parse::<SecurityModel>().is_err());
-        assert_eq!(SecurityModel::MappedXattr.to_string(), "mapped-xattr");
+        let why = "none".parse::<SecurityModel>().unwrap_err();
+        assert!(
+            why.contains("expected passthrough, mapped-xattr or mapped-file"),
+            "{why}"
+        );
     }
 
     #[test]
@@ -309,39 +307,6 @@ mod tests {
         assert_eq!(
             (plain.st_mode as u32, plain.st_uid),
             (m::S_IFREG | 0o644, 65534)
-        );
-    }
-
-    #[test]
-    fn attributes_round_trip_on_a_file_and_by_name_and_bad_sizes_are_ignored() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("f"), b"").unwrap();
-        let fd = std::fs::File::open(dir.path()).unwrap();
-        let at = At::Name(&fd, "f");
-        let set = Mapped {
-            mode: Some(m::S_IFBLK | 0o660),
-            uid: Some(1000),
-            gid: Some(100),
-            rdev: Some(rustix::fs::makedev(8, 1)),
-        };
-        if let Err(e) = at.write(set) {
-            eprintln!("this file system keeps no user xattrs ({e:?}): nothing to test");
-            return;
-        }
-        assert_eq!(at.mapped(), set);
-        let file = std::fs::File::open(dir.path().join("f")).unwrap();
-        assert_eq!(At::Fd(&file).mapped(), set);
-        // QEMU's format: little-endian integers of the C types' sizes.
-        let raw = std::fs::read(dir.path().join("f")).unwrap();
-        assert!(raw.is_empty());
-        let mut buf = [0u8; 8];
-        let n = rustix::fs::fgetxattr(&file, UID, &mut buf).unwrap();
-        assert_eq!(&buf[..n], &1000u32.to_le_bytes());
-        rustix::fs::fsetxattr(&file, GID, b"\x01", XattrFlags::empty()).unwrap();
-        assert_eq!(
-            At::Fd(&file).mapped().gid,
-            None,
-            "a value of the wrong size"
         );
     }
 }
