@@ -176,6 +176,10 @@ impl Export {
             if name == ".." {
                 return Err(Errno::EACCES);
             }
+            if self.metadata_files() && crate::security::is_metadata_name(name) {
+                // The model's own, hidden as from a walk.
+                return Err(Errno::ENOENT);
+            }
             let parent = dir.as_ref().unwrap_or(&self.root);
             let next = parent
                 .open_dir_nofollow(name)

@@ -119,8 +119,13 @@ pub(super) fn write(dir: BorrowedFd<'_>, name: &str, to: Mapped) -> Result<(), E
         gid: to.gid.or(was.gid),
         rdev: to.rdev.or(was.rdev),
     };
-    let flags =
-        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    // Non-blocking: a FIFO put there on the host must not hold the server up.
+    let flags = OFlags::WRONLY
+        | OFlags::CREATE
+        | OFlags::TRUNC
+        | OFlags::NOFOLLOW
+        | OFlags::NONBLOCK
+        | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(&meta, file, flags, Mode::from_raw_mode(0o600))
         .map_err(crate::ops::sys)?;
     let text = format(now);

@@ -247,7 +247,7 @@ async fn mapped(model: SecurityModel) {
 
     match model {
         SecurityModel::MappedXattr => xattrs_hidden(&mut c).await,
-        _ => metadata_files_hidden(&mut c, &listed).await,
+        _ => metadata_files_hidden(&mut c, &listed, dir.path()).await,
     }
     host_keeps_regular_files_and_the_metadata(model, dir.path());
 
@@ -299,7 +299,14 @@ async fn xattrs_hidden(c: &mut Conn) {
 }
 
 /// mapped-file's metadata files are neither listed, found nor made by clients.
-async fn metadata_files_hidden(c: &mut Conn, listed: &std::collections::HashMap<String, u8>) {
+async fn metadata_files_hidden(
+    c: &mut Conn,
+    listed: &std::collections::HashMap<String, u8>,
+    export: &std::path::Path,
+) {
+    // Nor attached to, as a directory inside the export.
+    let inside = format!("{}/.virtfs_metadata", export.display());
+    assert_eq!(c.attach(20, &inside).await.err(), Some(Errno::ENOENT));
     for name in [".virtfs_metadata", ".virtfs_metadata_root"] {
         assert!(!listed.contains_key(name), "{name} listed");
         assert_eq!(
