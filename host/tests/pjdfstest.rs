@@ -144,19 +144,29 @@ fn skipped_as_expected(name: &str) -> bool {
     .any(|k| name.contains(k))
 }
 
+/// The whole suite with `options`: every check passes but those skipped on any Linux.
+fn every_check_passes(options: &str) -> Outcome {
+    let outcome = run(options, &[], false);
+    assert!(
+        outcome.failed.is_empty(),
+        "{options}: {:#?}",
+        outcome.failed
+    );
+    let unexpected: Vec<_> = outcome
+        .skipped
+        .iter()
+        .filter(|n| !skipped_as_expected(n))
+        .collect();
+    assert!(unexpected.is_empty(), "{options}: skipped {unexpected:#?}");
+    outcome
+}
+
 #[test]
 fn mapped_xattr_passes_every_check_it_runs_in_loose_and_none() {
     if !root() {
         return;
     }
-    let loose = run("cache=loose,security_model=mapped-xattr", &[], false);
-    assert!(loose.failed.is_empty(), "loose: {:#?}", loose.failed);
-    let unexpected: Vec<_> = loose
-        .skipped
-        .iter()
-        .filter(|n| !skipped_as_expected(n))
-        .collect();
-    assert!(unexpected.is_empty(), "skipped: {unexpected:#?}");
+    let loose = every_check_passes("cache=loose,security_model=mapped-xattr");
 
     let shallow: Vec<String> = loose
         .passed
@@ -175,14 +185,7 @@ fn mapped_file_passes_every_check_it_runs() {
     if !root() {
         return;
     }
-    let loose = run("cache=loose,security_model=mapped-file", &[], false);
-    assert!(loose.failed.is_empty(), "{:#?}", loose.failed);
-    let unexpected: Vec<_> = loose
-        .skipped
-        .iter()
-        .filter(|n| !skipped_as_expected(n))
-        .collect();
-    assert!(unexpected.is_empty(), "skipped: {unexpected:#?}");
+    every_check_passes("cache=loose,security_model=mapped-file");
 }
 
 #[test]
