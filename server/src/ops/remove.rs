@@ -1,12 +1,12 @@
-//! Trename, Trenameat, Tunlinkat, Tremove.
+//! Trename, Trenameat, Tunlinkat, Tremove (in a mapped-file export, the metadata files
+//! follow: `security::files`).
 
+use cap_std::fs::Dir;
 use rustix::fs::AtFlags;
 use wasm9p_proto::consts::AT_REMOVEDIR;
 use wasm9p_proto::{
     Errno, Message, Rremove, Rrename, Rrenameat, Runlinkat, Tremove, Trename, Trenameat, Tunlinkat,
 };
-
-use cap_std::fs::Dir;
 
 use super::{check_name_in, child, sys, writable};
 use crate::export::Export;
