@@ -132,7 +132,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MODEL", default_value_t = SecurityModel::Passthrough)]
     pub security_model: SecurityModel,
     /// In passthrough, make the device nodes clients ask for (the server needs
-    /// CAP_MKNOD; it never opens them). Without it, mknod of a device is EPERM.
+    /// CAP_MKNOD; it never opens them, but the host's users may: trusted clients only).
+    /// Without it, mknod of a device is EPERM.
     #[arg(long)]
     pub allow_devices: bool,
     /// Largest message size granted, in bytes.
