@@ -73,8 +73,13 @@ fn file_type(kind: Kind, attr: &Attr) -> FileType {
     }
 }
 
-/// Which file `at` is, for [`Inodes`] (the namespace's own directories are none).
+/// Which file `at` is, for [`Inodes`]: only files that can have hard links (not a
+/// directory, nor the namespace's own directories) are known by identity; a directory's
+/// id follows its one path.
 fn identity(at: &Location) -> Option<inodes::Identity> {
+    if at.node.kind == Kind::Dir {
+        return None;
+    }
     at.mount.map(|mount| (mount, at.node.id))
 }
 
