@@ -135,17 +135,20 @@ fn mapped_owner_and_mode(fid: &Fid, t: &Tsetattr) -> Result<(), Errno> {
         return Ok(());
     }
     let node = fid.node();
-    let st = stat_node(&fid.export, &node)?;
-    if !security::mappable(
-        rustix::fs::statat(&*node.parent, node.name.as_str(), AtFlags::SYMLINK_NOFOLLOW)
-            .map_err(sys)?
-            .st_mode,
-    ) {
+    let host = rustix::fs::statat(&*node.parent, node.name.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+        .map_err(sys)?;
+    if !security::mappable(host.st_mode) {
         // A host symlink or special file cannot carry the attributes.
         return Err(Errno::EPERM);
     }
-    let mode = (t.valid & valid::MODE != 0).then_some((st.st_mode & m::S_IFMT) | (t.mode & 0o7777));
-    fid.export.meta(&*node.parent, &node.name).write(Mapped {
+    let meta = fid.export.meta(&*node.parent, &node.name);
+    // The type stays what the file shows as (a regular file may stand for another).
+    let kind = match host.st_mode & m::S_IFMT {
+        m::S_IFREG => meta.mode().map_or(m::S_IFREG, security::shown_type),
+        dir => dir,
+    };
+    let mode = (t.valid & valid::MODE != 0).then_some(kind | (t.mode & 0o7777));
+    meta.write(Mapped {
         mode,
         uid: (t.valid & valid::UID != 0).then_some(t.uid),
         gid: (t.valid & valid::GID != 0).then_some(t.gid),
