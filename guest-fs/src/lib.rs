@@ -39,8 +39,10 @@
 pub mod backend;
 pub mod cache;
 pub mod client;
-pub mod fscache;
 pub mod mount_options;
 pub mod namespace;
+pub mod node;
 pub mod path;
 pub mod writeback;
+
+pub use cache::fscache;

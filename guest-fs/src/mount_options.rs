@@ -55,11 +55,6 @@ impl CacheMode {
     pub fn has(self, bits: u32) -> bool {
         self.0 & bits == bits
     }
-
-    /// Whether metadata (dentries, attributes, symlink targets) is cached.
-    pub fn caches_metadata(self) -> bool {
-        self.has(Self::META)
-    }
 }
 
 impl FromStr for CacheMode {
@@ -259,6 +254,14 @@ impl NinepOptions {
             }
             None => Trust::Forever,
         }
+    }
+
+    /// The mount's cache policy: its mode, [`NinepOptions::trust`], `symlink_cache`
+    /// and `nocto`, in the one value the cache and the backend both read.
+    pub fn policy(&self) -> crate::cache::Policy {
+        crate::cache::Policy::new(self.cache, self.trust())
+            .caching_symlinks(self.symlink_cache)
+            .nocto(self.nocto)
     }
 
     /// Parses `key=value` pairs (and the flag `ro`) in any order. `negtimeout` defaults

@@ -72,7 +72,7 @@ impl Changes {
 
 impl MountCache {
     /// Tags a request about to be sent: what it brings back is stored only as
-    /// [`Self::answered`] allows.
+    /// `answered` allows.
     pub fn asking(&self) -> Asked {
         Asked {
             at: Instant::now(),

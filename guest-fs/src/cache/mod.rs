@@ -4,7 +4,7 @@
 //! One `quick_cache` store holds every kind of entry, weighed by the bytes it takes, so
 //! `cache_size` is a hard bound on all of them together and eviction picks the coldest
 //! entries whatever their kind. Each kind has its own small module with an explicit
-//! API (`insert_negative(dir, name)`, `forget(dir, name)`, ...) and its own counters.
+//! API (`insert_negative_seen(dir, name, seen)`, `forget(dir, name)`, ...) and its own counters.
 //!
 //! Keys name files by qid path: a dentry is `(directory qid path, name)`, a symlink
 //! target or an attribute set is a file's qid path. A name is either known to exist
@@ -14,7 +14,9 @@
 //! Lookups borrow their key (no allocation) and never wait on anything but a shard lock:
 //! a hit is a hash lookup on the calling thread.
 //!
-//! How long an answer is believed is the mount's [`Trust`] (see [`validity`]): forever,
+//! What a mount caches and how long an answer is believed is its [`Policy`], kept here
+//! and read by the backend too; its [`Trust`](crate::mount_options::Trust) (see the
+//! `validity` module) is forever,
 //! or for a window after it was last confirmed. Answers about the names in a directory
 //! (dentries, negative or not, and its listing) carry the directory's qid version when
 //! they were learnt, so one look at the directory's version confirms all of them at
@@ -24,16 +26,18 @@
 //! What is stored is what the server answered or what a change through the mount made
 //! true, and nothing else: an answer is stored only if what it is about has not been
 //! changed through the mount since it was asked for, so a late reply never undoes a
-//! change (see the `changes` module: every store of a server's answer takes the [`Asked`] of
-//! its request).
+//! change (see the `changes` module: every store of a server's answer takes the
+//! [`Asked`] of its request). What is kept on disk for later processes
+//! (`cache=fscache`) is [`fscache`]'s.
 
 mod attr;
 mod changes;
 mod complete;
 mod dentry;
+pub mod fscache;
 mod negative;
 mod page;
-mod persist;
+mod policy;
 mod readdir;
 mod symlink;
 mod validity;
@@ -50,9 +54,10 @@ pub use changes::Asked;
 pub use complete::MAX_COMPLETE;
 pub use dentry::Lookup;
 pub use page::PAGE_SIZE;
+pub use policy::Policy;
 pub use validity::Seen;
 
-use crate::mount_options::{NegTimeout, Trust};
+use crate::mount_options::NegTimeout;
 
 /// Bookkeeping bytes charged per entry on top of its names and values.
 const ENTRY_OVERHEAD: u64 = 64;
@@ -148,7 +153,7 @@ enum Entry {
     Attr { attr: Arc<Rgetattr>, at: Instant },
     /// A directory's entries.
     Listing {
-        entries: Arc<Vec<crate::backend::Entry>>,
+        entries: Arc<Vec<crate::node::Entry>>,
         seen: Seen,
     },
     /// A directory's every name, with its qid (`None`: too large to keep).
@@ -182,7 +187,7 @@ impl Weighter<Key, Entry> for ByteWeighter {
             // copied out of the replies they came in, see `insert_page`).
             Entry::Attr { .. } => std::mem::size_of::<Rgetattr>() as u64 + 16,
             Entry::Listing { entries, .. } => {
-                let each = std::mem::size_of::<crate::backend::Entry>() as u64;
+                let each = std::mem::size_of::<crate::node::Entry>() as u64;
                 16 + entries
                     .iter()
                     .map(|e| e.name.len() as u64 + each)
@@ -273,7 +278,7 @@ fn bump(counter: &AtomicU64) {
 pub struct MountCache {
     store: Arc<quick_cache::sync::Cache<Key, Entry, ByteWeighter>>,
     negtimeout: NegTimeout,
-    trust: Trust,
+    policy: Policy,
     counters: CacheCounters,
     /// Qid paths of files changed through this mount (written, truncated), with how
     /// many changes each has had: their cached qid versions are stale, so opening them
@@ -301,7 +306,8 @@ impl std::fmt::Debug for MountCache {
 
 impl MountCache {
     /// A cache holding at most `cache_size` bytes, with negative dentries living as
-    /// `negtimeout` says, trusting what it holds forever (see [`MountCache::trusting`]).
+    /// `negtimeout` says, under the default policy (loose, trusted forever; see
+    /// [`MountCache::with_policy`]).
     pub fn new(cache_size: u64, negtimeout: NegTimeout) -> MountCache {
         let estimated_items = (cache_size / (ENTRY_OVERHEAD + 16)).clamp(16, 1 << 20) as usize;
         MountCache {
@@ -311,7 +317,7 @@ impl MountCache {
                 ByteWeighter,
             )),
             negtimeout,
-            trust: Trust::Forever,
+            policy: Policy::default(),
             counters: CacheCounters::default(),
             written: Default::default(),
             pages: Default::default(),
@@ -320,15 +326,16 @@ impl MountCache {
         }
     }
 
-    /// The same cache believing what it holds for `trust` only.
-    pub fn trusting(mut self, trust: Trust) -> MountCache {
-        self.trust = trust;
+    /// The same cache under `policy` (what it holds is believed as long as the
+    /// policy's trust says).
+    pub fn with_policy(mut self, policy: Policy) -> MountCache {
+        self.policy = policy;
         self
     }
 
-    /// How long this cache believes what it holds.
-    pub fn trust(&self) -> Trust {
-        self.trust
+    /// The mount's cache policy.
+    pub fn policy(&self) -> Policy {
+        self.policy
     }
 
     /// Records that the file with qid path `path` was changed through this mount.

@@ -1,15 +1,16 @@
 //! Negative dentries: names known to be missing, for `negtimeout`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::{Asked, Entry, Key, MountCache, Seen};
+use super::{Entry, Key, MountCache, Seen};
 use crate::mount_options::NegTimeout;
 
 impl MountCache {
     /// Records that `name` in `dir` is missing, for the mount's `negtimeout` (nothing is
     /// recorded when negative caching is off), as the server answered just now with the
-    /// directory's version unknown.
-    pub fn insert_negative(&self, dir: u64, name: &str) {
+    /// directory's version unknown (the unit tests' shorthand).
+    #[cfg(test)]
+    pub(super) fn insert_negative(&self, dir: u64, name: &str) {
         self.insert_negative_seen(dir, name, self.asking().seen(0));
     }
 
@@ -30,9 +31,10 @@ impl MountCache {
     }
 
     /// Records that `name` in `dir` is missing for `ttl`, as the server answered
-    /// just now.
-    pub fn insert_negative_ttl(&self, dir: u64, name: &str, ttl: Duration) {
-        let asked: Asked = self.asking();
+    /// just now (the unit tests' shorthand).
+    #[cfg(test)]
+    pub(super) fn insert_negative_ttl(&self, dir: u64, name: &str, ttl: std::time::Duration) {
+        let asked = self.asking();
         let expires = Instant::now().checked_add(ttl);
         self.answered(asked, dir, || {
             self.put_negative(dir, name, expires, asked.seen(0))

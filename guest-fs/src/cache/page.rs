@@ -76,7 +76,7 @@ impl MountCache {
     /// as a slice of the server reply it came in would keep the whole reply (up to
     /// msize, and the read buffer it was cut from) alive for as long as it is cached,
     /// while only the page is charged to `cache_size`; so the cache moves it into a
-    /// buffer of its own ([`PagePool::own`]). The slice is cached at once, so that the
+    /// buffer of its own (`PagePool::own`). The slice is cached at once, so that the
     /// next read hits, and moved by a blocking task of the runtime when there is one
     /// (the copy, and the page faults of new memory, stay off the reader's path: done
     /// in line, they halved cold-read throughput); until then it pins its reply.

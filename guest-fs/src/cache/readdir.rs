@@ -4,10 +4,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{bump, Entry, Key, MountCache, Seen};
-use crate::backend;
+use crate::node;
 
 /// A cached listing.
-pub type Listing = Arc<Vec<backend::Entry>>;
+pub type Listing = Arc<Vec<node::Entry>>;
 
 impl MountCache {
     /// The cached listing of directory `dir`, if still believed.

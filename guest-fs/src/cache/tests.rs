@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use wasm9p_proto::consts::qid;
 use wasm9p_proto::{Qid, Rgetattr};
 
-use super::{Lookup, MountCache};
-use crate::mount_options::{NegTimeout, Trust};
+use super::{Lookup, MountCache, Policy};
+use crate::mount_options::{CacheMode, NegTimeout, Trust};
 
 const DIR: u64 = 7;
 
@@ -118,7 +118,7 @@ fn attributes_are_cached_and_forgotten() {
 }
 
 fn checking(window: Duration) -> MountCache {
-    loose().trusting(Trust::For(window))
+    loose().with_policy(Policy::new(CacheMode::LOOSE_MODE, Trust::For(window)))
 }
 
 #[test]

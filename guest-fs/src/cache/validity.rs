@@ -81,7 +81,7 @@ impl MountCache {
     /// Whether an answer about a name in `dir`, learnt as `seen` says, is believed at
     /// `now` without asking the server.
     pub(super) fn believed(&self, dir: u64, seen: Seen, now: Instant) -> bool {
-        match self.trust {
+        match self.policy.trust() {
             Trust::Forever => true,
             Trust::For(window) => {
                 within(seen.asked.at, now, window)
@@ -95,7 +95,7 @@ impl MountCache {
 
     /// Whether something fetched `at` is still believed at `now` on its age alone.
     pub(super) fn young(&self, at: Instant, now: Instant) -> bool {
-        match self.trust {
+        match self.policy.trust() {
             Trust::Forever => true,
             Trust::For(window) => within(at, now, window),
         }

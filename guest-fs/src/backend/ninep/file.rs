@@ -7,7 +7,7 @@
 //! the attribute cache, so a compiler reopening a header it has read before pays hash
 //! lookups only (v9fs still sends Twalk, Tlopen and Tclunk for each open).
 //!
-//! Opens that check (a mode whose trust is a window, see `ninep_check`): the open
+//! Opens that check (a mode whose trust is a window, see `check`): the open
 //! walks to the file for its version; if this mount opened that very version for
 //! reading before, the Tlopen waits for the first read that misses the pages (so a
 //! warm reopen costs one Twalk, and the Tclunk when it closes). With `revalidate=MS`
@@ -16,7 +16,7 @@
 //! moved.
 //!
 //! Attributes with the open (META): a read-only open that asks the server is opened
-//! with its attributes (and first pages) by `ninep_flight`, so the `fstat` that
+//! with its attributes (and first pages) by `flight`, so the `fstat` that
 //! follows (a compiler's, of each header) is answered from the cache.
 //!
 //! Pages (FILE): reads go through the mount's page cache, shared by every open of the
@@ -46,11 +46,12 @@ use bytes::Bytes;
 use wasm9p_proto::consts::{open, IOHDRSZ};
 use wasm9p_proto::{Errno, Qid};
 
-use super::ninep_check::version_of;
-use super::{Attr, BoxFuture, OpenFile, OpenFlags, SetAttr};
+use super::check::version_of;
+use crate::backend::{BoxFuture, OpenFile, OpenFlags, SetAttr};
 use crate::cache::{MountCache, PAGE_SIZE};
 use crate::client::Fid;
-use crate::mount_options::{CacheMode, Trust};
+use crate::mount_options::CacheMode;
+use crate::node::Attr;
 use crate::writeback::WriteBuffer;
 
 /// Most bytes read ahead of a sequential reader (2 MiB).
@@ -77,7 +78,7 @@ struct WriteState {
 /// The write-back side of an open file: its buffer and the fid it goes out through.
 /// Shared with the mount's [`Writers`], so that a stat or truncate of the file by path
 /// sends what is buffered first (as v9fs writes dirty pages back before a getattr).
-pub(crate) struct WriteBack {
+pub(super) struct WriteBack {
     fid: Arc<Fid>,
     state: tokio::sync::Mutex<WriteState>,
 }
@@ -118,7 +119,7 @@ impl WriteBack {
 
 /// The open files of a mount that buffer writes, by qid path.
 #[derive(Default)]
-pub(crate) struct Writers(Mutex<HashMap<u64, Vec<Weak<WriteBack>>>>);
+pub(super) struct Writers(Mutex<HashMap<u64, Vec<Weak<WriteBack>>>>);
 
 impl Writers {
     fn register(&self, file: u64, writer: &Arc<WriteBack>) {
@@ -137,7 +138,7 @@ impl Writers {
 
     /// Sends what every open file of `file` has buffered, before the server is asked
     /// about its size or told to change it.
-    pub(crate) async fn push_out(&self, file: u64) {
+    pub(super) async fn push_out(&self, file: u64) {
         let live: Vec<Arc<WriteBack>> = {
             let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
             let Some(list) = map.get_mut(&file) else {
@@ -157,10 +158,10 @@ impl Writers {
 }
 
 /// Where an open file's fid comes from.
-pub(crate) enum Source {
+pub(super) enum Source {
     /// Walked to, to be opened now.
     Opened(Fid),
-    /// Walked to and opened already (`ninep_flight`), its attributes and first pages
+    /// Walked to and opened already (`flight`), its attributes and first pages
     /// cached.
     Ready(Fid),
     /// Walked to (the walk gave the version to check), to be opened read-only on
@@ -184,10 +185,9 @@ struct Recheck {
     checked: Mutex<Instant>,
 }
 
-pub(crate) struct NinepFile {
+pub(super) struct NinepFile {
     fid: tokio::sync::OnceCell<Arc<Fid>>,
     lazy: Option<Deferred>,
-    meta: bool,
     qid: Qid,
     /// The version pages are keyed by: the qid's at open, moved on by a recheck.
     version: AtomicU32,
@@ -195,7 +195,6 @@ pub(crate) struct NinepFile {
     flags: OpenFlags,
     chunk: usize,
     cache: Arc<MountCache>,
-    pages: bool,
     sequential: Mutex<Sequential>,
     wrote: AtomicBool,
     writeback: Option<Arc<WriteBack>>,
@@ -205,11 +204,10 @@ pub(crate) struct NinepFile {
 }
 
 impl NinepFile {
-    pub(crate) async fn open(
+    pub(super) async fn open(
         source: Source,
         qid: Qid,
         flags: OpenFlags,
-        mode: CacheMode,
         cache: Arc<MountCache>,
         writers: &Arc<Writers>,
     ) -> Result<NinepFile, Errno> {
@@ -250,19 +248,16 @@ impl NinepFile {
         };
         // A file kept open past the window asks for its version again before reading
         // pages (zero: close-to-open only, as v9fs: not a Tgetattr per read).
-        let recheck = match cache.trust() {
-            Trust::For(window)
-                if !window.is_zero() && !matches!(lazy, Some(Deferred::Walk { .. })) =>
-            {
-                Some(Recheck {
-                    window,
-                    checked: Mutex::new(Instant::now()),
-                })
-            }
+        let recheck = match cache.policy().recheck_after() {
+            Some(window) if !matches!(lazy, Some(Deferred::Walk { .. })) => Some(Recheck {
+                window,
+                checked: Mutex::new(Instant::now()),
+            }),
             _ => None,
         };
         let chunk = (session.msize() - IOHDRSZ) as usize;
-        let buffered = mode.has(CacheMode::WRITEBACK) && flags.write && !flags.append;
+        let buffered =
+            cache.policy().mode().has(CacheMode::WRITEBACK) && flags.write && !flags.append;
         let writeback = buffered.then(|| {
             let fid = fid.get().expect("writable opens are never lazy").clone();
             let writer = Arc::new(WriteBack {
@@ -278,14 +273,12 @@ impl NinepFile {
         Ok(NinepFile {
             fid,
             lazy,
-            meta: mode.has(CacheMode::META),
             qid,
             version: AtomicU32::new(qid.version),
             recheck,
             flags,
             chunk,
             cache,
-            pages: mode.has(CacheMode::FILE),
             sequential: Mutex::new(Sequential::default()),
             wrote: AtomicBool::new(false),
             writeback,
@@ -325,7 +318,7 @@ impl NinepFile {
                 let a = self.fid().await?.getattr().await?;
                 self.version.store(version_of(&a), Ordering::Relaxed);
                 *recheck.checked.lock().unwrap_or_else(|e| e.into_inner()) = asked.at;
-                if self.meta && !self.wrote.load(Ordering::Relaxed) {
+                if self.cache.policy().metadata() && !self.wrote.load(Ordering::Relaxed) {
                     self.cache.insert_attr(a, asked);
                 }
             }
@@ -335,7 +328,9 @@ impl NinepFile {
 
     /// The file's size as the attribute cache knows it (loose mode), uncounted.
     fn known_size(&self) -> Option<u64> {
-        self.meta
+        self.cache
+            .policy()
+            .metadata()
             .then(|| self.cache.peek_attr(self.qid.path).map(|a| a.size))
             .flatten()
     }
@@ -501,7 +496,7 @@ impl OpenFile for NinepFile {
             if len == 0 {
                 return Ok(Bytes::new());
             }
-            if !self.pages || self.wrote.load(Ordering::Relaxed) {
+            if !self.cache.policy().pages() || self.wrote.load(Ordering::Relaxed) {
                 return self.read_uncached(offset, len).await;
             }
             self.read_pages(offset, len).await
@@ -549,7 +544,7 @@ impl OpenFile for NinepFile {
             // changed the file (a lazy open stays lazy); else the server, through this
             // open's fid (it answers with fstat on its open file, so an unlinked file
             // still has attributes). Buffered writes extend the size.
-            let unchanged = self.meta && !self.wrote.load(Ordering::Relaxed);
+            let unchanged = self.cache.policy().metadata() && !self.wrote.load(Ordering::Relaxed);
             let cached = unchanged.then(|| self.cache.attr(self.qid.path)).flatten();
             let a = match cached {
                 Some(a) => a,
@@ -564,7 +559,7 @@ impl OpenFile for NinepFile {
                     a
                 }
             };
-            let mut attr = super::ninep::attr_of(&a);
+            let mut attr = super::attr_of(&a);
             if let Some(writer) = &self.writeback {
                 let buffered = writer.state.lock().await.buffer.end().unwrap_or(0);
                 attr.size = attr.size.max(buffered);
@@ -601,7 +596,7 @@ impl OpenFile for NinepFile {
                     let asked = self.cache.asking();
                     let attr = self.fid().await?.getattr().await?;
                     let size = attr.size;
-                    if self.meta && !self.wrote.load(Ordering::Relaxed) {
+                    if self.cache.policy().metadata() && !self.wrote.load(Ordering::Relaxed) {
                         self.cache.insert_attr(attr, asked);
                     }
                     size

@@ -23,8 +23,9 @@
 //! once one probe per file and symlink kept and per directory with nothing kept below
 //! it (up to [`MAX_AHEAD`], the most recently used first), and takes in what they
 //! confirm. Over a link with a round trip of milliseconds, a fresh process then waits
-//! one round trip for its confirmations rather than one per file. What the burst leaves out (records not reachable by name
-//! from the root, or over its bound) is probed when used, as above.
+//! one round trip for its confirmations rather than one per file. What the burst leaves
+//! out (records not reachable by name from the root, or over its bound) is probed when
+//! used, as above.
 //!
 //! # On disk
 //! A store per export (`cachetag=NAME`, or the server address and aname) under
@@ -35,7 +36,7 @@
 //!   whole (temporary file, fsync, rename) when a mount lets go or is asked to
 //!   ([`Store::flush`]), merged under the store's lock with what other processes wrote
 //!   meanwhile;
-//! - `pages/`: a file per page ([`pages`]), written as pages are fetched;
+//! - `pages/`: a file per page (the `pages` module), written as pages are fetched;
 //! - `lock`: an flock serializing `meta` merges and the size bound's sweeps.
 //!
 //! Plain files rather than an embedded database: every write is an atomic rename, so a
@@ -44,6 +45,15 @@
 //! own mtimes. The price is a `meta` file rewritten whole, which is small (names and
 //! attributes: about 100 bytes a record).
 //!
+//! # Where each part lives
+//! This module is the one home of the persistent cache: the store on disk (here,
+//! [`records`], `pages`), the burst of confirmations ([`ahead`]), and the mount
+//! cache's side (`mount`: what of the cache is written, and taking confirmed records
+//! back in). It sits inside [`crate::cache`] because it reads and fills the cache's
+//! own entries; it is re-exported as `wasm9p_guest_fs::fscache`. The one piece outside
+//! is the 9p backend's `store` module, which sends the probes (it needs the mount's
+//! walks) and hands what they confirm here.
+//!
 //! # The bound
 //! `fscache_size` bytes across processes: at every flush (which first waits for the
 //! pages still being written), and whenever a page written takes the store past it,
@@ -51,6 +61,7 @@
 //! tenths of it.
 
 pub mod ahead;
+mod mount;
 mod pages;
 pub mod records;
 

@@ -18,12 +18,13 @@ use std::time::Instant;
 
 use wasm9p_proto::{Errno, Qid, Rgetattr};
 
-use super::ninep::{parts, NinepFs};
-use super::ninep_file::Source;
-use super::{Node, OpenFile, OpenFlags};
+use super::file::Source;
+use super::{parts, NinepFs};
+use crate::backend::{OpenFile, OpenFlags};
 use crate::cache::{Asked, Lookup, MountCache};
 use crate::fscache::Store;
 use crate::mount_options::NinepOptions;
+use crate::node::Node;
 
 /// Probes of the burst ahead of use in flight at once.
 const AHEAD_IN_FLIGHT: usize = 64;
@@ -113,7 +114,7 @@ impl NinepFs {
         self.store_ahead
             .get_or_init(|| async {
                 use futures_util::stream::{self, StreamExt};
-                if !self.confirms_ahead {
+                if !self.policy().believes_between_uses() {
                     return;
                 }
                 let probes = store.probes_ahead(self.root.qid.path, crate::fscache::MAX_AHEAD);
@@ -250,7 +251,7 @@ impl NinepFs {
             return;
         }
         let _ = self.cache.stored_attr(fresh, asked); // nothing, without a record
-        if self.symlinks {
+        if self.policy().symlinks() {
             if let Some(target) = store.link(fresh.path, fresh.version) {
                 store.count_hit();
                 self.cache

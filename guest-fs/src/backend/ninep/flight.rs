@@ -28,13 +28,12 @@ use bytes::Bytes;
 use wasm9p_proto::consts::open;
 use wasm9p_proto::{Errno, Qid, Rgetattr};
 
-use super::ninep::NinepFs;
-use super::ninep_check::content_stamp;
-use super::ninep_file::{carve_pages, Source};
-use super::{OpenFile, OpenFlags};
+use super::check::content_stamp;
+use super::file::{carve_pages, Source};
+use super::NinepFs;
+use crate::backend::{OpenFile, OpenFlags};
 use crate::cache::{Asked, MountCache, PAGE_SIZE};
 use crate::client::{first_entries, first_read, Entries, Fid, First, FlightError, Walk};
-use crate::mount_options::CacheMode;
 use crate::path::SharedPath;
 
 impl NinepFs {
@@ -64,9 +63,9 @@ impl NinepFs {
     /// Whether an open of `qid` (as the cache knows it) that asks the server should
     /// go as one flight.
     pub(super) fn opens_in_flight(&self, qid: Qid, generation: u64) -> bool {
-        self.opens_with_attrs
+        self.policy().attrs_with_opens()
             && !self.writers.buffering(qid.path)
-            && !(self.checks
+            && !(self.policy().checks()
                 && self
                     .cache
                     .readable(qid.path, qid.version, generation)
@@ -81,7 +80,7 @@ impl NinepFs {
         flags: OpenFlags,
         asked: Asked,
     ) -> Result<(Box<dyn OpenFile>, Qid), Errno> {
-        let first = match self.mode.has(CacheMode::FILE) {
+        let first = match self.policy().pages() {
             true => first_read(self.session()),
             false => First::Nothing, // no page cache to keep it in
         };

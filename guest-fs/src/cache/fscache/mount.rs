@@ -1,5 +1,6 @@
-//! The cache's side of `cache=fscache` (see [`crate::fscache`]): what of it goes to
-//! disk, and taking records from disk back in once the server has confirmed them.
+//! The mount cache's side of `cache=fscache` (the store itself is this module's
+//! parent): what of the cache goes to disk, and taking records from disk back in once
+//! the server has confirmed them (the 9p backend's `store` module asks it).
 //!
 //! What goes ([`MountCache::snapshot`]): a directory's dentries (positive and
 //! negative) and complete listing learnt under the version the directory was last
@@ -14,10 +15,9 @@ use std::time::Instant;
 
 use wasm9p_proto::{Qid, Rgetattr};
 
-use super::{Asked, Entry, Key, MountCache, Seen};
-use crate::backend::{self, Kind};
+use crate::cache::{Asked, Entry, Key, MountCache, Seen};
 use crate::fscache::{DirRecord, FileRecord, LinkRecord, PageKey, Records, Store};
-use crate::mount_options::Trust;
+use crate::node::{self, Kind};
 
 impl MountCache {
     /// The same cache, keeping what it learns in `store` too.
@@ -57,9 +57,9 @@ impl MountCache {
                 .into_iter()
                 .filter_map(|(name, qid)| Some((name, qid?)))
                 .collect();
-            let mut entries: Vec<backend::Entry> = names
+            let mut entries: Vec<node::Entry> = names
                 .iter()
-                .map(|(name, qid)| backend::Entry {
+                .map(|(name, qid)| node::Entry {
                     kind: Kind::of_qid(qid),
                     id: qid.path,
                     name: name.to_string(),
@@ -110,14 +110,14 @@ impl MountCache {
     }
 
     /// A page of generation 0 (not changed through this mount) from disk.
-    pub(super) fn stored_page(&self, key: PageKey) -> Option<bytes::Bytes> {
+    pub(in crate::cache) fn stored_page(&self, key: PageKey) -> Option<bytes::Bytes> {
         let data = self.persist.as_ref()?.read_page(key)?;
         Some(bytes::Bytes::from(data))
     }
 
     /// Keeps a page of generation 0 on disk, off the caller's path when a runtime is
     /// there to take it.
-    pub(super) fn persist_page(&self, key: PageKey, data: bytes::Bytes) {
+    pub(in crate::cache) fn persist_page(&self, key: PageKey, data: bytes::Bytes) {
         let Some(store) = self.persist.clone() else {
             return;
         };
@@ -245,8 +245,8 @@ impl MountCache {
 
     /// Whether directory versions are recorded: when answers are checked by them, or
     /// kept on disk.
-    pub(super) fn records_versions(&self) -> bool {
-        self.trust != Trust::Forever || self.persist.is_some()
+    pub(in crate::cache) fn records_versions(&self) -> bool {
+        self.policy.checks() || self.persist.is_some()
     }
 }
 

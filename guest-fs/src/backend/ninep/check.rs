@@ -13,10 +13,10 @@
 use wasm9p_proto::consts::qid;
 use wasm9p_proto::{Errno, Qid, Rgetattr};
 
-use super::ninep::NinepFs;
-use super::Node;
+use super::NinepFs;
 use crate::cache::{Asked, Seen};
 use crate::client::{Walk, WalkError};
+use crate::node::Node;
 
 /// A stand-in for the qid version of a server that sends none: changes whenever the
 /// file's size, mtime or ctime do (never 0, the "no version" value).

@@ -1,5 +1,5 @@
 //! Which records to confirm at once, ahead of use: the paths a mount probes in one
-//! burst the first time it reaches for its store (see `backend::ninep_store`).
+//! burst the first time it reaches for its store (see `backend::ninep::store`).
 //!
 //! A probe confirms a whole path (every directory on the way, and what the path ends
 //! at), so the fewest probes that confirm every record reachable from the root are

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use wasm9p_proto::{Errno, Qid};
 
-use super::ninep::{parts, NinepFs, MAX_COUNTED_DIRS};
-use super::{Entry, Kind, Node};
+use super::{parts, NinepFs, MAX_COUNTED_DIRS};
 use crate::cache::Lookup;
+use crate::node::{Entry, Kind, Node};
 
 fn rest_of(listing: &[Entry], cookie: u64) -> Vec<Entry> {
     listing
@@ -108,7 +108,7 @@ impl NinepFs {
     /// keep the whole listing; else one Treaddir from the server's own cookie.
     pub(super) async fn read_dir(&self, dir: &Node, cookie: u64) -> Result<Vec<Entry>, Errno> {
         let path = parts(dir)?.path.to_vec();
-        if self.meta {
+        if self.policy().metadata() {
             self.dir_from_store(dir, None).await;
             if let Some(listing) = self.cache.readdir(dir.id) {
                 return Ok(rest_of(&listing, cookie));
@@ -123,7 +123,7 @@ impl NinepFs {
         let mut seen = self.seen_before(dir);
         // The flight's entries are from cookie 0: of use to a listing read whole, or
         // read from its start.
-        let from_start = self.meta || cookie == 0;
+        let from_start = self.policy().metadata() || cookie == 0;
         let (fid, mut first) = self.open_dir(&parts(dir)?.path, from_start).await?;
         if !path.is_empty() {
             seen.dir_version = if fid.qid.path == dir.id {
@@ -132,7 +132,7 @@ impl NinepFs {
                 0
             };
         }
-        if self.meta {
+        if self.policy().metadata() {
             // Cache the whole listing; cookies index it.
             let entries: Vec<Entry> = fid
                 .readdir_all_after(first)
