@@ -7,9 +7,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::guests::report_progress;
+use super::engines::{guest_engines, parse_tier, report_progress};
 use super::{fail, say, EXIT_USAGE};
-use crate::module_cache::{Engines, ModuleCache, Tier, TierChoice};
+use crate::module_cache::{ModuleCache, Tier, TierChoice};
 
 /// `wasm9p compile`.
 #[derive(Debug, Args)]
@@ -36,19 +36,6 @@ pub struct CompileArgs {
     /// Modules or components to compile.
     #[arg(required = true, value_name = "MODULE")]
     pub modules: Vec<PathBuf>,
-}
-
-pub(crate) fn parse_tier(s: &str) -> Result<TierChoice, String> {
-    s.parse()
-}
-
-/// The engines guests run on, one per tier; `interruptible`: with epoch interruption,
-/// so that a cancelled guest stops at once (see `crate::interrupt`), at the price of
-/// a check in every loop and call of its code.
-pub(crate) fn guest_engines(interruptible: bool) -> Result<Engines, ExitCode> {
-    let mut config = wasmtime::Config::new();
-    config.epoch_interruption(interruptible);
-    Engines::new(&config).map_err(|e| fail(1, &format!("cannot make the engines: {e:#}")))
 }
 
 /// `wasm9p compile`: 0 when every module is in the cache at every tier asked for, 2

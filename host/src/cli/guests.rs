@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use super::compile::parse_tier;
+use super::engines::parse_tier;
 use super::tiered::{plugin_compile, tier_from_env, OnTier, Runner, TieredProgram};
 use super::{fail, first_line, parse_env, say, EXIT_USAGE};
-use crate::module_cache::{ModuleCache, Progress, TierChoice};
+use crate::module_cache::{ModuleCache, TierChoice};
 use crate::mounts::{MountSpec, MountTable, MountTableBuilder};
 use crate::p1::{Input, Output, WasiP1Ctx};
 use crate::p2::{MountGrant, RuntimeMountRecord, WasiP2Ctx, WasiP2Fs};
@@ -232,7 +232,13 @@ impl Host {
         }
         // Components run as futures on the mounts' runtime, core modules on plain
         // threads; both on the engine of the tier they were compiled by.
-        let program = TieredProgram::load(args, &cache, path)?;
+        let program = TieredProgram::load(
+            &cache,
+            path,
+            args.tier,
+            args.interruptible,
+            !args.allow_mount.is_empty(),
+        )?;
         Ok(Host {
             runtime,
             mounts,
@@ -403,36 +409,6 @@ impl Host {
             stats["runtime_mounts"] = made.clone().into();
         }
         stats
-    }
-}
-
-/// Progress of a first compile on stderr: announced for modules big enough to take a
-/// while (a few MB and up), ticks and the end whenever they come.
-pub(super) fn report_progress(cache: &ModuleCache) -> impl Fn(Progress) + Sync + '_ {
-    const ANNOUNCE_FROM: u64 = 4 << 20;
-    let announced = std::sync::atomic::AtomicBool::new(false);
-    move |progress| match progress {
-        Progress::Compiling { name, bytes } if bytes >= ANNOUNCE_FROM => {
-            announced.store(true, Ordering::Relaxed);
-            let kept = match cache.dir() {
-                Some(dir) => format!("kept in {} for later runs", dir.display()),
-                None => "not cached (--no-module-cache)".into(),
-            };
-            say(&format!(
-                "compiling {name} ({:.1} MB) for this machine; {kept}",
-                bytes as f64 / 1e6
-            ));
-        }
-        Progress::Compiling { .. } => {}
-        Progress::Waiting { name } => say(&format!(
-            "another process is compiling {name} for this machine; waiting for its code"
-        )),
-        Progress::StillCompiling(t) => say(&format!("still compiling ({} s)", t.as_secs())),
-        Progress::Compiled(t) if announced.load(Ordering::Relaxed) => {
-            say(&format!("compiled in {:.1} s", t.as_secs_f64()))
-        }
-        Progress::Compiled(_) => {}
-        Progress::NotStored(why) => say(&format!("compiled module not cached: {why}")),
     }
 }
 

@@ -16,6 +16,7 @@ use wasm9p_server::{
 mod cache;
 pub mod cc;
 mod compile;
+mod engines;
 mod guests;
 mod mount;
 mod run;

@@ -8,8 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::compile::guest_engines;
-use super::guests::{report_progress, GuestArgs};
+use super::engines::{guest_engines, report_progress};
 use super::{fail, first_line, say, EXIT_USAGE};
 use crate::module_cache::{Engines, ModuleCache, Program, Tier, TierChoice, Upgrade, UpgradeIn};
 use crate::p1::P1Program;
@@ -104,24 +103,27 @@ fn runner(
 }
 
 impl TieredProgram {
-    /// Loads the guest at `path` on the tier `--tier` says, or the exit code of a
-    /// setup failure (already reported).
+    /// Loads the guest at `path` on the tier `--tier` says (interruptible: its
+    /// guests may be cancelled; `components_only`: a core module is refused, as
+    /// `--allow-mount` needs a component), or the exit code of a setup failure
+    /// (already reported).
     pub(super) fn load(
-        args: &GuestArgs,
         cache: &ModuleCache,
         path: &Path,
+        tier: TierChoice,
+        interruptible: bool,
+        components_only: bool,
     ) -> Result<TieredProgram, ExitCode> {
-        let engines = guest_engines(args.interruptible)?;
-        if args.interruptible {
+        let engines = guest_engines(interruptible)?;
+        if interruptible {
             // Their guests may be cancelled mid-computation: keep their epochs moving.
             for tier in [Tier::Baseline, Tier::Optimized] {
                 crate::interrupt::tick(engines.get(tier));
             }
         }
         let loaded = cache
-            .load_tiered(&engines, path, args.tier, &report_progress(cache))
+            .load_tiered(&engines, path, tier, &report_progress(cache))
             .map_err(|e| fail(EXIT_USAGE, &with_hint(e.to_string())))?;
-        let components_only = !args.allow_mount.is_empty();
         let first = runner(
             engines.get(loaded.tier),
             loaded.program,
@@ -141,7 +143,7 @@ impl TieredProgram {
             waited: loaded.waited,
             guests: Default::default(),
             storing: Mutex::new(loaded.storing),
-            interruptible: args.interruptible,
+            interruptible,
         })
     }
 
