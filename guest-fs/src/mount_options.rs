@@ -1,12 +1,17 @@
-//! Per-mount options of a 9p mount, with Linux v9fs names and semantics:
-//! `cache=` (a mode name or the Linux bitmask), `negtimeout=MS` (`-1`: until evicted),
-//! `msize=N`, `cache_size=BYTES` (or with a K, M or G suffix), `ro`, `symlink_cache=on|off` (whether a metadata
-//! caching mode keeps symlink targets; on by default, off to measure what it saves),
+//! Per-mount options of a 9p mount, with Linux v9fs names and semantics where v9fs
+//! has them. [`OPTION_KEYS`] lists them all, with the form of each value: `cache=` (a
+//! mode name or the Linux bitmask), `negtimeout=MS` (`-1`: until evicted), `msize=`,
+//! `cache_size=BYTES` (or with a K, M or G suffix), `symlink_cache=on|off` (whether a
+//! metadata mode keeps symlink targets; on by default, off to measure what it saves),
 //! `revalidate=MS` (how long a cached answer is believed before it is checked with the
-//! server: see [`Trust`]) and `reconnect=on|off` (off by default: see
-//! [`crate::client::ClientConfig::reconnect`]) and the flag `nocto` (NFS's name: with
-//! `revalidate=MS`, an open trusts what was confirmed of the file less than MS ago
-//! instead of asking the server every time).
+//! server: see [`Trust`]), the flag `nocto` (NFS's name: with `revalidate=MS`, an open
+//! trusts what was confirmed of the file less than MS ago instead of asking the server
+//! every time), `complete_dirs=K|off` (see [`crate::cache::MAX_COMPLETE`]),
+//! `pipeline=on|off` (flights, see [`NinepOptions::pipeline`]), `reconnect=on|off` (off
+//! by default: see [`crate::client::ClientConfig::reconnect`]), `cachetag=`,
+//! `fscache_dir=` and `fscache_size=` (with `cache=fscache`, see [`crate::fscache`]) and
+//! the flag `ro`. What a mount caches and how long it believes it comes out of them as
+//! one [`Policy`](crate::cache::Policy) ([`NinepOptions::policy`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -161,11 +166,74 @@ pub enum OptionError {
         expected: &'static str,
     },
     /// An option this mount type does not have.
-    #[error("unknown option {0:?}")]
+    #[error("unknown option {0:?} (a 9p mount takes {list})", list = OptionKey::list())]
     Unknown(String),
     /// `cache=fscache` with no directory to keep its store in.
     #[error("cache=fscache: no store directory: give fscache_dir=DIR (or set $WASM9P_FSCACHE_DIR, $XDG_CACHE_HOME or $HOME)")]
     NoFscacheDir,
+}
+
+/// The options a 9p mount takes: each key with the form of its value (empty: a flag,
+/// given without `=`) and a value it accepts. The one list the parser is checked
+/// against (its unit tests parse every row), its error for an unknown key names, and
+/// `--help` and the host's SPEC parser are made from.
+pub const OPTION_KEYS: [OptionKey; 14] = [
+    OptionKey::new("cache", "MODE", "loose"),
+    OptionKey::new("negtimeout", "MS", "1000"),
+    OptionKey::new("msize", "BYTES", "65536"),
+    OptionKey::new("cache_size", "BYTES", "64M"),
+    OptionKey::new("symlink_cache", "on|off", "off"),
+    OptionKey::new("revalidate", "MS", "100"),
+    OptionKey::new("nocto", "", ""),
+    OptionKey::new("complete_dirs", "K|off", "2"),
+    OptionKey::new("pipeline", "on|off", "off"),
+    OptionKey::new("reconnect", "on|off", "on"),
+    OptionKey::new("cachetag", "NAME", "build"),
+    OptionKey::new("fscache_dir", "DIR", "/tmp/wasm9p-fscache"),
+    OptionKey::new("fscache_size", "BYTES", "1G"),
+    OptionKey::new("ro", "", ""),
+];
+
+/// What `msize=` accepts, from the protocol's bounds.
+static MSIZE_RANGE: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("bytes, {MIN_MSIZE}..={MAX_MSIZE}"));
+
+/// A row of [`OPTION_KEYS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OptionKey {
+    /// The key.
+    pub key: &'static str,
+    /// The form of its value, as `--help` writes it (empty: a flag).
+    pub form: &'static str,
+    /// A value the parser accepts (empty for a flag).
+    pub example: &'static str,
+}
+
+impl OptionKey {
+    const fn new(key: &'static str, form: &'static str, example: &'static str) -> OptionKey {
+        OptionKey { key, form, example }
+    }
+
+    /// Whether `key`, given with `value` or without, is a 9p mount option (a flag
+    /// only without; a key that wants a value is one either way, and its parser says
+    /// what is missing).
+    pub fn is_option(key: &str, value: Option<&str>) -> bool {
+        OPTION_KEYS
+            .iter()
+            .any(|k| k.key == key && (!k.form.is_empty() || value.is_none()))
+    }
+
+    /// Every option as a list: `cache=MODE, negtimeout=MS, ..., ro`.
+    pub fn list() -> String {
+        OPTION_KEYS
+            .iter()
+            .map(|k| match k.form {
+                "" => k.key.to_owned(),
+                form => format!("{}={form}", k.key),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// Options of one 9p mount.
@@ -282,6 +350,9 @@ impl NinepOptions {
                     expected,
                 })
             };
+            if !OptionKey::is_option(key, value) {
+                return Err(OptionError::Unknown(key.into()));
+            }
             match key {
                 "cache" => opts.cache = value_of("cache", "a mode")?.parse()?,
                 "negtimeout" => negtimeout = Some(value_of("negtimeout", "milliseconds")?.parse()?),
@@ -294,7 +365,7 @@ impl NinepOptions {
                         .ok_or(OptionError::BadValue {
                             key: "msize",
                             value: v.into(),
-                            expected: "4096..=1048576",
+                            expected: MSIZE_RANGE.as_str(),
                         })?;
                 }
                 "cache_size" => {
@@ -367,9 +438,9 @@ impl NinepOptions {
                         },
                     )?);
                 }
-                "ro" if value.is_none() => opts.read_only = true,
-                "nocto" if value.is_none() => opts.nocto = true,
-                other => return Err(OptionError::Unknown(other.into())),
+                "ro" => opts.read_only = true,
+                "nocto" => opts.nocto = true,
+                other => unreachable!("{other:?} is in OPTION_KEYS, so parsed above"),
             }
         }
         let window = opts.revalidate.is_some_and(|w| !w.is_zero());
@@ -590,6 +661,30 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn every_key_in_the_table_parses_and_no_other() {
+        for row in OPTION_KEYS {
+            let value = (!row.form.is_empty()).then_some(row.example);
+            let pairs = [("cache", Some("fscache")), (row.key, value)];
+            // nocto needs a window to mean something.
+            let window = [("revalidate", Some("100"))];
+            let pairs = pairs.iter().chain(&window).copied();
+            let parsed = NinepOptions::parse(pairs);
+            assert!(parsed.is_ok(), "{}: {parsed:?}", row.key);
+            assert!(OptionKey::is_option(row.key, value), "{}", row.key);
+        }
+        assert!(!OptionKey::is_option("colour", Some("blue")));
+        assert!(!OptionKey::is_option("nocto", Some("1")));
+        assert!(OptionKey::is_option("cache", None));
+        let list = OptionKey::list();
+        assert!(list.starts_with("cache=MODE, negtimeout=MS, "), "{list}");
+        assert!(list.ends_with("fscache_size=BYTES, ro"), "{list}");
+        let unknown = parse("colour=blue").unwrap_err().to_string();
+        assert!(unknown.contains(&list), "{unknown}");
+        let msize = parse("msize=100").unwrap_err().to_string();
+        assert_eq!(msize, r#"bad msize="100": expected bytes, 4096..=1048576"#);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Mount SPECs (`--mount`, `--dir`) and the namespace they build.
 //!
 //! Docker-style `key=value,...` lists, as in the CLI contract:
-//! - `type=9p,source=ADDR,aname=NAME,target=/g[,cache=..][,negtimeout=..][,msize=..][,cache_size=..][,symlink_cache=on|off][,revalidate=MS][,nocto][,complete_dirs=K|off][,reconnect=on|off][,ro]`
+//! - `type=9p,source=ADDR,aname=NAME,target=/g[,OPTION]...`, the options those of
+//!   `wasm9p_guest_fs::mount_options::OPTION_KEYS`
 //!   (a remote server at any transport address; `reconnect=on` re-establishes a
 //!   dropped connection, see `wasm9p_guest_fs::client::ClientConfig::reconnect`;
 //!   `cache=fscache[,cachetag=NAME][,fscache_dir=DIR][,fscache_size=BYTES]` keeps the
@@ -24,7 +25,7 @@ use std::sync::Arc;
 use wasm9p_guest_fs::backend::bind::BindFs;
 use wasm9p_guest_fs::backend::ninep::{MountStats, NinepFs};
 use wasm9p_guest_fs::client::{ClientConfig, Session};
-use wasm9p_guest_fs::mount_options::{NinepOptions, OptionError};
+use wasm9p_guest_fs::mount_options::{NinepOptions, OptionError, OptionKey};
 use wasm9p_guest_fs::namespace::Namespace;
 use wasm9p_proto::Addr;
 use wasm9p_server::{ExportConfig, SecurityModel, Server, ServerConfig};
@@ -164,10 +165,7 @@ impl MountSpec {
                     security.allow_devices = true;
                     security_key = Some(key);
                 }
-                "nocto" if value.is_none() => options.push((key, value)),
-                "cache" | "negtimeout" | "msize" | "cache_size" | "symlink_cache" | "reconnect"
-                | "revalidate" | "complete_dirs" | "pipeline" | "cachetag" | "fscache_dir"
-                | "fscache_size" => options.push((key, value)),
+                _ if OptionKey::is_option(key, value) => options.push((key, value)),
                 other => return Err(spec_error(spec, format!("unknown key {other:?}"))),
             }
         }

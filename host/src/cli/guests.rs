@@ -24,6 +24,7 @@ use crate::mounts::{MountSpec, MountTable, MountTableBuilder};
 use crate::p1::{Input, Output, WasiP1Ctx};
 use crate::p2::{MountGrant, RuntimeMountRecord, WasiP2Ctx, WasiP2Fs};
 use crate::plugin::PluginCompile;
+use wasm9p_guest_fs::mount_options::OptionKey;
 
 /// Where one guest's stdio goes.
 #[derive(Clone)]
@@ -56,19 +57,25 @@ pub(super) struct Place<'a> {
 /// Most bytes of one guest's stdout or stderr kept when captured.
 const MAX_CAPTURE: usize = 16 << 20;
 
+/// `--mount`'s help, its 9p options from the one table the parser uses.
+fn mount_help() -> String {
+    format!(
+        "A mount: `type=9p,source=ADDR,target=/g` or `type=9p,export=HOSTDIR,target=/g`, \
+         optionally with {} (an export also \
+         `security_model=passthrough|mapped-xattr|mapped-file`, `allow_devices`); or \
+         `type=bind,source=HOSTDIR,target=/g`, optionally `ro`; or \
+         `type=plugin,component=FILE.wasm,target=/g` (with the 9p options). Repeatable. \
+         With no --mount and no --dir, the current directory is served at / by the \
+         embedded 9p server with cache=loose.",
+        OptionKey::list()
+    )
+}
+
 /// The mounts a namespace is made of, as `run`, `batch` and `mount` take them.
 #[derive(Debug, Args)]
 pub struct NamespaceArgs {
-    /// A mount: `type=9p,source=ADDR,target=/g` or `type=9p,export=HOSTDIR,target=/g`,
-    /// optionally with `cache=`, `negtimeout=`, `msize=`, `cache_size=`,
-    /// `symlink_cache=`, `revalidate=MS`, `nocto`, `complete_dirs=`, `pipeline=`,
-    /// `reconnect=`, `cachetag=`, `fscache_dir=`, `fscache_size=`, `ro` (an export also
-    /// `security_model=passthrough|mapped-xattr|mapped-file`, `allow_devices`); or
-    /// `type=bind,source=HOSTDIR,target=/g`, optionally `ro`; or
-    /// `type=plugin,component=FILE.wasm,target=/g`. Repeatable. With no
-    /// --mount and no --dir, the current directory is served at / by the embedded 9p
-    /// server with cache=loose.
-    #[arg(long = "mount", value_name = "SPEC")]
+    /// A mount (see [`mount_help`] for what `--help` says).
+    #[arg(long = "mount", value_name = "SPEC", help = mount_help())]
     pub mounts: Vec<String>,
     /// A host directory bound at a guest path (HOSTDIR::/GUEST, or HOSTDIR at itself).
     #[arg(long = "dir", value_name = "HOST::GUEST")]
