@@ -340,6 +340,31 @@ fn times(atime: NewTime, mtime: NewTime) -> SetAttr {
     }
 }
 
+/// Defines `stat` and `hash` for one WASI version's bindings: 0.2's and 0.3's
+/// `descriptor-stat` and `metadata-hash-value` have the same fields under types of
+/// their own. Expects that version's `DescriptorStat`, `MetadataHashValue` and
+/// `descriptor_type` in scope, and takes its conversion of a time.
+macro_rules! stat_and_hash {
+    ($time:ident) => {
+        fn stat(kind: Kind, attr: &Attr) -> DescriptorStat {
+            DescriptorStat {
+                type_: descriptor_type(kind),
+                link_count: attr.nlink,
+                size: attr.size,
+                data_access_timestamp: Some($time(attr.atime)),
+                data_modification_timestamp: Some($time(attr.mtime)),
+                status_change_timestamp: Some($time(attr.ctime)),
+            }
+        }
+
+        fn hash(loc: &Location, attr: &Attr) -> MetadataHashValue {
+            let (lower, upper) = $crate::p2::descriptor::metadata_hash(loc, attr);
+            MetadataHashValue { lower, upper }
+        }
+    };
+}
+pub(crate) use stat_and_hash;
+
 /// The two halves of `metadata-hash`: a hash of what identifies a file and its
 /// version (mount, id, size and times).
 pub(crate) fn metadata_hash(loc: &Location, attr: &Attr) -> (u64, u64) {

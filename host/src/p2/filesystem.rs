@@ -21,7 +21,7 @@ use super::bindings::wasi::filesystem::types::{
 };
 use super::bindings::wasi::filesystem::{preopens, types::HostDescriptor};
 pub use super::descriptor::Descriptor;
-use super::descriptor::{metadata_hash, FsResult, NewTime, OpenAt};
+use super::descriptor::{FsResult, NewTime, OpenAt};
 use super::errors::{error_code, OrFsError};
 use super::streams::{FileReader, FileWriter};
 use super::{FsError, FsView};
@@ -53,16 +53,7 @@ fn datetime((seconds, nanoseconds): (u64, u32)) -> Datetime {
     }
 }
 
-fn stat(kind: Kind, attr: &Attr) -> DescriptorStat {
-    DescriptorStat {
-        type_: descriptor_type(kind),
-        link_count: attr.nlink,
-        size: attr.size,
-        data_access_timestamp: Some(datetime(attr.atime)),
-        data_modification_timestamp: Some(datetime(attr.mtime)),
-        status_change_timestamp: Some(datetime(attr.ctime)),
-    }
-}
+super::descriptor::stat_and_hash!(datetime);
 
 fn new_time(t: NewTimestamp) -> NewTime {
     match t {
@@ -359,11 +350,6 @@ impl HostDescriptor for FsView<'_> {
         self.table.delete(fd)?.close().await;
         Ok(())
     }
-}
-
-fn hash(loc: &Location, attr: &Attr) -> MetadataHashValue {
-    let (lower, upper) = metadata_hash(loc, attr);
-    MetadataHashValue { lower, upper }
 }
 
 impl types::HostDirectoryEntryStream for FsView<'_> {

@@ -185,9 +185,7 @@ impl P2Program {
         engine: &wasmtime::Engine,
         component: &wasmtime::component::Component,
     ) -> wasmtime::Result<Self> {
-        let mut linker = Linker::new(engine);
-        add_to_linker(&mut linker)?;
-        let pre = linker.instantiate_pre(component)?;
+        let pre = linked(engine, component, add_to_linker)?;
         Ok(P2Program {
             pre: wasmtime_wasi::p2::bindings::CommandPre::new(pre)?,
         })
@@ -203,6 +201,18 @@ impl P2Program {
         store.data().fs.close_all().await;
         exit_status(result)
     }
+}
+
+/// `component` linked by `add` (a WASI version's `add_to_linker`), ready to be
+/// instantiated per guest: what [`P2Program`] and [`crate::p3::P3Program`] share.
+pub(crate) fn linked(
+    engine: &wasmtime::Engine,
+    component: &wasmtime::component::Component,
+    add: fn(&mut Linker<WasiP2Ctx>) -> wasmtime::Result<()>,
+) -> wasmtime::Result<wasmtime::component::InstancePre<WasiP2Ctx>> {
+    let mut linker = Linker::new(engine);
+    add(&mut linker)?;
+    linker.instantiate_pre(component)
 }
 
 /// The exit status of a `wasi:cli/run` call: 0 for `ok`, 1 for `err`, or what the

@@ -16,7 +16,7 @@ use super::bindings::wasi::filesystem::types::{
 };
 use super::streams::{Listing, Reader, Writer};
 use super::FsError;
-use crate::p2::descriptor::{metadata_hash, NewTime, OpenAt};
+use crate::p2::descriptor::{NewTime, OpenAt};
 use crate::p2::{Descriptor, FsView, HasFs};
 
 type FsResult<T> = Result<T, FsError>;
@@ -104,16 +104,7 @@ fn instant((seconds, nanoseconds): (u64, u32)) -> Instant {
     }
 }
 
-fn stat(kind: Kind, attr: &Attr) -> DescriptorStat {
-    DescriptorStat {
-        type_: descriptor_type(kind),
-        link_count: attr.nlink,
-        size: attr.size,
-        data_access_timestamp: Some(instant(attr.atime)),
-        data_modification_timestamp: Some(instant(attr.mtime)),
-        status_change_timestamp: Some(instant(attr.ctime)),
-    }
-}
+crate::p2::descriptor::stat_and_hash!(instant);
 
 /// A time to set; 9P times start at 1970, so an earlier one is `overflow`.
 fn new_time(t: NewTimestamp) -> FsResult<NewTime> {
@@ -125,11 +116,6 @@ fn new_time(t: NewTimestamp) -> FsResult<NewTime> {
             Some(Some((seconds, u64::from(t.nanoseconds))))
         }
     })
-}
-
-fn hash(loc: &Location, attr: &Attr) -> MetadataHashValue {
-    let (lower, upper) = metadata_hash(loc, attr);
-    MetadataHashValue { lower, upper }
 }
 
 /// Descriptor flags of 0.3 and of 0.2, side by side (the same flags).

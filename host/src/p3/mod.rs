@@ -80,9 +80,7 @@ impl P3Program {
         engine: &wasmtime::Engine,
         component: &wasmtime::component::Component,
     ) -> wasmtime::Result<Self> {
-        let mut linker = Linker::new(engine);
-        add_to_linker(&mut linker)?;
-        let pre = linker.instantiate_pre(component)?;
+        let pre = crate::p2::linked(engine, component, add_to_linker)?;
         Ok(P3Program {
             pre: wasmtime_wasi::p3::bindings::CommandPre::new(pre)?,
         })
