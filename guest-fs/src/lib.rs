@@ -1,22 +1,32 @@
 //! # wasm9p-guest-fs: the filesystem every guest sees
 //!
 //! Role: the 9P2000.L client session ([`client`]), the Linux-v9fs-style caches
-//! (negative dentries with a TTL, symlink targets, attributes, pages) and the mount
-//! table with path resolution inside the guest namespace, over three backends: `ninep`
-//! (the client), `bind` (a host directory through cap-std) and `memory` (a tmpfs).
+//! (negative dentries with a TTL, symlink targets, attributes, listings, pages) and
+//! the mount table with path resolution inside the guest namespace ([`namespace`]),
+//! over the [`backend::Backend`] trait and its backends: `ninep` (a 9P mount through
+//! the client and the caches), `bind` (a host directory through cap-std, the
+//! baseline) and `memory` (an in-memory double for the unit tests; no mount type
+//! makes one).
 //!
 //! What it is not: a WASI implementation (that is `wasm9p-host`) or a server (that is
 //! `wasm9p-server`).
 //!
-//! Built: the client ([`client`]); per-mount options ([`mount_options`]); the mount
-//! cache ([`cache`]: dentries, negative dentries with `negtimeout`, symlink targets,
-//! attributes, directory listings and file pages, all under one `cache_size` byte
-//! bound, and the late-answer rule: an answer asked for before a change through the
-//! mount is never stored over it, `cache::changes`); the store on disk for `cache=fscache` ([`fscache`]: what later processes
-//! start warm with, confirmed with the server before use); the write-back coalescer
-//! ([`writeback`]); the [`backend::Backend`] trait with
-//! the `ninep`, `bind` and `memory` backends; and the [`namespace::Namespace`] with
-//! POSIX path resolution.
+//! The layers, lowest first, each using only those below it:
+//! - [`path`] (guest paths) and [`node`] (the values every layer passes: [`node::Kind`],
+//!   [`node::Attr`], [`node::Entry`], [`node::Node`]);
+//! - [`mount_options`]: a mount's options ([`mount_options::OPTION_KEYS`]) and the one
+//!   [`cache::Policy`] made of them;
+//! - [`client`]: sessions, fids, flights (pipelined requests), reconnecting;
+//! - [`cache`]: the mount cache, every kind of entry under one `cache_size` byte bound,
+//!   with the late-answer rule (an answer asked for before a change through the mount
+//!   is never stored over it, `cache::changes`), and inside it [`fscache`], the store
+//!   on disk for `cache=fscache` (what later processes start warm with, confirmed with
+//!   the server before use);
+//! - [`backend`]: the trait and the backends; the 9p one is a module of its own
+//!   (`backend::ninep`), one file per concern;
+//! - [`writeback`]: the buffer an open file's small writes gather in (used by the 9p
+//!   backend's open files);
+//! - [`namespace`]: mounts and POSIX path resolution.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
