@@ -22,10 +22,10 @@
 //!   is never stored over it, `cache::changes`), and inside it [`fscache`], the store
 //!   on disk for `cache=fscache` (what later processes start warm with, confirmed with
 //!   the server before use);
-//! - [`backend`]: the trait and the backends; the 9p one is a module of its own
-//!   (`backend::ninep`), one file per concern;
 //! - [`writeback`]: the buffer an open file's small writes gather in (used by the 9p
 //!   backend's open files);
+//! - [`backend`]: the trait and the backends; the 9p one is a module of its own
+//!   (`backend::ninep`), one file per concern;
 //! - [`namespace`]: mounts and POSIX path resolution.
 //!
 //! ```no_run
