@@ -9,9 +9,9 @@
 //! every time), `complete_dirs=K|off` (see [`crate::cache::MAX_COMPLETE`]),
 //! `pipeline=on|off` (flights, see [`NinepOptions::pipeline`]), `reconnect=on|off` (off
 //! by default: see [`crate::client::ClientConfig::reconnect`]), `cachetag=`,
-//! `fscache_dir=` and `fscache_size=` (with `cache=fscache`, see [`crate::fscache`]) and
-//! the flag `ro`. What a mount caches and how long it believes it comes out of them as
-//! one [`Policy`](crate::cache::Policy) ([`NinepOptions::policy`]).
+//! `fscache_dir=` and `fscache_size=` (with `cache=fscache`, see [`crate::fscache`])
+//! and the flag `ro`. What a mount caches and how long it believes it comes out of them as
+//! one [`Policy`](crate::cache::Policy) (`Policy::of`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -289,6 +289,22 @@ pub struct FscacheOptions {
 /// only 1 % of the build workload's cold RPCs more, BENCHMARKS.md §1c).
 pub const DEFAULT_COMPLETE_DIRS: u32 = 1;
 
+/// Default `fscache_size`: 1 GiB.
+pub const DEFAULT_FSCACHE_SIZE: u64 = 1 << 30;
+
+/// Where stores are kept unless `fscache_dir=` says: `$WASM9P_FSCACHE_DIR`, else
+/// `$XDG_CACHE_HOME/wasm9p/fscache`, else `$HOME/.cache/wasm9p/fscache`.
+pub fn default_dir() -> Option<std::path::PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(dir) = var("WASM9P_FSCACHE_DIR") {
+        return Some(dir.into());
+    }
+    if let Some(xdg) = var("XDG_CACHE_HOME") {
+        return Some(std::path::Path::new(&xdg).join("wasm9p/fscache"));
+    }
+    var("HOME").map(|home| std::path::Path::new(&home).join(".cache/wasm9p/fscache"))
+}
+
 /// Default `cache_size`: 256 MiB.
 pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
 
@@ -322,14 +338,6 @@ impl NinepOptions {
             }
             None => Trust::Forever,
         }
-    }
-
-    /// The mount's cache policy: its mode, [`NinepOptions::trust`], `symlink_cache`
-    /// and `nocto`, in the one value the cache and the backend both read.
-    pub fn policy(&self) -> crate::cache::Policy {
-        crate::cache::Policy::new(self.cache, self.trust())
-            .caching_symlinks(self.symlink_cache)
-            .nocto(self.nocto)
     }
 
     /// Parses `key=value` pairs (and the flag `ro`) in any order. `negtimeout` defaults
@@ -470,9 +478,9 @@ impl NinepOptions {
             opts.fscache = Some(FscacheOptions {
                 tag,
                 dir: store_dir
-                    .or_else(crate::fscache::default_dir)
+                    .or_else(default_dir)
                     .ok_or(OptionError::NoFscacheDir)?,
-                size: store_size.unwrap_or(crate::fscache::DEFAULT_FSCACHE_SIZE),
+                size: store_size.unwrap_or(DEFAULT_FSCACHE_SIZE),
             });
         } else if let Some(key) = [
             ("cachetag", tag.is_some()),
@@ -761,10 +769,7 @@ mod tests {
         assert_eq!(o.negtimeout, parse("cache=loose").unwrap().negtimeout);
         let o = parse("cache=fscache,fscache_dir=/c").unwrap();
         let store = o.fscache.unwrap();
-        assert_eq!(
-            (store.tag, store.size),
-            (None, crate::fscache::DEFAULT_FSCACHE_SIZE)
-        );
+        assert_eq!((store.tag, store.size), (None, DEFAULT_FSCACHE_SIZE));
         for refused in [
             "cache=loose,cachetag=x",
             "cache=loose,fscache_dir=/c",

@@ -168,6 +168,7 @@ pub struct Entry {
     pub kind: Kind,
     /// Its id.
     pub id: u64,
-    /// Pass this to [`Backend::readdir`](crate::backend::Backend::readdir) to continue after this entry.
+    /// Pass this to [`Backend::readdir`](crate::backend::Backend::readdir) to continue
+    /// after this entry.
     pub cookie: u64,
 }

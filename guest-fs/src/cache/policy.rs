@@ -1,17 +1,15 @@
 //! A mount's cache policy: what it caches, and how long it believes what it caches.
 //!
-//! One value, built once from the mount's options ([`NinepOptions::policy`]), kept
+//! One value, built once from the mount's options ([`Policy::of`]), kept
 //! by the mount's [`MountCache`](super::MountCache) and read from there by the cache
 //! (which answers are still believed, whether directory versions are recorded) and by
 //! the 9p backend (what to keep, when to check, when an open may skip the server)
 //! alike. Every question about revalidation is a method here, so it is answered in
 //! one place.
-//!
-//! [`NinepOptions::policy`]: crate::mount_options::NinepOptions::policy
 
 use std::time::Duration;
 
-use crate::mount_options::{CacheMode, Trust};
+use crate::mount_options::{CacheMode, NinepOptions, Trust};
 
 /// What a mount caches and how long it believes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +29,14 @@ impl Default for Policy {
 }
 
 impl Policy {
+    /// The policy of a mount with these options: its mode, its
+    /// [`trust`](NinepOptions::trust), `symlink_cache` and `nocto`.
+    pub fn of(options: &NinepOptions) -> Policy {
+        Policy::new(options.cache, options.trust())
+            .caching_symlinks(options.symlink_cache)
+            .nocto(options.nocto)
+    }
+
     /// The policy of `mode` believing what it caches for `trust`, with symlink targets
     /// cached (where metadata is) and opens close-to-open.
     pub fn new(mode: CacheMode, trust: Trust) -> Policy {
@@ -141,5 +147,26 @@ mod tests {
         assert!(!none.metadata() && !none.pages() && !none.symlinks());
         let no_links = Policy::default().caching_symlinks(false);
         assert!(no_links.metadata() && !no_links.symlinks());
+    }
+
+    #[test]
+    fn a_mounts_policy_is_made_of_its_options() {
+        let parse = |text: &str| {
+            let pairs = text.split(',').map(|kv| match kv.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (kv, None),
+            });
+            Policy::of(&NinepOptions::parse(pairs).unwrap())
+        };
+        assert_eq!(parse("cache=loose"), Policy::default());
+        let window = Duration::from_millis(250);
+        assert_eq!(
+            parse("cache=loose,revalidate=250,nocto,symlink_cache=off"),
+            Policy::new(CacheMode::LOOSE_MODE, Trust::For(window))
+                .nocto(true)
+                .caching_symlinks(false)
+        );
+        let every_use = parse("cache=0x3");
+        assert!(every_use.checks() && !every_use.believes_between_uses());
     }
 }

@@ -82,21 +82,8 @@ pub use records::{DirRecord, FileRecord, LinkRecord, Records};
 /// use costs it at most about 60 ms.
 pub const MAX_AHEAD: usize = 2048;
 
-/// Default `fscache_size`: 1 GiB.
-pub const DEFAULT_FSCACHE_SIZE: u64 = 1 << 30;
-
-/// Where stores are kept unless `fscache_dir=` says: `$WASM9P_FSCACHE_DIR`, else
-/// `$XDG_CACHE_HOME/wasm9p/fscache`, else `$HOME/.cache/wasm9p/fscache`.
-pub fn default_dir() -> Option<PathBuf> {
-    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-    if let Some(dir) = var("WASM9P_FSCACHE_DIR") {
-        return Some(dir.into());
-    }
-    if let Some(xdg) = var("XDG_CACHE_HOME") {
-        return Some(Path::new(&xdg).join("wasm9p/fscache"));
-    }
-    var("HOME").map(|home| Path::new(&home).join(".cache/wasm9p/fscache"))
-}
+/// The options' defaults, kept with the options (they sit below the store).
+pub use crate::mount_options::{default_dir, DEFAULT_FSCACHE_SIZE};
 
 /// The directory name of the store for `tag`: readable, and unique by a hash.
 fn store_name(tag: &str) -> String {
