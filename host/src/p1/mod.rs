@@ -16,6 +16,7 @@
 
 mod errno;
 mod fds;
+mod poll;
 mod support;
 mod wasi;
 
