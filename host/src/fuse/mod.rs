@@ -21,13 +21,14 @@
 //! - Symlinks are resolved by the kernel, as with any filesystem: a relative target
 //!   stays inside the mount, an absolute one means the host's root.
 
+mod convert;
 mod inodes;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use fuser::{
@@ -39,6 +40,7 @@ use wasm9p_guest_fs::backend::{Attr, Kind, OpenFile, OpenFlags, SetAttr, Special
 use wasm9p_guest_fs::namespace::{Location, Namespace};
 use wasm9p_proto::Errno;
 
+use convert::{file_type, fuse_errno, fuse_rdev, identity, name_str, set_time, time};
 use inodes::Inodes;
 
 /// How long the kernel may keep an entry or attributes: not at all (see the module
@@ -54,60 +56,6 @@ const WORKERS: usize = 4;
 /// write through another (fsx found it); the kernel still maps files (shared mappings
 /// where it supports FUSE_DIRECT_IO_ALLOW_MMAP, private ones always).
 const FILE_OPEN: FopenFlags = FopenFlags::FOPEN_DIRECT_IO;
-
-fn fuse_errno(e: Errno) -> FuseErrno {
-    FuseErrno::from_i32(e.0 as i32)
-}
-
-fn file_type(kind: Kind, attr: &Attr) -> FileType {
-    // A special file's kind is in its attributes (a 9p qid calls it a file).
-    match (attr.special, kind) {
-        (Some(Special::Fifo), _) => FileType::NamedPipe,
-        (Some(Special::Socket), _) => FileType::Socket,
-        (Some(Special::CharDevice), _) => FileType::CharDevice,
-        (Some(Special::BlockDevice), _) => FileType::BlockDevice,
-        (None, Kind::Dir) => FileType::Directory,
-        (None, Kind::File) => FileType::RegularFile,
-        (None, Kind::Symlink) => FileType::Symlink,
-        (None, Kind::Other) => FileType::NamedPipe,
-    }
-}
-
-/// Which file `at` is, for [`Inodes`]: only files that can have hard links (not a
-/// directory, nor the namespace's own directories) are known by identity; a directory's
-/// id follows its one path.
-fn identity(at: &Location) -> Option<inodes::Identity> {
-    if at.node.kind == Kind::Dir {
-        return None;
-    }
-    at.mount.map(|mount| (mount, at.node.id))
-}
-
-/// A `dev_t` as FUSE's 32-bit rdev (Linux's new encoding: the low byte of the minor,
-/// the major above it, the minor's other bits above that).
-fn fuse_rdev(dev: u64) -> u32 {
-    let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
-    (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
-}
-
-fn time((sec, nsec): (u64, u32)) -> SystemTime {
-    UNIX_EPOCH + Duration::new(sec, nsec)
-}
-
-fn set_time(t: Option<TimeOrNow>) -> Option<Option<(u64, u64)>> {
-    t.map(|t| match t {
-        TimeOrNow::Now => None,
-        TimeOrNow::SpecificTime(at) => {
-            let d = at.duration_since(UNIX_EPOCH).unwrap_or_default();
-            Some((d.as_secs(), u64::from(d.subsec_nanos())))
-        }
-    })
-}
-
-fn name_str(name: &OsStr) -> Result<&str, Errno> {
-    // 9P names are UTF-8 strings; others cannot be asked for.
-    name.to_str().ok_or(Errno::EINVAL)
-}
 
 /// An open directory: a snapshot of its entries taken at opendir (`.` and `..` first).
 struct DirHandle {
