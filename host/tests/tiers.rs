@@ -433,14 +433,7 @@ fn two_first_runs_at_once_share_one_baseline_compile() {
         let (printed, said) = run.finish();
         assert_eq!(printed, expected, "{said}");
     }
-    let tiers: Vec<serde_json::Value> = stats_files
-        .iter()
-        .map(|s| stats(s)["tier"].clone())
-        .collect();
-    let compiled = tiers
-        .iter()
-        .filter(|t| t["baseline_compile_ms"].as_u64().is_some())
-        .count();
+    let (tiers, compiled) = baseline_compiles(&stats_files);
     assert_eq!(compiled, 1, "one compile: {tiers:?}");
     assert!(
         tiers
@@ -461,14 +454,7 @@ fn two_first_runs_at_once_share_one_baseline_compile() {
         let (printed, said) = run.finish();
         assert_eq!(printed, expected, "{said}");
     }
-    let tiers: Vec<serde_json::Value> = stats_files
-        .iter()
-        .map(|s| stats(s)["tier"].clone())
-        .collect();
-    let compiled = tiers
-        .iter()
-        .filter(|t| t["baseline_compile_ms"].as_u64().is_some())
-        .count();
+    let (tiers, compiled) = baseline_compiles(&stats_files);
     assert_eq!(compiled, 1, "one baseline compile: {tiers:?}");
 }
 
@@ -488,4 +474,18 @@ fn a_run_waiting_for_a_compiler_that_died_compiles_the_code_itself() {
     assert!(tier["baseline_compile_ms"].as_u64().is_some(), "{tier}");
     assert!(tier["waited_for_compile_ms"].as_u64().is_some(), "{tier}");
     assert_eq!(artifacts(&cache).len(), 1);
+}
+
+/// The `tier` records of these `--stats` files, and how many of them compiled the
+/// baseline code.
+fn baseline_compiles(stats_files: &[PathBuf]) -> (Vec<serde_json::Value>, usize) {
+    let tiers: Vec<serde_json::Value> = stats_files
+        .iter()
+        .map(|s| stats(s)["tier"].clone())
+        .collect();
+    let compiled = tiers
+        .iter()
+        .filter(|t| t["baseline_compile_ms"].as_u64().is_some())
+        .count();
+    (tiers, compiled)
 }

@@ -25,6 +25,16 @@ pub enum Lookup {
     },
 }
 
+impl Lookup {
+    /// The qid, if the name is known to exist and believed now.
+    pub fn found(self) -> Option<Qid> {
+        match self {
+            Lookup::Found(q) => Some(q),
+            _ => None,
+        }
+    }
+}
+
 impl MountCache {
     /// What is known about `name` in directory `dir` (by qid path).
     pub fn lookup(&self, dir: u64, name: &str) -> Lookup {

@@ -221,6 +221,29 @@ impl NamespaceFs {
     }
 }
 
+impl NamespaceFs {
+    /// Makes `name` in `parent` by `make`, gives it to the caller (see
+    /// [`NamespaceFs::give_to`]) and replies with its entry: what mknod, mkdir and
+    /// symlink share.
+    fn make(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        reply: ReplyEntry,
+        make: impl AsyncFnOnce(&str) -> Result<(), Errno>,
+    ) {
+        let path = self.child(parent, name).and_then(|path| {
+            self.rt.block_on(async {
+                make(&path).await?;
+                self.give_to(req, &path, false).await?;
+                Ok(path)
+            })
+        });
+        self.entry(path, reply);
+    }
+}
+
 fn empty(reply: ReplyEmpty, result: Result<(), Errno>) {
     match result {
         Ok(()) => reply.ok(),
@@ -360,22 +383,22 @@ impl Filesystem for NamespaceFs {
         // major/minor read as they read a 64-bit dev_t (for majors below 4096 and
         // minors below 2^20, all Linux gives FUSE).
         let perm = mode & !umask & 0o7777;
-        let path = self.child(parent, name).and_then(|path| {
-            self.rt.block_on(async {
-                match Special::from_mode(mode) {
-                    None if mode & libc::S_IFMT == libc::S_IFREG => {
-                        self.ns.create(&path, perm, true).await?;
-                    }
-                    Some(special) => {
-                        self.ns.mknod(&path, special, perm, u64::from(rdev)).await?;
-                    }
-                    None => return Err(Errno::EINVAL),
+        self.make(
+            req,
+            parent,
+            name,
+            reply,
+            async |path| match Special::from_mode(mode) {
+                None if mode & libc::S_IFMT == libc::S_IFREG => {
+                    self.ns.create(path, perm, true).await.map(drop)
                 }
-                self.give_to(req, &path, false).await?;
-                Ok(path)
-            })
-        });
-        self.entry(path, reply);
+                Some(special) => {
+                    let rdev = u64::from(rdev);
+                    self.ns.mknod(path, special, perm, rdev).await.map(drop)
+                }
+                None => Err(Errno::EINVAL),
+            },
+        );
     }
 
     fn mkdir(
@@ -387,14 +410,9 @@ impl Filesystem for NamespaceFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let path = self.child(parent, name).and_then(|path| {
-            self.rt.block_on(async {
-                self.ns.mkdir(&path, mode & !umask & 0o7777).await?;
-                self.give_to(req, &path, false).await?;
-                Ok(path)
-            })
+        self.make(req, parent, name, reply, async |path| {
+            self.ns.mkdir(path, mode & !umask & 0o7777).await.map(drop)
         });
-        self.entry(path, reply);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -413,15 +431,10 @@ impl Filesystem for NamespaceFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let path = self.child(parent, link_name).and_then(|path| {
+        self.make(req, parent, link_name, reply, async |path| {
             let target = target.to_str().ok_or(Errno::EINVAL)?;
-            self.rt.block_on(async {
-                self.ns.symlink(target, &path).await?;
-                self.give_to(req, &path, false).await?;
-                Ok(path)
-            })
+            self.ns.symlink(target, path).await.map(drop)
         });
-        self.entry(path, reply);
     }
 
     fn rename(

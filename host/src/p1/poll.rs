@@ -12,19 +12,17 @@ use super::WasiP1Ctx;
 
 impl WasiP1Ctx {
     /// Waits for the first of `subs` to be ready (at most until the earliest clock)
-    /// and writes an event for each that is into `events`; their count.
+    /// and writes an event for each that is into `events` (as long as `subs`); their
+    /// count.
     pub(super) fn poll(
         &mut self,
         memory: &mut GuestMemory<'_>,
-        subs: GuestPtr<types::Subscription>,
-        events: GuestPtr<types::Event>,
-        nsubscriptions: types::Size,
+        subs: GuestPtr<[types::Subscription]>,
+        events: GuestPtr<[types::Event]>,
     ) -> Result<types::Size, Error> {
-        if nsubscriptions == 0 {
+        if subs.len() == 0 {
             return Err(Errno::Inval.into());
         }
-        let subs = subs.as_array(nsubscriptions);
-        let events = events.as_array(nsubscriptions);
         let started = std::time::Instant::now();
         let mut ready = Vec::new();
         // Each clock subscription as (how long from now, userdata).

@@ -690,7 +690,11 @@ impl super::wasi_snapshot_preview1::WasiSnapshotPreview1 for WasiP1Ctx {
         events: GuestPtr<types::Event>,
         nsubscriptions: types::Size,
     ) -> Result<types::Size, Error> {
-        self.poll(memory, subs, events, nsubscriptions)
+        let (subs, events) = (
+            subs.as_array(nsubscriptions),
+            events.as_array(nsubscriptions),
+        );
+        self.poll(memory, subs, events)
     }
 
     fn proc_exit(

@@ -79,10 +79,7 @@ impl NinepFs {
             let _ = self.lookup_remote(dir, name).await;
         }
         let fid = self.walk(&parts(dir)?.path).await?;
-        let gone = match self.cache.peek_lookup(dir.id, name) {
-            Lookup::Found(q) => Some(q),
-            _ => None,
-        };
+        let gone = self.cache.peek_lookup(dir.id, name).found();
         let result = fid
             .unlinkat(name, if dir_only { AT_REMOVEDIR } else { 0 })
             .await;
@@ -113,11 +110,7 @@ impl NinepFs {
         let a = self.walk(&parts(from_dir)?.path).await?;
         let b = self.walk(&parts(to_dir)?.path).await?;
         // What moves, if the cache knows: the listings then follow the move.
-        let found = |dir: &Node, name: &str| match self.cache.peek_lookup(dir.id, name) {
-            Lookup::Found(q) => Some(q),
-            _ => None,
-        };
-        let moved = found(from_dir, from);
+        let moved = self.cache.peek_lookup(from_dir.id, from).found();
         // The target as the cache knows it: its qid, or known missing (`Some(None)`).
         let target = match self.cache.peek_lookup(to_dir.id, to) {
             Lookup::Found(q) => Some(Some(q)),
