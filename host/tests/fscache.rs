@@ -110,12 +110,7 @@ fn servers() -> Vec<(&'static str, tempfile::TempDir, Server)> {
 }
 
 fn wasm9p() -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.env(
-        "WASM9P_CACHE_DIR",
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join("module-cache"),
-    );
-    cmd
+    wasm9p_tests::wasm9p_command(BIN, env!("CARGO_TARGET_TMPDIR"))
 }
 
 struct Run {

@@ -11,12 +11,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
 /// The binary, with compiled modules cached in this crate's target tmpdir (not the
 /// user's cache).
 fn wasm9p() -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.env(
-        "WASM9P_CACHE_DIR",
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join("module-cache"),
-    );
-    cmd
+    wasm9p_tests::wasm9p_command(BIN, env!("CARGO_TARGET_TMPDIR"))
 }
 
 fn guest() -> PathBuf {

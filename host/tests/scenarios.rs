@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Child;
 
 use wasm9p_tests::{compile_c_guest, componentize, served_addr, spawn_serve};
 
@@ -106,12 +106,8 @@ fn run(guest: &Path, variant: Variant, seed: Seed) -> (String, String) {
             mounts
         }
     };
-    let mut cmd = Command::new(BIN);
-    cmd.env(
-        "WASM9P_CACHE_DIR",
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join("module-cache"),
-    )
-    .arg("run");
+    let mut cmd = wasm9p_tests::wasm9p_command(BIN, env!("CARGO_TARGET_TMPDIR"));
+    cmd.arg("run");
     for m in &mounts {
         cmd.arg("--mount").arg(m);
     }

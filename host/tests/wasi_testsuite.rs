@@ -27,7 +27,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -290,12 +290,8 @@ fn run_case(
     server: Option<&str>,
 ) -> Option<String> {
     let work = tempfile::tempdir_in(base).unwrap();
-    let mut cmd = Command::new(BIN);
-    cmd.env(
-        "WASM9P_CACHE_DIR",
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join("module-cache"),
-    )
-    .arg("run");
+    let mut cmd = wasm9p_tests::wasm9p_command(BIN, env!("CARGO_TARGET_TMPDIR"));
+    cmd.arg("run");
     match &case.root {
         Some(root) => {
             let copy = work.path().join("root");

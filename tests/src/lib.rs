@@ -35,3 +35,15 @@ pub use server::TestServer;
 
 /// Upper bound on anything a test waits for.
 pub const TEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// A command for the `wasm9p` binary at `bin` with the module cache the host's tests
+/// share (`module-cache` in the test crate's `CARGO_TARGET_TMPDIR`, given as
+/// `target_tmpdir`), so that a guest is compiled once per run of the suite.
+pub fn wasm9p_command(bin: &str, target_tmpdir: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin);
+    cmd.env(
+        "WASM9P_CACHE_DIR",
+        std::path::Path::new(target_tmpdir).join("module-cache"),
+    );
+    cmd
+}

@@ -96,11 +96,7 @@ fn mount_args(mounts: Mounts, project: &Path, out: &Path) -> Vec<String> {
 }
 
 fn wasm9p(args: &[String]) -> Output {
-    Command::new(BIN)
-        .env(
-            "WASM9P_CACHE_DIR",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("module-cache"),
-        )
+    wasm9p_tests::wasm9p_command(BIN, env!("CARGO_TARGET_TMPDIR"))
         .args(args)
         .output()
         .unwrap()

@@ -29,11 +29,7 @@ fn a_server_killed_and_restarted_mid_build_loses_nothing_with_reconnect_on() {
         args.push(format!("--stats={}", stats.display()));
         args.extend(["--module".into(), clang_wasm().module.display().to_string()]);
         args.push(commands.display().to_string());
-        Command::new(BIN)
-            .env(
-                "WASM9P_CACHE_DIR",
-                Path::new(env!("CARGO_TARGET_TMPDIR")).join("module-cache"),
-            )
+        wasm9p_tests::wasm9p_command(BIN, env!("CARGO_TARGET_TMPDIR"))
             .args(args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

@@ -27,11 +27,7 @@ fn guest(name: &str) -> PathBuf {
 }
 
 fn wasm9p(args: &[String]) -> Output {
-    Command::new(BIN)
-        .env(
-            "WASM9P_CACHE_DIR",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("module-cache"),
-        )
+    wasm9p_tests::wasm9p_command(BIN, env!("CARGO_TARGET_TMPDIR"))
         .args(args)
         .output()
         .unwrap()
