@@ -58,7 +58,7 @@ use wasm9p_proto::{Errno, Qid, Rgetattr};
 use super::{Backend, BoxFuture, OpenFile, OpenFlags, SetAttr};
 use crate::cache::{CacheStats, Lookup, MountCache, Policy};
 use crate::client::{Fid, ReconnectStats, Session};
-use crate::mount_options::{CacheMode, NinepOptions};
+use crate::mount_options::NinepOptions;
 use crate::node::{Attr, Entry, Kind, Node, Special, StatFs};
 use crate::path::SharedPath;
 use coalesce::Coalesced;
@@ -180,8 +180,8 @@ impl NinepFs {
             session.without_flights();
         }
         let root = session.attach(aname).await?;
-        let cache = MountCache::new(options.cache_size, options.negtimeout)
-            .with_policy(Policy::of(options));
+        let policy = Policy::of(options);
+        let cache = MountCache::new(options.cache_size, options.negtimeout).with_policy(policy);
         let cache = store::with_store(cache, store::open_store(options, aname));
         cache.dir_seen(root.qid.path, root.qid.version, cache.asking());
         Ok(NinepFs {
@@ -190,9 +190,7 @@ impl NinepFs {
             failed_walks: AtomicU64::new(0),
             lookups: Coalesced::default(),
             dir_checks: Coalesced::default(),
-            complete_after: options
-                .complete_dirs
-                .filter(|_| options.cache.has(CacheMode::META)),
+            complete_after: options.complete_dirs.filter(|_| policy.metadata()),
             dir_misses: Default::default(),
             listings: Coalesced::default(),
             store_loads: Coalesced::default(),
