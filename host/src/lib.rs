@@ -25,9 +25,11 @@
 //! those are `wasm9p-proto` and `wasm9p-server`.
 
 pub mod cli;
+pub mod engine;
 pub mod fuse;
 pub mod huge_alloc;
 pub mod interrupt;
+pub mod limits;
 pub mod module_cache;
 pub mod mounts;
 pub mod p1;

@@ -147,7 +147,14 @@ fn two_first_calls_at_once_start_one_daemon_that_later_calls_reuse() {
 #[test]
 fn an_idle_daemon_stops_and_a_killed_one_s_socket_is_replaced() {
     let project = Project::new();
-    assert!(started(&project.compile("a.c", "a.o", "2s")));
+    let first = project.compile("a.c", "a.o", "2s");
+    assert!(started(&first));
+    // The starting call says the idle time the daemon was given.
+    assert!(
+        text(&first.stderr).contains("it stops after 2 s without a client"),
+        "{}",
+        text(&first.stderr)
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     while !project.sockets().is_empty() {
         assert!(Instant::now() < deadline, "still there: {}", project.log());

@@ -489,6 +489,51 @@ fn a_clang_compile_on_the_farm_makes_the_object_wasm9p_cc_makes_and_fetches_only
 }
 
 #[test]
+fn the_memory_limit_is_known_by_the_engine_not_by_what_the_guest_prints() {
+    const RESOURCE_EXHAUSTED: i32 = 8;
+    let farm = Farm::get();
+    let pool = "limits-typed";
+    let _worker = Worker::start(
+        farm,
+        pool,
+        &[
+            "--jobs",
+            "1",
+            "--memory-limit",
+            "64M",
+            "--max-output",
+            "100000",
+        ],
+    );
+    let client = Client::new(farm);
+    let root = Root::default().file("tool.wasm", guest(), true).make();
+    client.upload(root.blobs.clone());
+    let run = |args: &[&str]| {
+        let action = client.action(root.digest, args, &[], pool, None);
+        client.execute(action, |_| {})
+    };
+    // wasmtime's own words for a memory grown past a limit, printed by a guest that
+    // is nowhere near it: the action completes with the guest's exit code.
+    let words = "forcing trap when growing memory to 1 bytes; \
+                 forcing a memory growth failure to be a trap";
+    let said = run(&["tool.wasm", "say", words, "3"]);
+    assert_eq!(code(&said), 0, "{}", message(&said));
+    let result = said.result.as_ref().unwrap();
+    assert_eq!(result.exit_code, 3);
+    let stderr = client.blob(result.stderr_digest.as_ref().unwrap());
+    assert!(String::from_utf8_lossy(&stderr).contains(words));
+    // A guest past the limit after filling its stderr past what the worker keeps
+    // (nothing it or the worker writes after that is kept): still RESOURCE_EXHAUSTED.
+    let flooded = run(&["tool.wasm", "flood", "200000", "128"]);
+    assert_eq!(code(&flooded), RESOURCE_EXHAUSTED, "{}", message(&flooded));
+    assert!(
+        message(&flooded).contains("--memory-limit of 67108864 bytes"),
+        "{}",
+        message(&flooded)
+    );
+}
+
+#[test]
 fn a_guest_past_the_memory_limit_fails_resource_exhausted_and_writes_past_the_output_bound_fail() {
     const RESOURCE_EXHAUSTED: i32 = 8;
     let farm = Farm::get();

@@ -37,6 +37,11 @@ pub use frame::{encode_frame, encode_frame_head, frame_size, Frame, FrameDecoder
 pub use messages::*;
 pub use wire::{Data, Qid, TrailingU32, Wire};
 
+/// A boxed future that can cross threads: what the object-safe async traits of the
+/// crates above answer with (a server's `NodeFs`, the client's `Backend`, the farm's
+/// fetches). Defined here, their lowest common crate, once.
+pub type BoxFuture<'a, T> = core::pin::Pin<Box<dyn core::future::Future<Output = T> + Send + 'a>>;
+
 /// Why a message body could not be decoded. The frame around it was fine, so the
 /// connection goes on; the request gets an error reply.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -52,5 +52,4 @@ pub mod proto {
     }
 }
 
-/// A boxed future, as the store's fetchers answer.
-pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+pub use wasm9p_proto::BoxFuture;

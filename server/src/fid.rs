@@ -15,7 +15,7 @@ use cap_std::fs::Dir;
 use wasm9p_proto::{DirEntry, Errno, Qid};
 
 use crate::export::Export;
-use crate::MAX_FIDS_PER_CONNECTION;
+use crate::shared::MAX_FIDS_PER_CONNECTION;
 
 /// Where a fid points.
 #[derive(Clone, Debug)]

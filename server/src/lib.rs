@@ -49,6 +49,8 @@
 //! ```
 
 pub mod access;
+mod connection;
+mod errors;
 mod export;
 mod fid;
 mod io_thread;
@@ -58,6 +60,7 @@ mod rates;
 mod scheduler;
 pub mod security;
 mod session;
+mod shared;
 mod stat;
 mod tenants;
 
@@ -72,13 +75,9 @@ pub use access::{AccessRule, PeerMatch};
 pub use export::{Export, ExportConfig};
 pub use rates::RateCap;
 pub use security::SecurityModel;
+use shared::Shared;
+pub use shared::{MAX_FIDS_PER_CONNECTION, MAX_INFLIGHT_PER_CONNECTION};
 pub use tenants::PeerLimits;
-
-/// Most fids one connection may hold at once; the next attach or walk gets EMFILE.
-/// Each fid may pin a directory handle, so this also bounds file descriptors.
-pub const MAX_FIDS_PER_CONNECTION: usize = 16 * 1024;
-/// Most requests one connection may have in flight; further frames wait to be read.
-pub const MAX_INFLIGHT_PER_CONNECTION: usize = 256;
 
 /// What to serve and how.
 #[derive(Clone, Debug)]
@@ -118,99 +117,6 @@ pub const DEFAULT_MAX_TENANT_THREADS: usize = 1024;
 #[derive(Clone, Debug)]
 pub struct Server {
     shared: Arc<Shared>,
-}
-
-#[derive(Debug)]
-struct Shared {
-    exports: Vec<Arc<Export>>,
-    msize: u32,
-    /// Per export (in the order of `exports`), the peers that may attach it; `None`:
-    /// no rules, everyone may. Replaced whole by [`Server::set_rules`].
-    access: std::sync::RwLock<Arc<Option<Vec<Vec<PeerMatch>>>>>,
-    /// Bumped at every [`Server::set_rules`]: sessions then check the fids they hold.
-    rules_generation: std::sync::atomic::AtomicU64,
-    /// Each peer identity's shared bounds, for connections made while access rules
-    /// are in force.
-    tenants: tenants::Tenants,
-    /// Refusals already logged, by peer and export (bounded: once full, refusals are
-    /// logged only at debug level).
-    refused: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
-    /// Per export (in the order of `exports`), its byte-rate cap's bucket; empty when
-    /// no export is capped, so that uncapped reads look nothing up.
-    rates: Vec<Option<Arc<rates::Bucket>>>,
-}
-
-/// Most refusals remembered for logging once.
-const MAX_REFUSALS_LOGGED: usize = 4096;
-
-impl Shared {
-    /// The byte-rate cap's bucket of the export `export` is (or is inside), if capped.
-    fn bucket(&self, export: &Export) -> Option<&Arc<rates::Bucket>> {
-        let i = self.exports.iter().position(|e| export.within(e))?;
-        self.rates.get(i)?.as_ref()
-    }
-
-    /// Whether any export has a byte-rate cap.
-    fn capped(&self) -> bool {
-        !self.rates.is_empty()
-    }
-
-    /// Whether `peer` may attach `export` (one of `exports`, or a directory inside it
-    /// given by its parent); a refusal is logged once per peer and export.
-    fn may_attach(&self, export: &Export, peer: &Peer) -> bool {
-        let allowed = self.allowed(export, peer);
-        if !allowed {
-            let key = (peer.name.clone(), export.name.clone());
-            let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
-            if refused.len() < MAX_REFUSALS_LOGGED && refused.insert(key) {
-                tracing::warn!(
-                    "{}: may not attach {} ({}): refused",
-                    peer.name,
-                    export.name,
-                    export.path.display()
-                );
-            } else {
-                tracing::debug!("{}: may not attach {}: refused", peer.name, export.name);
-            }
-        }
-        allowed
-    }
-
-    /// Whether the rules now let `peer` use `export` (or a directory inside it).
-    fn allowed(&self, export: &Export, peer: &Peer) -> bool {
-        let access = self
-            .access
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let Some(access) = access.as_ref() else {
-            return true;
-        };
-        self.exports
-            .iter()
-            .zip(access)
-            .find(|(e, _)| export.within(e))
-            .is_some_and(|(_, peers)| peers.iter().any(|p| p.matches(peer)))
-    }
-
-    /// The tenant a new connection of `peer` joins (none without rules, or for a peer
-    /// known by nothing); `Err` when that tenant has all the connections it may.
-    fn join(&self, peer: &Peer) -> Result<Option<tenants::Membership>, tenants::Full> {
-        let rules = self
-            .access
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some();
-        match rules {
-            true => self.tenants.join(peer),
-            false => Ok(None),
-        }
-    }
-
-    fn rules_generation(&self) -> u64 {
-        self.rules_generation
-            .load(std::sync::atomic::Ordering::Acquire)
-    }
 }
 
 impl Server {

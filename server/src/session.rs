@@ -13,9 +13,8 @@
 //! learns from `ORDERED_XATTR` and pipelines on (a Tlopen behind the Twalk that binds
 //! its fid).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, WriteHalf};
@@ -28,40 +27,9 @@ use wasm9p_proto::{
     Rlerror, Rversion,
 };
 
-use crate::fid::FidTable;
+use crate::connection::Connection;
+use crate::shared::{Shared, MAX_INFLIGHT_PER_CONNECTION};
 use crate::tenants::Membership;
-use crate::{Shared, MAX_INFLIGHT_PER_CONNECTION};
-
-/// Per-connection state shared by the request tasks.
-#[derive(Debug)]
-pub(crate) struct Session {
-    pub shared: Arc<Shared>,
-    /// Who is at the other end (what attach rules decide by).
-    pub peer: Peer,
-    pub fids: FidTable,
-    pub msize: AtomicU32,
-    /// Bytes of xattr values announced and not yet set (see `XattrReservation`).
-    pub xattr_pending: Arc<std::sync::atomic::AtomicUsize>,
-    versioned: AtomicBool,
-    inflight: Mutex<HashMap<u16, watch::Receiver<bool>>>,
-    /// The access rules' generation this session's fids were last checked against.
-    rules_seen: std::sync::atomic::AtomicU64,
-    /// The peer's tenant, where access rules make peers tenants: its data requests run
-    /// in its turn on the data threads (`crate::scheduler`).
-    tenant: Option<Arc<crate::tenants::Tenant>>,
-}
-
-impl Session {
-    /// If the access rules changed since this session last looked, releases the fids
-    /// of exports the peer may no longer use.
-    fn follow_rules(&self) {
-        let now = self.shared.rules_generation();
-        if self.rules_seen.swap(now, Ordering::AcqRel) != now {
-            self.fids
-                .revoke(|fid| self.shared.allowed(&fid.export, &self.peer));
-        }
-    }
-}
 
 /// A request's places in flight: its connection's, and its tenant's when it has one.
 pub(crate) struct Permit {
@@ -116,17 +84,7 @@ pub(crate) async fn run(
     let (tx, rx) = mpsc::unbounded_channel();
     let writer_task = tokio::spawn(write_loop(writer.clone(), rx));
     let mut inline = BytesMut::with_capacity(64 * 1024);
-    let session = Arc::new(Session {
-        msize: AtomicU32::new(shared.msize),
-        shared: shared.clone(),
-        peer: who,
-        fids: FidTable::counted(tenant.clone()),
-        xattr_pending: Arc::default(),
-        versioned: AtomicBool::new(false),
-        inflight: Mutex::new(HashMap::new()),
-        rules_seen: std::sync::atomic::AtomicU64::new(shared.rules_generation()),
-        tenant: tenant.clone(),
-    });
+    let session = Arc::new(Connection::new(shared.clone(), who, tenant.clone()));
     let permits = Arc::new(Semaphore::new(MAX_INFLIGHT_PER_CONNECTION));
     let mut decoder = FrameDecoder::new(shared.msize);
     let mut buf = BytesMut::with_capacity(64 * 1024);
@@ -195,7 +153,7 @@ pub(crate) async fn run(
 }
 
 fn handle_frame(
-    session: &Arc<Session>,
+    session: &Arc<Connection>,
     decoder: &mut FrameDecoder,
     out: &mut Outbox<'_>,
     frame: Frame,
@@ -307,7 +265,7 @@ fn handle_frame(
 
 /// How long a read or write must wait for its export's byte-rate cap (`None`: its
 /// export has none, or it moves no bytes).
-fn rate_wait(session: &Session, msg: &Message) -> Option<std::time::Duration> {
+fn rate_wait(session: &Connection, msg: &Message) -> Option<std::time::Duration> {
     if !session.shared.capped() {
         return None;
     }
@@ -329,16 +287,6 @@ fn runs_inline(msg: &Message) -> bool {
         msg,
         Message::Tread(_) | Message::Twrite(_) | Message::Tfsync(_) | Message::Treaddir(_)
     )
-}
-
-impl Session {
-    fn inflight_lock(&self) -> std::sync::MutexGuard<'_, HashMap<u16, watch::Receiver<bool>>> {
-        self.inflight.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn msize(&self) -> u32 {
-        self.msize.load(Ordering::Relaxed)
-    }
 }
 
 fn send(tx: &ReplySender, tag: u16, msg: Message, permit: Permit) {

@@ -16,16 +16,12 @@ pub mod bind;
 pub mod memory;
 pub mod ninep;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use wasm9p_proto::Errno;
 
-/// A boxed future, as backends return them (the trait must be object-safe: one
-/// namespace mixes backends).
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use wasm9p_proto::BoxFuture;
 
 pub use crate::client::SetAttr;
 pub use crate::node::{Attr, Entry, Kind, Node, Special, StatFs};

@@ -7,8 +7,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::engines::{guest_engines, parse_tier, report_progress};
+use super::engines::{parse_tier, report_progress, setup_failed};
 use super::{fail, say, EXIT_USAGE};
+use crate::engine::guest_engines;
 use crate::module_cache::{ModuleCache, Tier, TierChoice};
 
 /// `wasm9p compile`.
@@ -55,7 +56,7 @@ pub fn compile(args: CompileArgs) -> ExitCode {
         true => {
             crate::plugin::engines().map_err(|e| fail(1, &format!("cannot make the engines: {e}")))
         }
-        false => guest_engines(args.interruptible),
+        false => guest_engines(args.interruptible).map_err(setup_failed),
     };
     let engines = match engines {
         Ok(engines) => engines,
@@ -66,7 +67,7 @@ pub fn compile(args: CompileArgs) -> ExitCode {
         TierChoice::Baseline => &[Tier::Baseline],
         TierChoice::Optimized => &[Tier::Optimized],
     };
-    let progress = report_progress(&cache);
+    let progress = report_progress(cache.clone());
     let mut failed = false;
     for module in &args.modules {
         for &tier in tiers {

@@ -11,51 +11,18 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use super::engines::parse_tier;
-use super::tiered::{plugin_compile, tier_from_env, OnTier, Runner, TieredProgram};
-use super::{fail, first_line, parse_env, say, EXIT_USAGE};
+use super::engines::{engine_for, parse_tier, setup_failed, tier_from_env};
+use super::{fail, parse_env, say, EXIT_USAGE};
+use crate::engine::{Guest, GuestEngine, Outcome, Stdio};
 use crate::module_cache::{ModuleCache, TierChoice};
 use crate::mounts::{MountSpec, MountTable, MountTableBuilder};
-use crate::p1::{Input, Output, WasiP1Ctx};
-use crate::p2::{MountGrant, RuntimeMountRecord, WasiP2Ctx, WasiP2Fs};
-use crate::plugin::PluginCompile;
+use crate::p2::MountGrant;
 use wasm9p_guest_fs::mount_options::OptionKey;
-
-/// Where one guest's stdio goes.
-#[derive(Clone)]
-pub(super) enum Stdio {
-    /// The host's own.
-    Inherit,
-    /// Captured (stdout and stderr kept, stdin empty).
-    Capture,
-    /// Somewhere else (a `wasm9p daemon`'s client), and the guest stopped when the
-    /// flag is set.
-    Given {
-        stdin: Input,
-        stdout: Output,
-        stderr: Output,
-        cancel: Arc<std::sync::atomic::AtomicBool>,
-    },
-}
-
-/// Where one guest runs, when not on the host's own namespace in wasi-libc's `/`.
-#[derive(Clone, Default)]
-pub(super) struct Place<'a> {
-    /// Its namespace (`None`: the host's mounts).
-    pub(super) namespace: Option<Arc<wasm9p_guest_fs::namespace::Namespace>>,
-    /// Its working directory, a guest path (preview1 guests only).
-    pub(super) working_dir: Option<&'a str>,
-    /// The most bytes each of its memories may take (preview1 guests only).
-    pub(super) memory_limit: Option<usize>,
-}
-
-/// Most bytes of one guest's stdout or stderr kept when captured.
-const MAX_CAPTURE: usize = 16 << 20;
 
 /// `--mount`'s help, its 9p options from the one table the parser uses.
 fn mount_help() -> String {
@@ -187,252 +154,35 @@ pub struct BatchArgs {
     pub commands: PathBuf,
 }
 
-/// Everything the guests of one invocation share.
-///
-/// Fields drop in order: the mounts (and their 9p sessions) go before the runtime that
-/// runs the embedded servers, so that no session sees its server vanish first and
-/// reports a lost connection at exit.
-pub(super) struct Host {
-    mounts: MountTable,
-    program: TieredProgram,
-    grants: Vec<MountGrant>,
-    /// How plugins guests mount at run time are compiled and kept.
-    plugins: PluginCompile,
-    /// The mounts guests made at run time, as they went (for `--stats`).
-    runtime_mounts: RuntimeMountRecord,
-    started: Instant,
-    runtime: tokio::runtime::Runtime,
-}
-
-impl Host {
-    /// Mounts and module, or the exit code of a setup failure (already reported).
-    pub(super) fn prepare(args: &GuestArgs, path: &Path) -> Result<Host, ExitCode> {
-        let started = Instant::now();
-        let cache = tier_from_env(match (&args.module_cache, args.no_module_cache) {
+impl GuestArgs {
+    /// The engine these arguments ask for, running the program at `path`, or the
+    /// exit code of a setup failure (already reported).
+    pub(crate) fn engine(&self, path: &Path) -> Result<GuestEngine, ExitCode> {
+        let cache = tier_from_env(match (&self.module_cache, self.no_module_cache) {
             (_, true) => ModuleCache::disabled(),
             (Some(dir), false) => ModuleCache::at(dir),
             (None, false) => ModuleCache::user_default(),
         })?;
-        let plugins = plugin_compile(cache.clone(), args.tier);
-        let table = args
-            .namespace
-            .table()?
-            .module_cache(cache.clone())
-            .plugin_tier(plugins.tier, plugins.upgrade_in.clone());
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
+        engine_for(path, cache)
+            .mounts(self.namespace.table()?)
+            .tier(self.tier)
+            .interruptible(self.interruptible)
+            .allow_mounts(self.allow_mount.clone())
             .build()
-            .map_err(|e| fail(1, &format!("cannot start the runtime: {e}")))?;
-        let mounts = runtime
-            .block_on(table.build())
-            .map_err(|e| fail(EXIT_USAGE, &e.to_string()))?;
-        for mounted in mounts.mounted() {
-            if let Some(plugin) = &mounted.plugin {
-                if plugin.handed_off() {
-                    say(&format!(
-                        "plugin at {}: on the baseline tier for this run; its optimized code \
-                         is being compiled in the background for later runs",
-                        mounted.spec.target
-                    ));
-                }
-            }
-        }
-        // Components run as futures on the mounts' runtime, core modules on plain
-        // threads; both on the engine of the tier they were compiled by.
-        let program = TieredProgram::load(
-            &cache,
-            path,
-            args.tier,
-            args.interruptible,
-            !args.allow_mount.is_empty(),
-        )?;
-        Ok(Host {
-            runtime,
-            mounts,
-            program,
-            grants: args.allow_mount.clone(),
-            plugins,
-            runtime_mounts: Default::default(),
-            started,
-        })
-    }
-
-    /// Runs one guest to its end, in the working directory `working_dir` (a guest
-    /// path; preview1 guests only; `None`: wasi-libc's `/`): its exit status (or trap),
-    /// and what it printed when captured.
-    pub(super) fn run_guest_in(
-        &self,
-        argv: Vec<String>,
-        env: &[(String, String)],
-        stdio: Stdio,
-        working_dir: Option<&str>,
-    ) -> (wasmtime::Result<i32>, Vec<u8>, Vec<u8>) {
-        let place = Place {
-            working_dir,
-            ..Place::default()
-        };
-        self.run_guest_at(argv, env, stdio, &place)
-    }
-
-    /// As [`Host::run_guest_in`], where `place` says.
-    pub(super) fn run_guest_at(
-        &self,
-        argv: Vec<String>,
-        env: &[(String, String)],
-        stdio: Stdio,
-        place: &Place,
-    ) -> (wasmtime::Result<i32>, Vec<u8>, Vec<u8>) {
-        let program = self.program.next();
-        self.run_program(&program, argv, env, stdio, place)
-    }
-
-    /// The runtime the mounts (and guests' blocking calls) run on.
-    pub(super) fn runtime(&self) -> &tokio::runtime::Runtime {
-        &self.runtime
-    }
-
-    /// Runs one guest of `program` (the tier it starts on, from
-    /// [`TieredProgram::next`]), as [`Host::run_guest_at`] does.
-    fn run_program(
-        &self,
-        program: &OnTier,
-        argv: Vec<String>,
-        env: &[(String, String)],
-        stdio: Stdio,
-        place: &Place,
-    ) -> (wasmtime::Result<i32>, Vec<u8>, Vec<u8>) {
-        let ns = place
-            .namespace
-            .clone()
-            .unwrap_or_else(|| self.mounts.namespace().clone());
-        match &program.runner {
-            Runner::P1(program) => {
-                let mut ctx = WasiP1Ctx::builder(ns, self.runtime.handle().clone()).args(argv);
-                if let Some(dir) = place.working_dir {
-                    ctx = ctx.working_dir(dir);
-                }
-                if let Some(bytes) = place.memory_limit {
-                    ctx = ctx.memory_limit(bytes);
-                }
-                for (k, v) in env {
-                    ctx = ctx.env(k, v);
-                }
-                match stdio {
-                    Stdio::Inherit => return (program.run(ctx.build()), Vec::new(), Vec::new()),
-                    Stdio::Given {
-                        stdin,
-                        stdout,
-                        stderr,
-                        cancel,
-                    } => {
-                        let ctx = ctx
-                            .stdin(stdin)
-                            .stdout(stdout)
-                            .stderr(stderr)
-                            .cancel(cancel)
-                            .build();
-                        return (program.run(ctx), Vec::new(), Vec::new());
-                    }
-                    Stdio::Capture => {}
-                }
-                let (out, err) = (Arc::default(), Arc::default());
-                let ctx = ctx
-                    .stdin(Input::Empty)
-                    .stdout(Output::Capture(Arc::clone(&out)))
-                    .stderr(Output::Capture(Arc::clone(&err)))
-                    .build();
-                let result = program.run(ctx);
-                let take = |b: &Mutex<Vec<u8>>| {
-                    std::mem::take(&mut *b.lock().unwrap_or_else(|e| e.into_inner()))
-                };
-                (result, take(&out), take(&err))
-            }
-            Runner::Component(program) => {
-                use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-                let mut wasi = wasmtime_wasi::WasiCtx::builder();
-                wasi.args(&argv).envs(env);
-                let (out, err) = (
-                    MemoryOutputPipe::new(MAX_CAPTURE),
-                    MemoryOutputPipe::new(MAX_CAPTURE),
-                );
-                // Given stdio is captured, and handed over when the component ends
-                // (a daemon's clients run clang.wasm, a core module, which streams).
-                match stdio {
-                    Stdio::Inherit => wasi.inherit_stdio(),
-                    Stdio::Capture | Stdio::Given { .. } => {
-                        wasi.stdout(out.clone()).stderr(err.clone())
-                    }
-                };
-                let result = self.runtime.block_on(async {
-                    let mut fs = WasiP2Fs::new(ns).await;
-                    fs.allow_mounts(self.grants.clone(), self.plugins.clone())
-                        .await;
-                    if !self.grants.is_empty() {
-                        fs.record_runtime_mounts(self.runtime_mounts.clone(), argv.join(" "));
-                    }
-                    let ctx = WasiP2Ctx {
-                        wasi: wasi.build(),
-                        table: Default::default(),
-                        fs,
-                    };
-                    program.run(ctx).await
-                });
-                let (out, err) = (out.contents().to_vec(), err.contents().to_vec());
-                if let Stdio::Given {
-                    stdout: Output::Stream(to_out),
-                    stderr: Output::Stream(to_err),
-                    ..
-                } = &stdio
-                {
-                    let _ = (to_out.0)(&out);
-                    let _ = (to_err.0)(&err);
-                }
-                (result, out, err)
-            }
-        }
-    }
-
-    /// Whether guests are preview1 modules (not components).
-    pub(super) fn runs_modules(&self) -> bool {
-        self.program.runs_modules()
-    }
-
-    /// Waits for what the program still has to store (see [`TieredProgram::finish`]).
-    pub(super) fn finish(&self) {
-        self.program.finish();
-    }
-
-    /// The `--stats` JSON as of now; with `--allow-mount`, `runtime_mounts` lists the
-    /// mounts guests made, as they went.
-    pub(super) fn stats_now(&self, guests: u64) -> serde_json::Value {
-        let wall_ms = self.started.elapsed().as_millis() as u64;
-        let mut stats = self.mounts.stats_json(guests, wall_ms);
-        stats["tier"] = self.program.stats_json();
-        if !self.grants.is_empty() {
-            let made = self
-                .runtime_mounts
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            stats["runtime_mounts"] = made.clone().into();
-        }
-        stats
+            .map_err(setup_failed)
     }
 }
 
-/// Runs one guest: its exit code, or 1 after a one-line report of its trap.
-pub(super) fn exit_code(result: wasmtime::Result<i32>) -> (u8, Option<String>) {
-    match result {
-        Ok(code) => (code.clamp(0, 255) as u8, None),
-        // The outermost message is often only "error while executing at wasm
-        // backtrace:"; the cause (the trap's kind, a host error) is what tells.
-        Err(e) => {
-            // WASM9P_TRAP_DETAIL=1: the whole error with the guest's wasm backtrace.
-            if std::env::var_os("WASM9P_TRAP_DETAIL").is_some() {
-                say(&format!("{e:?}"));
-            }
-            (1, Some(first_line(&e.root_cause().to_string()).to_string()))
+/// A guest's exit code as the commands give it, and the one line that says why it
+/// did not exit, if it did not (`WASM9P_TRAP_DETAIL=1` prints a trap whole, with the
+/// guest's wasm backtrace).
+pub(super) fn exit_code(outcome: &Outcome) -> (u8, Option<String>) {
+    if let Outcome::Trapped(e) = outcome {
+        if std::env::var_os("WASM9P_TRAP_DETAIL").is_some() {
+            say(&format!("{e:?}"));
         }
     }
+    (outcome.exit_code(), outcome.reason())
 }
 
 /// One COMMANDS line.
@@ -479,7 +229,7 @@ pub fn batch(args: BatchArgs) -> ExitCode {
             )
         }
     };
-    let host = match Host::prepare(&args.guest, &args.module) {
+    let host = match args.guest.engine(&args.module) {
         Ok(host) => host,
         Err(code) => return code,
     };
@@ -529,14 +279,14 @@ pub fn batch(args: BatchArgs) -> ExitCode {
     }
     snapshot["passes"] = serde_json::Value::Array(pass_stats);
     args.guest.namespace.report_stats(snapshot);
-    host.program.finish();
+    host.finish();
     ExitCode::from(u8::from(failed > 0))
 }
 
 /// Runs every job once, up to `workers` at once: how many did not exit 0, and the
 /// tier each job's guest ran on (by job).
 fn run_pass(
-    host: &Host,
+    host: &GuestEngine,
     jobs: &[Job],
     workers: usize,
     env: &[(String, String)],
@@ -608,7 +358,7 @@ fn counters_added(now: &serde_json::Value, before: &serde_json::Value) -> serde_
 }
 
 /// How one batch guest ended, with what it printed.
-struct Outcome {
+struct Ended {
     code: u8,
     trap: Option<String>,
     stdout: Vec<u8>,
@@ -620,28 +370,21 @@ struct Outcome {
 
 /// Runs one batch guest with its output captured (printed whole when it ends, so the
 /// output of guests running at once never interleaves) and an empty stdin.
-fn run_captured(host: &Host, job: &Job, env: &[(String, String)]) -> Outcome {
+fn run_captured(host: &GuestEngine, job: &Job, env: &[(String, String)]) -> Ended {
     let started = Instant::now();
-    let program = host.program.next();
-    let (result, stdout, stderr) = host.run_program(
-        &program,
-        job.argv.clone(),
-        env,
-        Stdio::Capture,
-        &Place::default(),
-    );
-    let (code, trap) = exit_code(result);
-    Outcome {
+    let finished = host.run(Guest::new(job.argv.clone()).env(env).stdio(Stdio::Capture));
+    let (code, trap) = exit_code(&finished.outcome);
+    Ended {
         code,
         trap,
-        stdout,
-        stderr,
+        stdout: finished.stdout,
+        stderr: finished.stderr,
         took: started.elapsed(),
-        tier: program.tier,
+        tier: finished.tier,
     }
 }
 
-impl Outcome {
+impl Ended {
     /// The guest's output, then one summary line on stderr:
     /// `batch [done/total] line N: exit C in T s: argv...`.
     fn print(&self, job: &Job, done: usize, total: usize) {

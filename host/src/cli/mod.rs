@@ -20,7 +20,6 @@ mod engines;
 mod guests;
 mod mount;
 mod run;
-mod tiered;
 mod worker;
 
 pub use cache::{cache, CacheAction, CacheArgs, StoreChoice};
@@ -209,10 +208,6 @@ fn parse_msize(s: &str) -> Result<u32, String> {
         return Err(format!("msize must be between {MIN_MSIZE} and {MAX_MSIZE}"));
     }
     Ok(n)
-}
-
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or(text)
 }
 
 /// Runs `wasm9p serve` until SIGINT or SIGTERM.

@@ -33,12 +33,12 @@ pub struct MountArgs {
 pub fn mount(args: MountArgs) -> ExitCode {
     let started = Instant::now();
     // Plugin mounts keep their compiled code where guests' goes by default.
-    let cache = match super::tiered::tier_from_env(crate::module_cache::ModuleCache::user_default())
+    let cache = match super::engines::tier_from_env(crate::module_cache::ModuleCache::user_default())
     {
         Ok(cache) => cache,
         Err(code) => return code,
     };
-    let plugins = super::tiered::plugin_compile(cache, Default::default());
+    let plugins = super::engines::plugin_compile(cache, Default::default());
     let table = match args.namespace.table() {
         Ok(table) => table
             .module_cache(plugins.cache)

@@ -16,8 +16,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::guests::{exit_code, GuestArgs, Host, Stdio};
+use super::guests::{exit_code, GuestArgs};
 use super::{fail, say, EXIT_USAGE};
+use crate::engine::Guest;
 
 /// `wasm9p run`.
 #[derive(Debug, Args)]
@@ -93,7 +94,7 @@ pub fn run(mut args: RunArgs) -> ExitCode {
         }
         args.guest.namespace.mounts.insert(0, in_root.mount());
     }
-    let host = match Host::prepare(&args.guest, &args.module) {
+    let host = match args.guest.engine(&args.module) {
         Ok(host) => host,
         Err(code) => return code,
     };
@@ -122,8 +123,8 @@ pub fn run(mut args: RunArgs) -> ExitCode {
         }
     }
     let working_dir = in_root.as_ref().map(|r| r.cwd.as_str());
-    let (result, _, _) = host.run_guest_in(argv, &env, Stdio::Inherit, working_dir);
-    let (code, trap) = exit_code(result);
+    let finished = host.run(Guest::new(argv).env(&env).working_dir(working_dir));
+    let (code, trap) = exit_code(&finished.outcome);
     if let Some(trap) = trap {
         say(&format!("guest trapped: {trap}"));
     }

@@ -114,7 +114,7 @@ pub struct WasiP1Ctx {
     /// Set from outside to stop the guest (see [`WasiP1CtxBuilder::cancel`]).
     pub(crate) cancel: Option<Arc<AtomicBool>>,
     /// Bounds on the guest's memories (see [`WasiP1CtxBuilder::memory_limit`]).
-    pub(crate) limits: wasmtime::StoreLimits,
+    pub(crate) limits: crate::limits::MemoryLimiter,
 }
 
 impl WasiP1Ctx {
@@ -168,7 +168,7 @@ impl WasiP1Ctx {
             stderr: Output::Inherit,
             started: std::time::Instant::now(),
             cancel: None,
-            limits: wasmtime::StoreLimits::default(),
+            limits: crate::limits::MemoryLimiter::default(),
         }
     }
 
@@ -215,12 +215,7 @@ impl WasiP1Ctx {
     }
 
     fn with_memory_limit(mut self, bytes: Option<usize>) -> Self {
-        if let Some(bytes) = bytes {
-            self.limits = wasmtime::StoreLimitsBuilder::new()
-                .memory_size(bytes)
-                .trap_on_grow_failure(true)
-                .build();
-        }
+        self.limits = crate::limits::MemoryLimiter::of(bytes);
         self
     }
 
@@ -263,8 +258,8 @@ pub struct WasiP1CtxBuilder {
 
 impl WasiP1CtxBuilder {
     /// Bounds each of the guest's memories to `bytes`: a `memory.grow` past it traps
-    /// (with wasmtime's "forcing a memory growth failure to be a trap"), rather than
-    /// the guest seeing -1 and taking the host's memory in smaller steps.
+    /// with [`crate::limits::MemoryLimitReached`], rather than the guest seeing -1 and
+    /// taking the host's memory in smaller steps.
     pub fn memory_limit(mut self, bytes: usize) -> Self {
         self.memory_limit = Some(bytes);
         self

@@ -153,6 +153,8 @@ pub struct WasiP2Ctx {
     pub table: ResourceTable,
     /// The filesystem.
     pub fs: WasiP2Fs,
+    /// Bounds on the component's memories (default: none of ours).
+    pub limits: crate::limits::MemoryLimiter,
 }
 
 impl WasiView for WasiP2Ctx {
@@ -195,6 +197,7 @@ impl P2Program {
     /// for `err`, or what it gave `exit`).
     pub async fn run(&self, ctx: WasiP2Ctx) -> wasmtime::Result<i32> {
         let mut store = wasmtime::Store::new(self.pre.engine(), ctx);
+        store.limiter(|ctx| &mut ctx.limits);
         crate::interrupt::never(&mut store);
         let command = self.pre.instantiate_async(&mut store).await?;
         let result = command.wasi_cli_run().call_run(&mut store).await;

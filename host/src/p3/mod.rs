@@ -26,6 +26,7 @@
 //! [`exports_p3_run`] tells one apart from a 0.2 command.
 
 mod bindings;
+mod codes;
 mod filesystem;
 mod streams;
 
@@ -91,6 +92,7 @@ impl P3Program {
     /// `exit`).
     pub async fn run(&self, ctx: WasiP2Ctx) -> wasmtime::Result<i32> {
         let mut store = wasmtime::Store::new(self.pre.engine(), ctx);
+        store.limiter(|ctx| &mut ctx.limits);
         crate::interrupt::never(&mut store);
         let command = self.pre.instantiate_async(&mut store).await?;
         let result = store

@@ -24,7 +24,7 @@ use wasmtime::component::{
 use wasmtime::StoreContextMut;
 
 use super::bindings::wasi::filesystem::types::{DirectoryEntry, ErrorCode};
-use super::filesystem::{descriptor_type, error_code};
+use super::codes::{descriptor_type, error_code};
 use crate::p2::Descriptor;
 
 /// Most bytes one read asks the file for.

@@ -6,6 +6,8 @@
  *   spin               computes for ever without a WASI call
  *   alloc MIB          touches MIB MiB of memory, prints "allocated"
  *   exit CODE          prints to stderr and exits CODE
+ *   say TEXT CODE      prints TEXT to stderr and exits CODE
+ *   flood BYTES MIB    prints BYTES bytes to stderr, then touches MIB MiB of memory
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +58,17 @@ int main(int argc, char **argv) {
         volatile unsigned long n = 0;
         for (;;)
             n++;
+    }
+    if (!strcmp(mode, "say") && argc == 4) {
+        fprintf(stderr, "%s\n", argv[2]);
+        return atoi(argv[3]);
+    }
+    if (!strcmp(mode, "flood") && argc == 4) {
+        for (long n = atol(argv[2]); n > 0; n -= 64)
+            fputs("flooding stderr so that nothing after it is kept ................\n", stderr);
+        argv[2] = argv[3];
+        mode = "alloc";
+        argc = 3;
     }
     if (!strcmp(mode, "alloc") && argc == 3) {
         size_t mib = (size_t)atoi(argv[2]);

@@ -25,7 +25,6 @@ mod inspect;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
-use std::hash::{Hash, Hasher};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -135,16 +134,33 @@ impl std::fmt::Debug for ActionFs {
     }
 }
 
-/// The number of the tree node at `path`.
+/// The number of the tree node at `path`: the first eight bytes of a SHA-256 of the
+/// path and of what the node is. A stable hash, unlike `DefaultHasher`, whose output
+/// Rust does not promise to keep: the same tree gets the same numbers in every worker
+/// process and release, so qids a client kept stay right.
 fn tree_id(node: &TreeNode, path: &str) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    path.hash(&mut h);
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    h.update((path.len() as u64).to_le_bytes());
+    h.update(path.as_bytes());
     match node {
-        TreeNode::Dir { digest, .. } => (0u8, digest).hash(&mut h),
-        TreeNode::File { digest, executable } => (1u8, digest, executable).hash(&mut h),
-        TreeNode::Symlink { target } => (2u8, target).hash(&mut h),
+        TreeNode::Dir { digest, .. } => {
+            h.update([0]);
+            h.update(digest.hex());
+            h.update(digest.size().to_le_bytes());
+        }
+        TreeNode::File { digest, executable } => {
+            h.update([1, u8::from(*executable)]);
+            h.update(digest.hex());
+            h.update(digest.size().to_le_bytes());
+        }
+        TreeNode::Symlink { target } => {
+            h.update([2]);
+            h.update(target.as_bytes());
+        }
     }
-    h.finish() & !MADE
+    let sum = h.finalize();
+    u64::from_le_bytes(sum[..8].try_into().expect("eight bytes")) & !MADE
 }
 
 fn errno_of(e: &FetchError) -> Errno {

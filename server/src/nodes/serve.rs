@@ -14,14 +14,11 @@ use std::sync::{Arc, Mutex};
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
-use wasm9p_proto::consts::{getattr, open, qid as qt, AT_REMOVEDIR, VERSION_9P2000_L};
+use wasm9p_proto::consts::{getattr, open, qid as qt, AT_REMOVEDIR, MAX_MSIZE, VERSION_9P2000_L};
 use wasm9p_proto::transport::BoxStream;
 use wasm9p_proto::*;
 
-use super::{Attr, Dirent, Kind, New, NodeFs};
-
-/// Largest msize granted.
-const MAX_MSIZE: u32 = 1 << 20;
+use super::fs::{Attr, Dirent, Kind, New, NodeFs};
 
 /// One fid: the node, how the walk got there, and whether it is open.
 #[derive(Clone, Debug)]
@@ -168,9 +165,9 @@ fn dirent_type(kind: Kind) -> u8 {
     }
 }
 
-/// A name a client gave for an entry: one path component (see `crate::ops::check_name`).
+/// A name a client gave for an entry: one path component (see `crate::ops::names::check_name`).
 fn check_name(name: &str) -> Result<String, Errno> {
-    crate::ops::check_name(name)?;
+    crate::ops::names::check_name(name)?;
     Ok(name.to_owned())
 }
 
@@ -486,5 +483,13 @@ impl Conn {
             }
             _ => return Err(Errno::EOPNOTSUPP),
         })
+    }
+}
+
+/// Serves `fs` to every client of `listener` (a Unix socket, vsock, a hybrid vsock
+/// socket, tcp), each connection in a task of its own, until the listener fails.
+pub async fn serve_on(fs: Arc<dyn NodeFs>, listener: wasm9p_proto::transport::Listener) {
+    while let Ok((stream, _peer)) = listener.accept().await {
+        tokio::spawn(serve(fs.clone(), stream));
     }
 }

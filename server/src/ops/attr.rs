@@ -7,13 +7,15 @@ use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps, UTIME_NOW, UTIME_O
 use wasm9p_proto::consts::{mode as m, setattr as valid};
 use wasm9p_proto::{Errno, Message, Rsetattr, Rstatfs, Tgetattr, Tsetattr, Tstatfs};
 
-use super::{ioerr, stat_node, stat_open, sys, writable};
+use super::names::writable;
+use super::seen::{stat_node, stat_open};
+use crate::connection::Connection;
+use crate::errors::{ioerr, sys};
 use crate::fid::{Fid, Node, Open};
 use crate::security::{self, Mapped};
-use crate::session::Session;
 use crate::stat;
 
-pub(super) fn getattr(s: &Session, t: Tgetattr) -> Result<Message, Errno> {
+pub(super) fn getattr(s: &Connection, t: Tgetattr) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     // An open file is asked through its descriptor: it may have been unlinked since.
     let export = &fid.export;
@@ -46,7 +48,7 @@ fn timespec(set: bool, now: bool, sec: u64, nsec: u64) -> Timespec {
     }
 }
 
-pub(super) fn setattr(s: &Session, t: Tsetattr) -> Result<Message, Errno> {
+pub(super) fn setattr(s: &Connection, t: Tsetattr) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     writable(&fid)?;
     let node = fid.node();
@@ -181,7 +183,7 @@ fn truncate(fid: &Fid, size: u64) -> Result<(), Errno> {
     rustix::fs::ftruncate(&fd, size).map_err(sys)
 }
 
-pub(super) fn statfs(s: &Session, t: Tstatfs) -> Result<Message, Errno> {
+pub(super) fn statfs(s: &Connection, t: Tstatfs) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     let node = fid.node();
     let dir = if fid.qid.is_dir() {

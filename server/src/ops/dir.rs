@@ -9,13 +9,15 @@ use wasm9p_proto::{
     Treaddir,
 };
 
-use super::{check_name_in, qid_in, sys, writable};
+use super::names::{check_name_in, writable};
+use super::seen::qid_in;
+use crate::connection::Connection;
+use crate::errors::sys;
 use crate::fid::{Fid, Open};
 use crate::security::{self, Mapped};
-use crate::session::Session;
 use crate::stat;
 
-pub(super) fn readdir(s: &Session, t: Treaddir) -> Result<Message, Errno> {
+pub(super) fn readdir(s: &Connection, t: Treaddir) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     let listing = {
         let mut open = fid.open_state();
@@ -127,7 +129,7 @@ fn list(fid: &Fid, fd: &std::os::fd::OwnedFd) -> Result<Vec<DirEntry>, Errno> {
     Ok(entries)
 }
 
-pub(super) fn mkdir(s: &Session, t: Tmkdir) -> Result<Message, Errno> {
+pub(super) fn mkdir(s: &Connection, t: Tmkdir) -> Result<Message, Errno> {
     let fid = s.fids.get(t.dfid)?;
     writable(&fid)?;
     check_name_in(&fid.export, &t.name)?;
@@ -155,7 +157,7 @@ pub(super) fn mkdir(s: &Session, t: Tmkdir) -> Result<Message, Errno> {
     Ok(Rmkdir { qid }.into())
 }
 
-pub(super) fn mknod(s: &Session, t: Tmknod) -> Result<Message, Errno> {
+pub(super) fn mknod(s: &Connection, t: Tmknod) -> Result<Message, Errno> {
     let fid = s.fids.get(t.dfid)?;
     writable(&fid)?;
     check_name_in(&fid.export, &t.name)?;

@@ -12,10 +12,12 @@ use wasm9p_proto::{
     Twrite,
 };
 
-use super::{check_name_in, child, ioerr, stat_in, stat_node, stat_open, sys, writable};
+use super::names::{check_name_in, child, writable};
+use super::seen::{stat_in, stat_node, stat_open};
+use crate::connection::Connection;
+use crate::errors::{ioerr, sys};
 use crate::fid::{Fid, Open};
 use crate::security::{self, Mapped};
-use crate::session::Session;
 use crate::stat;
 
 /// 9P2000.L open flags (Linux generic values) we pass on, and their host equivalents.
@@ -50,11 +52,11 @@ fn wants_write(flags: u32) -> bool {
 }
 
 /// The iounit we announce: a whole msize minus the I/O header.
-fn iounit(s: &Session) -> u32 {
+fn iounit(s: &Connection) -> u32 {
     s.msize() - IOHDRSZ
 }
 
-pub(super) fn lopen(s: &Session, t: Tlopen) -> Result<Message, Errno> {
+pub(super) fn lopen(s: &Connection, t: Tlopen) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     if !matches!(*fid.open_state(), Open::None) {
         return Err(Errno::EINVAL);
@@ -112,7 +114,7 @@ pub(super) fn lopen(s: &Session, t: Tlopen) -> Result<Message, Errno> {
     .into())
 }
 
-pub(super) fn lcreate(s: &Session, t: Tlcreate) -> Result<Message, Errno> {
+pub(super) fn lcreate(s: &Connection, t: Tlcreate) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     writable(&fid)?;
     check_name_in(&fid.export, &t.name)?;
@@ -188,7 +190,7 @@ fn opened_type_is(fd: &impl AsFd, ft: FileType) -> Result<bool, Errno> {
     Ok(FileType::from_raw_mode(st.st_mode) == ft)
 }
 
-pub(super) fn read(s: &Session, t: Tread) -> Result<Message, Errno> {
+pub(super) fn read(s: &Connection, t: Tread) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     let count = t.count.min(s.msize() - IOHDRSZ) as usize;
     let data = match &*fid.open_state() {
@@ -217,7 +219,7 @@ pub(super) fn read(s: &Session, t: Tread) -> Result<Message, Errno> {
     .into())
 }
 
-pub(super) fn write(s: &Session, t: Twrite) -> Result<Message, Errno> {
+pub(super) fn write(s: &Connection, t: Twrite) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     let mut open = fid.open_state();
     match &mut *open {
@@ -242,7 +244,7 @@ pub(super) fn write(s: &Session, t: Twrite) -> Result<Message, Errno> {
     }
 }
 
-pub(super) fn fsync(s: &Session, t: Tfsync) -> Result<Message, Errno> {
+pub(super) fn fsync(s: &Connection, t: Tfsync) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     match &*fid.open_state() {
         Open::File(file) if t.datasync.0 != 0 => file.sync_data().map_err(ioerr)?,

@@ -4,15 +4,17 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use wasm9p_proto::consts::mode as m;
 use wasm9p_proto::{Errno, Message, Rlink, Rreadlink, Rsymlink, Tlink, Treadlink, Tsymlink};
 
-use super::{check_name_in, qid_in, stat_node, sys, writable};
+use super::names::{check_name_in, writable};
+use super::seen::{qid_in, stat_node};
+use crate::connection::Connection;
+use crate::errors::sys;
 use crate::fid::Node;
 use crate::security::{self, Mapped};
-use crate::session::Session;
 
 /// Longest symlink target accepted (Linux PATH_MAX - 1).
 const TARGET_MAX: usize = 4095;
 
-pub(super) fn symlink(s: &Session, t: Tsymlink) -> Result<Message, Errno> {
+pub(super) fn symlink(s: &Connection, t: Tsymlink) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     writable(&fid)?;
     check_name_in(&fid.export, &t.name)?;
@@ -47,7 +49,7 @@ pub(super) fn symlink(s: &Session, t: Tsymlink) -> Result<Message, Errno> {
     Ok(Rsymlink { qid }.into())
 }
 
-pub(super) fn readlink(s: &Session, t: Treadlink) -> Result<Message, Errno> {
+pub(super) fn readlink(s: &Connection, t: Treadlink) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     let node = fid.node();
     let target = if fid.export.mapped() && stored_as_file(&fid.export, &node)? {
@@ -93,7 +95,7 @@ fn mapped_target(node: &Node) -> Result<Vec<u8>, Errno> {
     Ok(target)
 }
 
-pub(super) fn link(s: &Session, t: Tlink) -> Result<Message, Errno> {
+pub(super) fn link(s: &Connection, t: Tlink) -> Result<Message, Errno> {
     let dfid = s.fids.get(t.dfid)?;
     let fid = s.fids.get(t.fid)?;
     writable(&dfid)?;

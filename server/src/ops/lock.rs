@@ -12,8 +12,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use wasm9p_proto::consts::lock as l;
 use wasm9p_proto::{Errno, Message, Rgetlock, Rlock, Tgetlock, Tlock};
 
+use crate::connection::Connection;
 use crate::fid::Open;
-use crate::session::Session;
 
 fn lock_type(ty: u8) -> Result<libc::c_short, Errno> {
     match ty {
@@ -48,14 +48,14 @@ fn fcntl_lock(fd: RawFd, cmd: libc::c_int, lock: &mut libc::flock) -> Result<(),
     }
 }
 
-fn open_file(s: &Session, fid: u32) -> Result<std::sync::Arc<std::fs::File>, Errno> {
+fn open_file(s: &Connection, fid: u32) -> Result<std::sync::Arc<std::fs::File>, Errno> {
     match &*s.fids.get(fid)?.open_state() {
         Open::File(file) => Ok(file.clone()),
         _ => Err(Errno::EBADF),
     }
 }
 
-pub(super) fn lock(s: &Session, t: Tlock) -> Result<Message, Errno> {
+pub(super) fn lock(s: &Connection, t: Tlock) -> Result<Message, Errno> {
     let file = open_file(s, t.fid)?;
     let mut lock = flock(lock_type(t.ty)?, t.start, t.length)?;
     let status = match fcntl_lock(file.as_raw_fd(), libc::F_OFD_SETLK, &mut lock) {
@@ -66,7 +66,7 @@ pub(super) fn lock(s: &Session, t: Tlock) -> Result<Message, Errno> {
     Ok(Rlock { status }.into())
 }
 
-pub(super) fn getlock(s: &Session, t: Tgetlock) -> Result<Message, Errno> {
+pub(super) fn getlock(s: &Connection, t: Tgetlock) -> Result<Message, Errno> {
     let file = open_file(s, t.fid)?;
     let mut lock = flock(lock_type(t.ty)?, t.start, t.length)?;
     fcntl_lock(file.as_raw_fd(), libc::F_OFD_GETLK, &mut lock)?;

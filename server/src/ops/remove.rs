@@ -8,12 +8,13 @@ use wasm9p_proto::{
     Errno, Message, Rremove, Rrename, Rrenameat, Runlinkat, Tremove, Trename, Trenameat, Tunlinkat,
 };
 
-use super::{check_name_in, child, sys, writable};
+use super::names::{check_name_in, child, writable};
+use crate::connection::Connection;
+use crate::errors::sys;
 use crate::export::Export;
 use crate::security::files;
-use crate::session::Session;
 
-pub(super) fn rename(s: &Session, t: Trename) -> Result<Message, Errno> {
+pub(super) fn rename(s: &Connection, t: Trename) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     let dfid = s.fids.get(t.dfid)?;
     writable(&fid)?;
@@ -32,7 +33,7 @@ pub(super) fn rename(s: &Session, t: Trename) -> Result<Message, Errno> {
     Ok(Rrename {}.into())
 }
 
-pub(super) fn renameat(s: &Session, t: Trenameat) -> Result<Message, Errno> {
+pub(super) fn renameat(s: &Connection, t: Trenameat) -> Result<Message, Errno> {
     let old = s.fids.get(t.olddirfid)?;
     let new = s.fids.get(t.newdirfid)?;
     writable(&old)?;
@@ -47,7 +48,7 @@ pub(super) fn renameat(s: &Session, t: Trenameat) -> Result<Message, Errno> {
     Ok(Rrenameat {}.into())
 }
 
-pub(super) fn unlinkat(s: &Session, t: Tunlinkat) -> Result<Message, Errno> {
+pub(super) fn unlinkat(s: &Connection, t: Tunlinkat) -> Result<Message, Errno> {
     let fid = s.fids.get(t.dirfd)?;
     writable(&fid)?;
     check_name_in(&fid.export, &t.name)?;
@@ -61,7 +62,7 @@ pub(super) fn unlinkat(s: &Session, t: Tunlinkat) -> Result<Message, Errno> {
     Ok(Runlinkat {}.into())
 }
 
-pub(super) fn remove(s: &Session, t: Tremove) -> Result<Message, Errno> {
+pub(super) fn remove(s: &Connection, t: Tremove) -> Result<Message, Errno> {
     // Tremove clunks the fid whether or not the removal succeeds.
     let fid = s.fids.remove(t.fid)?;
     writable(&fid)?;

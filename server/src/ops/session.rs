@@ -5,12 +5,13 @@ use std::sync::Arc;
 use wasm9p_proto::consts::NOFID;
 use wasm9p_proto::{Errno, Message, Rattach, Rclunk, Tattach, Tclunk};
 
-use super::{stat_node, xattr};
+use super::seen::stat_node;
+use super::xattr;
+use crate::connection::Connection;
 use crate::fid::{Fid, Node, Open};
-use crate::session::Session;
 use crate::stat;
 
-pub(super) fn attach(s: &Session, t: Tattach) -> Result<Message, Errno> {
+pub(super) fn attach(s: &Connection, t: Tattach) -> Result<Message, Errno> {
     if t.afid != NOFID {
         return Err(Errno::EBADF);
     }
@@ -50,7 +51,7 @@ pub(super) fn attach(s: &Session, t: Tattach) -> Result<Message, Errno> {
     Ok(Rattach { qid }.into())
 }
 
-pub(super) fn clunk(s: &Session, t: Tclunk) -> Result<Message, Errno> {
+pub(super) fn clunk(s: &Connection, t: Tclunk) -> Result<Message, Errno> {
     let fid = s.fids.remove(t.fid)?;
     let open = std::mem::take(&mut *fid.open_state());
     if let Open::XattrWrite {

@@ -7,13 +7,15 @@ use cap_std::fs::Dir;
 use wasm9p_proto::consts::MAXWELEM;
 use wasm9p_proto::{Errno, Message, Qid, Rwalk, Twalk};
 
-use super::{check_name, ioerr, qid_in, stat_node};
+use super::names::check_name;
+use super::seen::{qid_in, stat_node};
+use crate::connection::Connection;
+use crate::errors::ioerr;
 use crate::export::Export;
 use crate::fid::{Fid, Node};
-use crate::session::Session;
 use crate::stat;
 
-pub(super) fn walk(s: &Session, t: Twalk) -> Result<Message, Errno> {
+pub(super) fn walk(s: &Connection, t: Twalk) -> Result<Message, Errno> {
     if t.wnames.len() > MAXWELEM {
         return Err(Errno::EINVAL);
     }

@@ -12,9 +12,10 @@ use rustix::fs::{Mode, OFlags, XattrFlags};
 use wasm9p_proto::consts::{LISTINGS_FILL_XATTR, ORDERED_XATTR};
 use wasm9p_proto::{Errno, Message, Rxattrcreate, Rxattrwalk, Txattrcreate, Txattrwalk};
 
-use super::{sys, writable};
+use super::names::writable;
+use crate::connection::Connection;
+use crate::errors::sys;
 use crate::fid::{Fid, Open, XattrReservation};
-use crate::session::Session;
 
 /// Largest xattr value or name list handled (Linux XATTR_SIZE_MAX).
 pub(crate) const XATTR_SIZE_MAX: u64 = 64 * 1024;
@@ -77,7 +78,7 @@ fn read_value(fd: &OwnedFd, name: &str) -> Result<Bytes, Errno> {
     Ok(Bytes::from(buf))
 }
 
-pub(super) fn xattrwalk(s: &Session, t: Txattrwalk) -> Result<Message, Errno> {
+pub(super) fn xattrwalk(s: &Connection, t: Txattrwalk) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     if t.name.contains('\0') {
         return Err(Errno::EINVAL);
@@ -115,7 +116,7 @@ pub(super) fn xattrwalk(s: &Session, t: Txattrwalk) -> Result<Message, Errno> {
     Ok(Rxattrwalk { size }.into())
 }
 
-pub(super) fn xattrcreate(s: &Session, t: Txattrcreate) -> Result<Message, Errno> {
+pub(super) fn xattrcreate(s: &Connection, t: Txattrcreate) -> Result<Message, Errno> {
     let fid = s.fids.get(t.fid)?;
     writable(&fid)?;
     if t.name.is_empty() || t.name.contains('\0') {

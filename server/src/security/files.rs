@@ -15,7 +15,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use wasm9p_proto::Errno;
 
-use super::Mapped;
+use super::mapped::Mapped;
 
 /// The directory of metadata files in each directory.
 const META_DIR: &str = ".virtfs_metadata";
@@ -127,11 +127,12 @@ pub(super) fn write(dir: BorrowedFd<'_>, name: &str, to: Mapped) -> Result<(), E
         | OFlags::NONBLOCK
         | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(&meta, file, flags, Mode::from_raw_mode(0o600))
-        .map_err(crate::ops::sys)?;
+        .map_err(crate::errors::sys)?;
     let text = format(now);
     let mut written = 0;
     while written < text.len() {
-        written += rustix::io::write(&fd, &text.as_bytes()[written..]).map_err(crate::ops::sys)?;
+        written +=
+            rustix::io::write(&fd, &text.as_bytes()[written..]).map_err(crate::errors::sys)?;
     }
     Ok(())
 }

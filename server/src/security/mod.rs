@@ -37,7 +37,7 @@
 #![allow(clippy::unnecessary_cast)]
 
 use std::fmt;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::str::FromStr;
 
 use rustix::fs::Stat;
@@ -82,7 +82,10 @@ impl fmt::Display for SecurityModel {
 }
 
 pub(crate) mod files;
+mod mapped;
 mod xattrs;
+
+pub(crate) use mapped::{Mapped, Place};
 
 pub(crate) use files::is_metadata_name;
 
@@ -99,27 +102,11 @@ pub(crate) fn reserved(name: &str) -> bool {
     name.starts_with(RESERVED_PREFIX)
 }
 
-/// What a mapped file's attributes say; `None`: not set (the host's value shows).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Mapped {
-    pub mode: Option<u32>,
-    pub uid: Option<u32>,
-    pub gid: Option<u32>,
-    pub rdev: Option<u64>,
-}
-
 /// Where a file's mapped metadata is read and written: an open descriptor of the file,
 /// or a name in a directory, in the export's model.
 pub(crate) struct At<'a> {
     model: SecurityModel,
     place: Place<'a>,
-}
-
-/// An open file, or a name in a directory (`"."`: the directory itself).
-#[derive(Clone, Copy)]
-pub(crate) enum Place<'a> {
-    Fd(BorrowedFd<'a>),
-    Name(BorrowedFd<'a>, &'a str),
 }
 
 impl<'a> At<'a> {
@@ -209,11 +196,11 @@ pub(crate) fn make_file(
     use rustix::fs::{AtFlags, Mode, OFlags};
     let flags = OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(HOST_FILE_MODE))
-        .map_err(crate::ops::sys)?;
+        .map_err(crate::errors::sys)?;
     let filled = (|| {
         let mut written = 0;
         while written < content.len() {
-            written += rustix::io::write(&fd, &content[written..]).map_err(crate::ops::sys)?;
+            written += rustix::io::write(&fd, &content[written..]).map_err(crate::errors::sys)?;
         }
         match model {
             SecurityModel::MappedFile => At::name(model, dir, name).write(set),

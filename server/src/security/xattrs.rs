@@ -10,7 +10,7 @@ use rustix::fs::XattrFlags;
 use wasm9p_proto::consts::mode as m;
 use wasm9p_proto::Errno;
 
-use super::{Mapped, Place};
+use super::mapped::{Mapped, Place};
 
 const MODE: &str = "user.virtfs.mode";
 const UID: &str = "user.virtfs.uid";
@@ -66,7 +66,7 @@ pub(super) fn read(place: Place<'_>) -> Mapped {
 }
 
 pub(super) fn write(place: Place<'_>, to: Mapped) -> Result<(), Errno> {
-    let put = |attr, value: &[u8]| set(place, attr, value).map_err(crate::ops::sys);
+    let put = |attr, value: &[u8]| set(place, attr, value).map_err(crate::errors::sys);
     if let Some(mode) = to.mode {
         put(MODE, &mode.to_le_bytes())?;
     }

@@ -40,8 +40,8 @@ use clap::Args;
 use super::session::{Io, Session};
 use super::wire::{self, Request};
 use super::{guest_env, paths, Options, Setup, Tool, EXIT_SETUP};
-use crate::cli::guests::Host;
 use crate::cli::{fail, say};
+use crate::engine::GuestEngine;
 use crate::p1::{Input, Sink};
 
 /// `wasm9p daemon`.
@@ -74,7 +74,17 @@ pub struct DaemonArgs {
 }
 
 /// How long a daemon lives without a client, unless told.
-pub(super) const DEFAULT_IDLE_TIMEOUT_TEXT: &str = "10m";
+const DEFAULT_IDLE_TIMEOUT_TEXT: &str = "10m";
+
+/// What a tool that starts a daemon says of its end: the idle timeout the daemon
+/// will take from the same environment ([`idle_timeout`]), as `N s`.
+pub(super) fn idle_words() -> String {
+    match idle_timeout(None) {
+        Ok(idle) if idle.is_zero() => "it runs until it is stopped".into(),
+        Ok(idle) => format!("it stops after {} s without a client", idle.as_secs()),
+        Err(e) => format!("it will not start: {e}"),
+    }
+}
 
 /// The idle timeout: `given`, else `$WASM9P_DAEMON_IDLE_TIMEOUT` (how a daemon that
 /// a tool starts is told), else the default.
@@ -240,7 +250,7 @@ async fn listen(path: &Path) -> Result<tokio::net::UnixListener, String> {
 
 /// What every client's thread shares.
 struct Daemon<'a> {
-    host: &'a Host,
+    host: &'a GuestEngine,
     setup: &'a Setup,
     uid: u32,
     /// Clients being served.
@@ -342,7 +352,7 @@ impl Daemon<'_> {
                     cancel: Arc::clone(&cancel),
                 },
             };
-            let code = session.run(tool, &request.args);
+            let code = session.run(tool, &request.args).exit_code();
             if cancel.load(Ordering::Relaxed) {
                 say(&format!(
                     "daemon: a client went away during `{}`; its guests were stopped",

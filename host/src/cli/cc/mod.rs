@@ -51,8 +51,10 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::guests::{GuestArgs, Host, NamespaceArgs};
-use crate::module_cache::TierChoice;
+use super::engines::{engine_for, setup_failed, tier_from_env};
+use crate::engine::GuestEngine;
+use crate::module_cache::ModuleCache;
+use crate::mounts::MountTable;
 use session::{Io, Session};
 
 /// The clang.wasm release `scripts/fetch-clang-wasm` fetches (the default toolchain).
@@ -297,10 +299,10 @@ fn through_own_daemon(name: &str, opts: &Options, args: &[String]) -> Option<Res
         if reached.started {
             let _ = writeln!(
                 std::io::stderr().lock(),
-                "wasm9p {name}: started a daemon for {} (unix:{}); it stops after {} without a client",
+                "wasm9p {name}: started a daemon for {} (unix:{}); {}",
                 root.display(),
                 reached.socket.display(),
-                daemon::DEFAULT_IDLE_TIMEOUT_TEXT,
+                daemon::idle_words(),
             );
         }
         match client::run(reached.stream, &reached.socket, name, opts, args.to_vec()) {
@@ -351,7 +353,7 @@ fn in_process(name: &str, tool: Tool, opts: Options, args: Vec<String>) -> ExitC
         namespace: None,
         memory_limit: None,
     };
-    let code = session.run(tool, &args);
+    let code = session.run(tool, &args).exit_code();
     host.finish();
     drop(host);
     drop(setup);
@@ -450,22 +452,19 @@ impl Setup {
 
     /// The mounts made and the module loaded; `interruptible`: on engines that stop a
     /// cancelled guest at once (`wasm9p daemon --prompt-cancel`).
-    fn host(&self, interruptible: bool) -> Result<Host, ExitCode> {
-        let args = GuestArgs {
-            namespace: NamespaceArgs {
-                mounts: self.mounts(),
-                dirs: Vec::new(),
-                no_mounts: false,
-                stats: None,
-            },
-            env: Vec::new(),
-            module_cache: None,
-            no_module_cache: false,
-            allow_mount: Vec::new(),
-            tier: TierChoice::Auto,
-            interruptible,
-        };
-        Host::prepare(&args, &self.toolchain.module)
+    fn host(&self, interruptible: bool) -> Result<GuestEngine, ExitCode> {
+        let mut table = MountTable::builder();
+        for spec in self.mounts() {
+            table = table
+                .mount(&spec)
+                .map_err(|e| super::fail(EXIT_SETUP, &e.to_string()))?;
+        }
+        let cache = tier_from_env(ModuleCache::user_default())?;
+        engine_for(&self.toolchain.module, cache)
+            .mounts(table)
+            .interruptible(interruptible)
+            .build()
+            .map_err(setup_failed)
     }
 }
 

@@ -7,7 +7,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use super::{depfile, jobs, Tool};
-use crate::cli::guests::{exit_code, Host, Place, Stdio};
+use crate::cli::guests::exit_code;
+use crate::engine::{Finished, Guest, GuestEngine, Outcome, Stdio};
 use crate::p1::{Input, Output, Sink};
 
 /// Whose stdio the guests get.
@@ -26,7 +27,7 @@ pub(in crate::cli) enum Io {
 
 /// One invocation's guests: where they run and what they see.
 pub(in crate::cli) struct Session<'a> {
-    pub(in crate::cli) host: &'a Host,
+    pub(in crate::cli) host: &'a GuestEngine,
     /// The namespace they see (`None`: the host's mounts).
     pub(in crate::cli) namespace: Option<Arc<wasm9p_guest_fs::namespace::Namespace>>,
     pub(in crate::cli) env: Vec<(String, String)>,
@@ -44,8 +45,9 @@ pub(in crate::cli) struct Session<'a> {
 }
 
 impl Session<'_> {
-    /// Runs `tool` on `args`: the exit code the native tool would give.
-    pub(in crate::cli) fn run(&self, tool: Tool, args: &[String]) -> u8 {
+    /// Runs `tool` on `args`: how it ended, whose [`Outcome::exit_code`] is the one
+    /// the native tool would give (the outcome of the job that failed, if one did).
+    pub(in crate::cli) fn run(&self, tool: Tool, args: &[String]) -> Outcome {
         match tool {
             Tool::Driver(driver) => self.driver(driver, args),
             Tool::Direct(direct) => self.job(guest_argv(direct, args), direct),
@@ -59,12 +61,11 @@ impl Session<'_> {
                 stdin,
                 stdout,
                 stderr,
-                cancel,
+                ..
             } => Stdio::Given {
                 stdin: stdin.clone(),
                 stdout: Output::Stream(stdout.clone()),
                 stderr: Output::Stream(stderr.clone()),
-                cancel: Arc::clone(cancel),
             },
         }
     }
@@ -90,42 +91,43 @@ impl Session<'_> {
     }
 
     /// Runs one guest in the session's working directory.
-    fn run_guest(
-        &self,
-        argv: Vec<String>,
-        stdio: Stdio,
-    ) -> (wasmtime::Result<i32>, Vec<u8>, Vec<u8>) {
+    fn run_guest(&self, argv: Vec<String>, stdio: Stdio) -> Finished {
         let cwd = self.cwd.display().to_string();
-        let place = Place {
-            namespace: self.namespace.clone(),
-            working_dir: Some(&cwd),
-            memory_limit: self.memory_limit,
-        };
-        self.host.run_guest_at(argv, &self.env, stdio, &place)
+        let mut guest = Guest::new(argv)
+            .env(&self.env)
+            .stdio(stdio)
+            .working_dir(Some(&cwd))
+            .memory_limit(self.memory_limit);
+        if let Some(namespace) = &self.namespace {
+            guest = guest.namespace(Arc::clone(namespace));
+        }
+        if let Io::Client { cancel, .. } = &self.io {
+            guest = guest.cancel(Arc::clone(cancel));
+        }
+        self.host.run(guest)
     }
 
-    /// Runs one guest: its exit code (1 after a report if it trapped).
-    fn job(&self, argv: Vec<String>, tool: &str) -> u8 {
-        let (result, _, _) = self.run_guest(argv, self.stdio());
-        let (code, trap) = exit_code(result);
-        if let Some(trap) = trap {
+    /// Runs one guest: how it ended (reported in one line if it did not exit).
+    fn job(&self, argv: Vec<String>, tool: &str) -> Outcome {
+        let finished = self.run_guest(argv, self.stdio());
+        if let (_, Some(trap)) = exit_code(&finished.outcome) {
             self.say(&format!("wasm9p: {tool} trapped: {trap}"));
         }
-        code
+        finished.outcome
     }
 
-    /// The driver on `args`, job by job: the exit code the native driver would give.
-    fn driver(&self, driver: &str, args: &[String]) -> u8 {
+    /// The driver on `args`, job by job: as [`Session::run`].
+    fn driver(&self, driver: &str, args: &[String]) -> Outcome {
         // Asked to print the jobs: that is the driver's alone.
         if args.iter().any(|a| a == "-###") {
             return self.job(guest_argv(driver, args), driver);
         }
         let mut planning = vec!["-###".to_owned()];
         planning.extend(args.iter().cloned());
-        let (result, stdout, stderr) =
-            self.run_guest(guest_argv(driver, &planning), Stdio::Capture);
+        let planned = self.run_guest(guest_argv(driver, &planning), Stdio::Capture);
+        let (stdout, stderr) = (planned.stdout, planned.stderr);
         let plan = jobs::plan(&String::from_utf8_lossy(&stderr));
-        if !matches!(result, Ok(0)) || plan.jobs.is_empty() {
+        if !planned.outcome.succeeded() || plan.jobs.is_empty() {
             // A query (--version, -print-*) or a mistake in the arguments: the driver
             // answers it run plainly.
             return self.job(guest_argv(driver, args), driver);
@@ -138,15 +140,16 @@ impl Session<'_> {
                 self.say(line);
             }
         }
-        let code = self.jobs(driver, &plan.jobs);
+        let ended = self.jobs(driver, &plan.jobs);
         self.remove_temporaries(&plan.jobs);
-        code
+        ended
     }
 
-    /// Runs the jobs in order, up to the first that fails.
-    fn jobs(&self, driver: &str, jobs: &[jobs::Job]) -> u8 {
+    /// Runs the jobs in order, up to the first that fails (whose outcome it is).
+    fn jobs(&self, driver: &str, jobs: &[jobs::Job]) -> Outcome {
         for job in jobs {
-            let code = self.job(job.guest_argv(), driver);
+            let ended = self.job(job.guest_argv(), driver);
+            let code = ended.exit_code();
             if code != 0 {
                 if !job.in_process() {
                     self.say(&format!(
@@ -155,18 +158,18 @@ impl Session<'_> {
                         job.what()
                     ));
                 }
-                return code;
+                return ended;
             }
             if let Some(deps) = job.dependency_file() {
                 if let Err(e) = self.deps_to_host(deps) {
                     self.say(&format!(
                         "{driver}: error: cannot rewrite the dependency file {deps}: {e}"
                     ));
-                    return 1;
+                    return Outcome::Exited(1);
                 }
             }
         }
-        0
+        Outcome::Exited(0)
     }
 
     /// Points the dependency file a job wrote at the host's toolchain headers.

@@ -44,7 +44,8 @@ use wasm9p_remote::Digest;
 use super::tools::Tools;
 use crate::cli::cc::session::{Io, Session};
 use crate::cli::cc::Tool;
-use crate::cli::guests::{exit_code, Place, Stdio};
+use crate::cli::guests::exit_code;
+use crate::engine::{Guest, Outcome as Ended, Stdio};
 use crate::p1::{Input, Output, Sink};
 
 /// What every action of a worker shares.
@@ -297,7 +298,7 @@ fn run_action(
     let cwd = format!("/{wd}");
     let running = Instant::now();
     let tool_name = argv0.rsplit('/').next().unwrap_or(argv0);
-    let code = match Tool::named(tool_name) {
+    let ended = match Tool::named(tool_name) {
         // clang.wasm as the tool it is named after, as `wasm9p cc` runs it.
         Some(tool) => Session {
             host: &host,
@@ -314,27 +315,27 @@ fn run_action(
             },
             memory_limit: Some(shared.memory_limit),
         }
-        .run(tool, &command.arguments[1..]) as i32,
+        .run(tool, &command.arguments[1..]),
         None => {
-            let place = Place {
-                namespace: Some(namespace.clone()),
-                working_dir: Some(&cwd),
-                memory_limit: Some(shared.memory_limit),
-            };
-            let stdio = Stdio::Given {
-                stdin: Input::Empty,
-                stdout: Output::Stream(out.sink()),
-                stderr: Output::Stream(err.sink()),
-                cancel: stop.clone(),
-            };
-            let (result, _, _) = host.run_guest_at(command.arguments.clone(), &env, stdio, &place);
-            let (code, trap) = exit_code(result);
-            if let Some(trap) = trap {
+            let guest = Guest::new(command.arguments.clone())
+                .env(&env)
+                .namespace(namespace.clone())
+                .working_dir(Some(&cwd))
+                .memory_limit(Some(shared.memory_limit))
+                .cancel(stop.clone())
+                .stdio(Stdio::Given {
+                    stdin: Input::Empty,
+                    stdout: Output::Stream(out.sink()),
+                    stderr: Output::Stream(err.sink()),
+                });
+            let finished = host.run(guest);
+            if let (_, Some(trap)) = exit_code(&finished.outcome) {
                 err.push(format!("wasm9p: the guest trapped: {trap}\n").as_bytes());
             }
-            i32::from(code)
+            finished.outcome
         }
     };
+    let code = i32::from(ended.exit_code());
     stats.run_ms = running.elapsed().as_millis() as u64;
     stats.exit_code = Some(code);
     drop(watch);
@@ -354,17 +355,13 @@ fn run_action(
     if let Some((path, e)) = fs.unfetched().into_iter().next() {
         return Err(fetch_failed_at(&path, e));
     }
-    let stderr_text = err.text();
-    // wasmtime's words for a memory grown past the limit (and for a growth the host
-    // could not back), which the guest's trap brings to its stderr.
-    if stderr_text.contains("forcing trap when growing memory")
-        || stderr_text.contains("forcing a memory growth failure to be a trap")
-    {
+    // Known by the engine's limiter, never by what the guest printed.
+    if let Ended::MemoryLimit(reached) = ended {
         return Err(Outcome::error(
             code::RESOURCE_EXHAUSTED,
             format!(
-                "the guest went over the worker's --memory-limit of {} bytes",
-                shared.memory_limit
+                "the guest went over the worker's --memory-limit of {} bytes: {reached}",
+                reached.limit
             ),
         ));
     }
@@ -498,7 +495,8 @@ fn watchdog(
     Guard(done)
 }
 
-/// A guest stream kept in memory, at most `limit` bytes (the rest dropped, and said).
+/// A guest stream kept in memory, at most `limit` bytes (the rest dropped, silently:
+/// the guest's writes still succeed).
 #[derive(Clone)]
 struct Captured {
     bytes: Arc<Mutex<Vec<u8>>>,
@@ -525,10 +523,6 @@ impl Captured {
             me.push(data);
             Ok(())
         }))
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.bytes.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
     }
 
     fn take(&self) -> Vec<u8> {

@@ -6,8 +6,9 @@
 //! compiled code is kept on disk for the worker's restarts (`--tier auto`: a big
 //! module starts on the baseline code while the optimized one is compiled in the
 //! background, as everywhere). Concurrent first actions of one module share its
-//! load. Each program is a [`Host`] without mounts of its own: every action brings
-//! its namespace.
+//! load. Each program is a [`GuestEngine`] without mounts of its own: every action
+//! brings its namespace. A module that does not load fails its actions with the
+//! reason.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -15,10 +16,11 @@ use std::sync::{Arc, Mutex};
 
 use wasm9p_remote::Digest;
 
-use crate::cli::guests::{GuestArgs, Host, NamespaceArgs};
-use crate::module_cache::TierChoice;
+use crate::cli::engines::{engine_for, tier_from_env};
+use crate::engine::GuestEngine;
+use crate::module_cache::ModuleCache;
 
-type Loading = Arc<tokio::sync::OnceCell<Result<Arc<Host>, String>>>;
+type Loading = Arc<tokio::sync::OnceCell<Result<Arc<GuestEngine>, String>>>;
 
 /// The worker's programs.
 pub(super) struct Tools {
@@ -37,7 +39,11 @@ impl Tools {
 
     /// The program of the module `digest`, whose bytes are the file `path`: loaded
     /// once (an error is one line, and kept: the same module fails the same way).
-    pub(super) async fn get(&self, digest: Digest, path: &Path) -> Result<Arc<Host>, String> {
+    pub(super) async fn get(
+        &self,
+        digest: Digest,
+        path: &Path,
+    ) -> Result<Arc<GuestEngine>, String> {
         let cell = self
             .loaded
             .lock()
@@ -45,28 +51,18 @@ impl Tools {
             .entry(digest)
             .or_default()
             .clone();
-        let args = GuestArgs {
-            namespace: NamespaceArgs {
-                mounts: Vec::new(),
-                dirs: Vec::new(),
-                no_mounts: true,
-                stats: None,
-            },
-            env: Vec::new(),
-            module_cache: Some(self.module_cache.clone()),
-            no_module_cache: false,
-            allow_mount: Vec::new(),
-            tier: TierChoice::Auto,
-            // A cancelled lease stops its guest within a tick, even mid-computation.
-            interruptible: true,
-        };
+        let cache = tier_from_env(ModuleCache::at(&self.module_cache))
+            .map_err(|_| "WASM9P_TIER_FROM is not a number of bytes".to_owned())?;
         let path = path.to_owned();
         cell.get_or_init(|| async move {
             // Loading maps or compiles the module: work for a thread of its own.
             let loaded = tokio::task::spawn_blocking(move || {
-                Host::prepare(&args, &path).map_err(|_| {
-                    "its module does not load (the reason is on the worker's stderr)".to_owned()
-                })
+                engine_for(&path, cache)
+                    // A cancelled lease stops its guest within a tick, even
+                    // mid-computation.
+                    .interruptible(true)
+                    .build()
+                    .map_err(|e| format!("its module does not load: {e}"))
             })
             .await
             .map_err(|e| format!("loading the module: {e}"))?;

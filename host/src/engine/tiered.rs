@@ -1,23 +1,20 @@
-//! The guest of a `run` or `batch` on its compiler tiers: each guest starts on the
-//! program current when it starts, and the program moves to the optimized tier as soon
-//! as its background compile is ready (guests already running finish on theirs).
+//! The guest program on its compiler tiers: each guest starts on the program current
+//! when it starts, and the program moves to the optimized tier as soon as its
+//! background compile is ready (guests already running finish on theirs).
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::engines::{guest_engines, report_progress};
-use super::{fail, first_line, say, EXIT_USAGE};
-use crate::module_cache::{Engines, ModuleCache, Program, Tier, TierChoice, Upgrade, UpgradeIn};
+use super::{Notes, SetupError};
+use crate::module_cache::{Engines, ModuleCache, Program, Progress, Tier, TierChoice, Upgrade};
 use crate::p1::P1Program;
 use crate::p2::P2Program;
 use crate::p3::P3Program;
-use crate::plugin::PluginCompile;
 
 /// What a guest runs as.
-pub(super) enum Runner {
+pub(crate) enum Runner {
     /// A core module on our preview1.
     P1(P1Program),
     /// A component on WASI 0.2 or 0.3 (an async engine).
@@ -25,7 +22,7 @@ pub(super) enum Runner {
 }
 
 /// A component, by the `wasi:cli/run` it exports.
-pub(super) enum ComponentProgram {
+pub(crate) enum ComponentProgram {
     /// `wasi:cli/run@0.2.x`.
     P2(P2Program),
     /// `wasi:cli/run@0.3.x`.
@@ -34,7 +31,7 @@ pub(super) enum ComponentProgram {
 
 impl ComponentProgram {
     /// Runs the component over `ctx`: its exit status.
-    pub(super) async fn run(&self, ctx: crate::p2::WasiP2Ctx) -> wasmtime::Result<i32> {
+    pub(crate) async fn run(&self, ctx: crate::p2::WasiP2Ctx) -> wasmtime::Result<i32> {
         match self {
             ComponentProgram::P2(program) => program.run(ctx).await,
             ComponentProgram::P3(program) => program.run(ctx).await,
@@ -43,13 +40,13 @@ impl ComponentProgram {
 }
 
 /// A runner and the tier its code came from.
-pub(super) struct OnTier {
-    pub(super) runner: Runner,
-    pub(super) tier: Tier,
+pub(crate) struct OnTier {
+    pub(crate) runner: Runner,
+    pub(crate) tier: Tier,
 }
 
 /// The guest program, on the tier it has reached.
-pub(super) struct TieredProgram {
+pub(crate) struct TieredProgram {
     path: PathBuf,
     engines: Engines,
     current: Mutex<Arc<OnTier>>,
@@ -71,23 +68,21 @@ fn runner(
     program: Program,
     path: &Path,
     components_only: bool,
-) -> Result<Runner, ExitCode> {
+) -> Result<Runner, SetupError> {
     let link_error = |e: wasmtime::Error| {
         let why = format!("{e:#}");
-        fail(
-            EXIT_USAGE,
-            &format!("cannot link {}: {}", path.display(), first_line(&why)),
-        )
+        SetupError::Program(format!(
+            "cannot link {}: {}",
+            path.display(),
+            why.lines().next().unwrap_or_default()
+        ))
     };
     match program {
-        Program::Module(_) if components_only => Err(fail(
-            EXIT_USAGE,
-            &format!(
-                "--allow-mount: {} is a preview1 module; mounting at run time \
-                 (wasm9p:fs/mounts) is for components",
-                path.display()
-            ),
-        )),
+        Program::Module(_) if components_only => Err(SetupError::Program(format!(
+            "--allow-mount: {} is a preview1 module; mounting at run time \
+             (wasm9p:fs/mounts) is for components",
+            path.display()
+        ))),
         Program::Module(module) => Ok(Runner::P1(
             P1Program::new(engine, &module).map_err(link_error)?,
         )),
@@ -103,17 +98,17 @@ fn runner(
 }
 
 impl TieredProgram {
-    /// Loads the guest at `path` on the tier `--tier` says (interruptible: its
-    /// guests may be cancelled; `components_only`: a core module is refused, as
-    /// `--allow-mount` needs a component), or the exit code of a setup failure
-    /// (already reported).
-    pub(super) fn load(
+    /// Loads the guest at `path` on the tier `tier` says (interruptible: its guests
+    /// may be cancelled; `components_only`: a core module is refused, as run-time
+    /// mounts need a component), telling `progress` how a first compile goes.
+    pub(crate) fn load(
         cache: &ModuleCache,
         path: &Path,
         tier: TierChoice,
         interruptible: bool,
         components_only: bool,
-    ) -> Result<TieredProgram, ExitCode> {
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<TieredProgram, SetupError> {
         let engines = guest_engines(interruptible)?;
         if interruptible {
             // Their guests may be cancelled mid-computation: keep their epochs moving.
@@ -122,8 +117,8 @@ impl TieredProgram {
             }
         }
         let loaded = cache
-            .load_tiered(&engines, path, tier, &report_progress(cache))
-            .map_err(|e| fail(EXIT_USAGE, &with_hint(e.to_string())))?;
+            .load_tiered(&engines, path, tier, progress)
+            .map_err(|e| SetupError::Program(with_hint(e.to_string())))?;
         let first = runner(
             engines.get(loaded.tier),
             loaded.program,
@@ -148,13 +143,13 @@ impl TieredProgram {
     }
 
     /// Whether its guests are preview1 modules (not components).
-    pub(super) fn runs_modules(&self) -> bool {
+    pub(crate) fn runs_modules(&self) -> bool {
         let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         matches!(current.runner, Runner::P1(_))
     }
 
     /// The program the next guest starts on: the optimized one once it is ready.
-    pub(super) fn next(&self) -> Arc<OnTier> {
+    pub(crate) fn next(&self) -> Arc<OnTier> {
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if current.tier == Tier::Baseline {
             if let Some(program) = self.upgrade.as_ref().and_then(Upgrade::ready) {
@@ -178,9 +173,10 @@ impl TieredProgram {
     }
 
     /// The end of the run: the artifact compiled here is stored, and an optimized
-    /// compile still going is handed to a detached `wasm9p compile --background`, so
-    /// that the next run has both.
-    pub(super) fn finish(&self) {
+    /// compile still going is handed to a detached `EXE compile --background` when
+    /// `hand_off_to` names a `wasm9p` executable, so that the next run has both
+    /// (without one it is left unfinished). What happened is told to `notes`.
+    pub(crate) fn finish(&self, hand_off_to: Option<&Path>, notes: &Notes) {
         let storing = self
             .storing
             .lock()
@@ -193,25 +189,27 @@ impl TieredProgram {
             return;
         };
         if let Some(why) = upgrade.failed() {
-            say(&format!(
+            notes(&format!(
                 "{}: the optimized compile failed: {why}",
                 self.path.display()
             ));
             return;
         }
-        let exe = std::env::current_exe();
+        let Some(exe) = hand_off_to else {
+            return;
+        };
         let extra: &[&str] = if self.interruptible {
             &["--interruptible"]
         } else {
             &[]
         };
-        match exe.and_then(|exe| upgrade.hand_off(&exe, extra)) {
-            Ok(true) => say(&format!(
+        match upgrade.hand_off(exe, extra) {
+            Ok(true) => notes(&format!(
                 "{}: its optimized code is being compiled in the background for later runs",
                 self.path.display()
             )),
             Ok(false) => {}
-            Err(e) => say(&format!(
+            Err(e) => notes(&format!(
                 "{}: cannot finish the optimized compile in the background: {e}",
                 self.path.display()
             )),
@@ -222,7 +220,7 @@ impl TieredProgram {
     /// compiles took here (null: cached, compiled by another process, or not done),
     /// how long loading waited for another process compiling the first tier (null:
     /// it did not wait), and guests by tier.
-    pub(super) fn stats_json(&self) -> serde_json::Value {
+    pub(crate) fn stats_json(&self) -> serde_json::Value {
         let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
         let optimized_ms = match self.started_on {
             Tier::Optimized => ms(self.compiled_in),
@@ -245,38 +243,14 @@ impl TieredProgram {
     }
 }
 
-/// `cache` with the size from which modules start on the baseline tier taken from
-/// `$WASM9P_TIER_FROM` (bytes) when it is set: for tests, which need small modules to
-/// count as big.
-pub(super) fn tier_from_env(cache: ModuleCache) -> Result<ModuleCache, ExitCode> {
-    match std::env::var("WASM9P_TIER_FROM") {
-        Ok(bytes) => Ok(cache.tier_from(bytes.parse().map_err(|_| {
-            fail(
-                EXIT_USAGE,
-                &format!("WASM9P_TIER_FROM={bytes:?}: expected a number of bytes"),
-            )
-        })?)),
-        Err(_) => Ok(cache),
-    }
-}
-
-/// How the CLI's plugin mounts compile: on `tier`, keeping code in `cache`, and
-/// leaving an optimized compile to a detached `wasm9p compile --background --plugin`
-/// (this process's plugins stay on the tier they started on; see
-/// `crate::module_cache::tiers`).
-pub(super) fn plugin_compile(cache: ModuleCache, tier: TierChoice) -> PluginCompile {
-    let upgrade_in = match std::env::current_exe() {
-        Ok(exe) => UpgradeIn::Process {
-            exe,
-            extra: vec!["--plugin".into()],
-        },
-        Err(_) => UpgradeIn::Thread,
-    };
-    PluginCompile {
-        cache,
-        tier,
-        upgrade_in,
-    }
+/// The engines guests run on, one per tier; `interruptible`: with epoch interruption,
+/// so that a cancelled guest stops at once (see `crate::interrupt`), at the price of
+/// a check in every loop and call of its code.
+pub fn guest_engines(interruptible: bool) -> Result<Engines, SetupError> {
+    let mut config = wasmtime::Config::new();
+    config.epoch_interruption(interruptible);
+    Engines::new(&config)
+        .map_err(|e| SetupError::Runtime(format!("cannot make the engines: {e:#}")))
 }
 
 /// A load error, with what to do about the one a user is likeliest to meet: LLVM
