@@ -43,7 +43,8 @@ fn check_round_trip(tag: u16, msg: &Message) {
     }
 }
 
-/// The server's request handling against arbitrary frames.
+/// The server's request handling against arbitrary frames, on both kinds of export:
+/// a host directory, and a file system of numbered nodes ([`nodes::MemoryNodes`]).
 pub mod server {
     use std::path::PathBuf;
     use std::sync::OnceLock;
@@ -61,6 +62,8 @@ pub mod server {
         rt: tokio::runtime::Runtime,
         server: Server,
         root: PathBuf,
+        /// The node export, kept across inputs as the directory is.
+        nodes: std::sync::Arc<super::nodes::MemoryNodes>,
     }
 
     /// Panics seen, in any thread.
@@ -97,7 +100,13 @@ pub mod server {
                 ..Default::default()
             })
             .unwrap();
-            Env { rt, server, root }
+            let nodes = std::sync::Arc::new(super::nodes::MemoryNodes::new());
+            Env {
+                rt,
+                server,
+                root,
+                nodes,
+            }
         })
     }
 
@@ -288,18 +297,32 @@ pub mod server {
         ]
     }
 
-    /// Sends the opening and then `data` to a fresh connection, closes it, and reads
-    /// every reply to the end: the server must answer with well-formed frames, finish
-    /// within seconds, and leave everything outside its export as it was.
-    /// Returns how many replies came.
+    /// Sends the opening and then `data` to a fresh connection of each kind of export,
+    /// closes it, and reads every reply to the end: the server must answer with
+    /// well-formed frames, finish within seconds, and leave everything outside its
+    /// export as it was. Returns how many replies the directory export sent.
     pub fn requests(data: &[u8]) -> usize {
         let env = env();
+        let count = exchange(env, data, |stream| {
+            let server = env.server.clone();
+            tokio::spawn(async move { server.serve_connection(stream, "fuzz".into()).await })
+        });
+        exchange(env, data, |stream| {
+            tokio::spawn(wasm9p_server::nodes::serve(env.nodes.clone(), stream))
+        });
+        count
+    }
+
+    /// One connection served by what `serve` starts, fed the opening and `data`: how
+    /// many replies came (each checked), after the checks every input must pass.
+    fn exchange(
+        env: &Env,
+        data: &[u8],
+        serve: impl FnOnce(wasm9p_proto::transport::BoxStream) -> tokio::task::JoinHandle<()>,
+    ) -> usize {
         let count = env.rt.block_on(async {
             let (mut client, server_side) = duplex();
-            let serving = tokio::spawn({
-                let server = env.server.clone();
-                async move { server.serve_connection(server_side, "fuzz".into()).await }
-            });
+            let serving = serve(server_side);
             let mut input = opening();
             input.extend_from_slice(data);
             let (mut rd, mut wr) = tokio::io::split(&mut client);
@@ -354,3 +377,4 @@ pub mod server {
 
 pub mod client;
 pub mod namespace;
+pub mod nodes;

@@ -194,6 +194,10 @@ pub mod lock {
     pub const GRACE: u8 = 3;
 }
 
+/// The file system type a 9p mount reports in statfs (Linux `V9FS_MAGIC`), for an
+/// export that has no host file system of its own to report.
+pub const V9FS_MAGIC: u32 = 0x0102_1997;
+
 /// Directory entry types in Rreaddir (Linux DT_* values).
 pub mod dt {
     /// Unknown.

@@ -5,20 +5,33 @@
 //! A fid is a node plus the walk that reached it (ancestors and names, for `..`,
 //! `Trename` and `Tremove`). A Treaddir at offset 0 asks for the listing and keeps it
 //! with the fid; later offsets page through that snapshot (a large directory costs one
-//! call per pass, not one per reply). Tflush waits for the request it names. Frames are
-//! bounded by the msize granted; a body that does not decode is answered EINVAL.
+//! call per pass, not one per reply). Tflush waits for the request it names.
+//!
+//! The rules and bounds are those of a host-directory export (`crate::session`), with
+//! the same constants: Tversion comes first (anything before it is EPROTO; an msize
+//! below [`MIN_MSIZE`] is EINVAL) and resets the fids; a body that does not decode is
+//! EINVAL for its tag, an unknown type EOPNOTSUPP, and the connection goes on; a frame
+//! whose length is wrong or over the msize granted closes it; at most
+//! [`MAX_FIDS_PER_CONNECTION`] fids (the next attach or walk is EMFILE) and
+//! [`MAX_INFLIGHT_PER_CONNECTION`] requests at once, counted until their reply is
+//! written (the reader stops reading beyond that).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot};
-use wasm9p_proto::consts::{getattr, open, qid as qt, AT_REMOVEDIR, MAX_MSIZE, VERSION_9P2000_L};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use wasm9p_proto::consts::mode::{S_IFDIR, S_IFLNK, S_IFREG};
+use wasm9p_proto::consts::{
+    dt, getattr, open, qid as qt, AT_REMOVEDIR, IOHDRSZ, MAX_MSIZE, MIN_MSIZE, V9FS_MAGIC,
+    VERSION_9P2000_L, VERSION_UNKNOWN,
+};
 use wasm9p_proto::transport::BoxStream;
 use wasm9p_proto::*;
 
 use super::fs::{Attr, Dirent, Kind, New, NodeFs};
+use crate::shared::{MAX_FIDS_PER_CONNECTION, MAX_INFLIGHT_PER_CONNECTION};
 
 /// One fid: the node, how the walk got there, and whether it is open.
 #[derive(Clone, Debug)]
@@ -49,6 +62,9 @@ struct Conn {
     msize: Mutex<u32>,
 }
 
+/// A reply, and the request's place in flight, given back once it is written.
+type Reply = (BytesMut, Option<OwnedSemaphorePermit>);
+
 /// Serves 9P2000.L for `fs` on `stream` until the client goes away.
 pub async fn serve(fs: Arc<dyn NodeFs>, stream: BoxStream) {
     let (mut reader, mut writer) = tokio::io::split(stream);
@@ -56,16 +72,19 @@ pub async fn serve(fs: Arc<dyn NodeFs>, stream: BoxStream) {
         fs,
         fids: Mutex::new(HashMap::new()),
         running: Mutex::new(HashMap::new()),
-        msize: Mutex::new(8192),
+        msize: Mutex::new(MIN_MSIZE),
     });
-    let (out, mut replies) = mpsc::unbounded_channel::<BytesMut>();
+    let (out, mut replies) = mpsc::unbounded_channel::<Reply>();
     let writing = tokio::spawn(async move {
-        while let Some(frame) = replies.recv().await {
+        while let Some((frame, permit)) = replies.recv().await {
             if writer.write_all(&frame).await.is_err() {
                 return;
             }
+            drop(permit);
         }
     });
+    let permits = Arc::new(Semaphore::new(MAX_INFLIGHT_PER_CONNECTION));
+    let mut versioned = false;
     let mut decoder = FrameDecoder::new(MAX_MSIZE);
     let mut buf = BytesMut::new();
     loop {
@@ -78,43 +97,67 @@ pub async fn serve(fs: Arc<dyn NodeFs>, stream: BoxStream) {
                     _ => break,
                 }
             }
-            Err(_) => break,
+            Err(e) => {
+                tracing::warn!("node export: {e}; closing the connection");
+                break;
+            }
+        };
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            break;
         };
         let tag = frame.tag;
-        let Ok(msg) = frame.body else {
-            let _ = out.send(reply(tag, Err(Errno::EINVAL)));
-            continue;
+        let msg = match frame.body {
+            Ok(msg) if msg.is_request() => msg,
+            Err(DecodeError::UnknownType(_)) => {
+                let _ = out.send((reply(tag, Err(Errno::EOPNOTSUPP)), Some(permit)));
+                continue;
+            }
+            Ok(_) | Err(_) => {
+                let _ = out.send((reply(tag, Err(Errno::EINVAL)), Some(permit)));
+                continue;
+            }
         };
         if let Message::Tversion(t) = &msg {
-            // Answered in order, before anything after it is read.
+            // Answered in order, before anything after it is read; every fid goes.
             conn.fids.lock().unwrap_or_else(|e| e.into_inner()).clear();
-            let msize = t.msize.min(MAX_MSIZE);
-            *conn.msize.lock().unwrap_or_else(|e| e.into_inner()) = msize;
-            decoder.set_max_size(msize);
-            let version = if t.version == VERSION_9P2000_L {
-                VERSION_9P2000_L
+            let answer = if t.msize < MIN_MSIZE {
+                Err(Errno::EINVAL)
             } else {
-                "unknown"
-            };
-            let _ = out.send(reply(
-                tag,
+                let msize = t.msize.min(MAX_MSIZE);
+                versioned = t.version.starts_with(VERSION_9P2000_L);
+                let version = if versioned {
+                    *conn.msize.lock().unwrap_or_else(|e| e.into_inner()) = msize;
+                    decoder.set_max_size(msize);
+                    VERSION_9P2000_L
+                } else {
+                    VERSION_UNKNOWN
+                };
                 Ok(Rversion {
                     msize,
                     version: version.into(),
                 }
-                .into()),
-            ));
+                .into())
+            };
+            let _ = out.send((reply(tag, answer), Some(permit)));
+            continue;
+        }
+        if !versioned {
+            let _ = out.send((reply(tag, Err(Errno::EPROTO)), Some(permit)));
             continue;
         }
         let (done_tx, done_rx) = oneshot::channel();
-        conn.running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(tag, done_rx);
+        // A Tflush is not itself a request another Tflush waits for (one naming its
+        // own tag, or a circle of them, would wait for ever).
+        if !matches!(msg, Message::Tflush(_)) {
+            conn.running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(tag, done_rx);
+        }
         let (conn, out) = (conn.clone(), out.clone());
         tokio::spawn(async move {
             let answer = conn.handle(msg).await;
-            let _ = out.send(reply(tag, answer));
+            let _ = out.send((reply(tag, answer), Some(permit)));
             conn.running
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -151,17 +194,17 @@ fn qid_type(kind: Kind) -> u8 {
 
 fn type_bits(kind: Kind) -> u32 {
     match kind {
-        Kind::Directory => 0o040000,
-        Kind::Symlink => 0o120000,
-        Kind::File => 0o100000,
+        Kind::Directory => S_IFDIR,
+        Kind::Symlink => S_IFLNK,
+        Kind::File => S_IFREG,
     }
 }
 
 fn dirent_type(kind: Kind) -> u8 {
     match kind {
-        Kind::Directory => 4,
-        Kind::Symlink => 10,
-        Kind::File => 8,
+        Kind::Directory => dt::DIR,
+        Kind::Symlink => dt::LNK,
+        Kind::File => dt::REG,
     }
 }
 
@@ -181,11 +224,24 @@ impl Conn {
             .ok_or(Errno::EBADF)
     }
 
-    fn set_fid(&self, fid: u32, state: FidState) {
-        self.fids
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(fid, state);
+    /// Replaces the state of `fid` (EBADF if it was clunked meanwhile).
+    fn set_fid(&self, fid: u32, state: FidState) -> Result<(), Errno> {
+        let mut fids = self.fids.lock().unwrap_or_else(|e| e.into_inner());
+        *fids.get_mut(&fid).ok_or(Errno::EBADF)? = state;
+        Ok(())
+    }
+
+    /// Binds a new fid number: EEXIST if it is in use, EMFILE past the bound.
+    fn bind_fid(&self, fid: u32, state: FidState) -> Result<(), Errno> {
+        let mut fids = self.fids.lock().unwrap_or_else(|e| e.into_inner());
+        if fids.contains_key(&fid) {
+            return Err(Errno::EEXIST);
+        }
+        if fids.len() >= MAX_FIDS_PER_CONNECTION {
+            return Err(Errno::EMFILE);
+        }
+        fids.insert(fid, state);
+        Ok(())
     }
 
     fn writable(&self) -> Result<(), Errno> {
@@ -206,11 +262,7 @@ impl Conn {
             Message::Tattach(t) => {
                 let root = fs.root();
                 let qid = self.qid(root).await?;
-                let mut fids = self.fids.lock().unwrap_or_else(|e| e.into_inner());
-                if fids.contains_key(&t.fid) {
-                    return Err(Errno::EEXIST);
-                }
-                fids.insert(
+                self.bind_fid(
                     t.fid,
                     FidState {
                         node: root,
@@ -218,7 +270,7 @@ impl Conn {
                         open: None,
                         listing: None,
                     },
-                );
+                )?;
                 Rattach { qid }.into()
             }
             Message::Twalk(t) => {
@@ -249,7 +301,11 @@ impl Conn {
                         Err(_) => return Ok(Rwalk { wqids }.into()),
                     }
                 }
-                self.set_fid(t.newfid, at);
+                if t.newfid == t.fid {
+                    self.set_fid(t.newfid, at)?;
+                } else {
+                    self.bind_fid(t.newfid, at)?;
+                }
                 Rwalk { wqids }.into()
             }
             Message::Tgetattr(t) => {
@@ -305,7 +361,7 @@ impl Conn {
                 state.open = Some(t.flags);
                 state.listing = None;
                 let qid = self.qid(state.node).await?;
-                self.set_fid(t.fid, state);
+                self.set_fid(t.fid, state)?;
                 Rlopen { qid, iounit: 0 }.into()
             }
             Message::Tread(t) => {
@@ -314,7 +370,7 @@ impl Conn {
                     .msize
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .saturating_sub(24);
+                    .saturating_sub(IOHDRSZ);
                 let count = t.count.min(most);
                 let data = fs.read(node, t.offset, count).await?;
                 if data.len() > count as usize {
@@ -381,7 +437,7 @@ impl Conn {
                 dir.steps.push((node, name));
                 dir.open = Some(t.flags);
                 let qid = self.qid(node).await?;
-                self.set_fid(t.fid, dir);
+                self.set_fid(t.fid, dir)?;
                 Rlcreate { qid, iounit: 0 }.into()
             }
             Message::Tmkdir(t) => {
@@ -459,7 +515,7 @@ impl Conn {
             Message::Tstatfs(t) => {
                 self.fid(t.fid)?;
                 Rstatfs {
-                    ty: 0x0102_1997,
+                    ty: V9FS_MAGIC,
                     bsize: 4096,
                     namelen: 255,
                     ..Default::default()

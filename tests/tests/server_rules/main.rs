@@ -12,6 +12,7 @@ use wasm9p_tests::{expect_reply, Conn, TestServer, Tree};
 mod confinement;
 mod files;
 mod metadata;
+mod nodes;
 mod protocol;
 mod security;
 
