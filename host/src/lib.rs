@@ -1,6 +1,10 @@
 //! # wasm9p-host: the `wasm9p` command and the wasmtime embedding
 //!
-//! What it is: the command-line front end ([`cli`]: `wasm9p serve`, `run`, `batch`,
+//! What it is: [`engine`], the guest engine every command runs guests on and an
+//! embedder can take as it is (a program on a mount table, guests built from a plain
+//! [`engine::Guest`], each ending in a typed [`engine::Outcome`]: an exit, the memory
+//! limit of [`limits`], an interrupt, a trap); the command-line front end ([`cli`]:
+//! `wasm9p serve`, `run`, `batch`,
 //! `mount`, `compile`, `cache`; the drop-in compiler `wasm9p cc` and its tools with
 //! `wasm9p daemon`; the build farm's `wasm9p worker`, whose farm side is
 //! `wasm9p-remote`); [`mounts`], which turns `--mount` / `--dir` SPECs into a guest-fs

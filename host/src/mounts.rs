@@ -28,7 +28,7 @@ use wasm9p_guest_fs::client::{ClientConfig, Session};
 use wasm9p_guest_fs::mount_options::{NinepOptions, OptionError, OptionKey};
 use wasm9p_guest_fs::namespace::Namespace;
 use wasm9p_proto::Addr;
-use wasm9p_server::{ExportConfig, SecurityModel, Server, ServerConfig};
+use wasm9p_server::{ExportConfig, ExportConfigError, SecurityModel, Server, ServerConfig};
 
 use crate::module_cache::{ModuleCache, TierChoice, UpgradeIn};
 use crate::plugin::{PluginCompile, PluginFs, PluginLimits};
@@ -51,6 +51,18 @@ pub struct ExportSecurity {
     pub model: SecurityModel,
     /// `allow_devices` (passthrough only).
     pub allow_devices: bool,
+}
+
+impl ExportSecurity {
+    /// The server's configuration of an export of `dir` kept this way.
+    pub fn export(&self, dir: impl Into<std::path::PathBuf>, read_only: bool) -> ExportConfig {
+        ExportConfig {
+            read_only,
+            security_model: self.model,
+            allow_devices: self.allow_devices,
+            ..ExportConfig::new(dir)
+        }
+    }
 }
 
 /// What a mount is.
@@ -214,10 +226,13 @@ impl MountSpec {
                                 "reconnect= applies to mounts of a server (source=), not to an embedded export",
                             ));
                         }
-                        if security.allow_devices && security.model != SecurityModel::Passthrough {
+                        // The server decides; the words are this syntax's.
+                        if let Err(e) = security.export(dir, options.read_only).check() {
                             return Err(spec_error(
                                 spec,
-                                "allow_devices applies to security_model=passthrough (mapped models keep device nodes as regular files)",
+                                match e {
+                                    ExportConfigError::DevicesNeedPassthrough => "allow_devices applies to security_model=passthrough (mapped models keep device nodes as regular files)",
+                                },
                             ));
                         }
                         MountKind::NinepEmbedded {
@@ -458,12 +473,7 @@ pub async fn build(
                 security,
             } => {
                 let server = Server::new(ServerConfig {
-                    exports: vec![ExportConfig {
-                        read_only: options.read_only,
-                        security_model: security.model,
-                        allow_devices: security.allow_devices,
-                        ..ExportConfig::new(export)
-                    }],
+                    exports: vec![security.export(export, options.read_only)],
                     msize: options.msize,
                     ..Default::default()
                 })

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use farm::{guest, stdout_of, Client, Farm, Root, Worker};
-use wasm9p_remote::proto::v2;
+use wasm9p_remote::apis::v2;
 use wasm9p_remote::Digest;
 
 /// The code of a response's status (0: OK).

@@ -9,8 +9,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use prost::Message;
+use wasm9p_remote::apis::v2;
 use wasm9p_remote::layer::{ActionFs, Inspected};
-use wasm9p_remote::proto::v2;
 use wasm9p_remote::store::{ContentStore, Fetch, FetchError};
 use wasm9p_remote::tree::InputTree;
 use wasm9p_remote::{BoxFuture, Digest};

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use farm::{guest, stdout_of, Client, Farm, Root, Worker};
-use wasm9p_remote::proto::v2;
+use wasm9p_remote::apis::v2;
 
 /// One test at a time: the scheduler's restart stops every action in flight.
 static TURN: Mutex<()> = Mutex::new(());

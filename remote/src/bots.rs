@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tonic::transport::Channel;
 
-use crate::proto::workers::{
+use crate::apis::workers::{
     self, bots_client::BotsClient, BotSession, BotStatus, CreateBotSessionRequest,
     UpdateBotSessionRequest,
 };

@@ -23,14 +23,14 @@ use bytes::Bytes;
 use prost::Message;
 use tonic::transport::Channel;
 
-use crate::digest::Digest;
-use crate::directories::Directories;
-use crate::proto::bytestream::{byte_stream_client::ByteStreamClient, ReadRequest, WriteRequest};
-use crate::proto::v2::{
+use crate::apis::bytestream::{byte_stream_client::ByteStreamClient, ReadRequest, WriteRequest};
+use crate::apis::v2::{
     self, batch_update_blobs_request,
     content_addressable_storage_client::ContentAddressableStorageClient, BatchReadBlobsRequest,
     BatchUpdateBlobsRequest, FindMissingBlobsRequest,
 };
+use crate::digest::Digest;
+use crate::directories::Directories;
 use crate::store::{Fetch, FetchError};
 use crate::BoxFuture;
 

@@ -2,7 +2,7 @@
 
 use sha2::{Digest as _, Sha256};
 
-use crate::proto::v2;
+use crate::apis::v2;
 
 /// A blob's name: its SHA-256 and its size in bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

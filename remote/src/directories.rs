@@ -11,8 +11,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
+use crate::apis::v2;
 use crate::digest::Digest;
-use crate::proto::v2;
 
 /// The worker's `Directory` messages, shared by its actions.
 pub struct Directories {

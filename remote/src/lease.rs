@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::proto::workers::{self, rpc, LeaseState};
+use crate::apis::workers::{self, rpc, LeaseState};
 
 /// How a lease ended on this worker.
 #[derive(Clone, Debug, PartialEq)]
@@ -42,24 +42,27 @@ impl Outcome {
     }
 }
 
-/// `google.rpc.Code` values a worker reports.
+/// The `google.rpc.Code` values a worker reports, as the generated `google.rpc`
+/// bindings number them (not written out here).
 pub mod code {
+    use crate::apis::workers::rpc::Code;
+
     /// Success.
-    pub const OK: i32 = 0;
+    pub const OK: i32 = Code::Ok as i32;
     /// Stopped (cancelled).
-    pub const CANCELLED: i32 = 1;
+    pub const CANCELLED: i32 = Code::Cancelled as i32;
     /// A bad request.
-    pub const INVALID_ARGUMENT: i32 = 3;
+    pub const INVALID_ARGUMENT: i32 = Code::InvalidArgument as i32;
     /// Past its timeout.
-    pub const DEADLINE_EXCEEDED: i32 = 4;
+    pub const DEADLINE_EXCEEDED: i32 = Code::DeadlineExceeded as i32;
     /// Inputs missing from the CAS.
-    pub const FAILED_PRECONDITION: i32 = 9;
+    pub const FAILED_PRECONDITION: i32 = Code::FailedPrecondition as i32;
     /// Over a limit (memory, outputs).
-    pub const RESOURCE_EXHAUSTED: i32 = 8;
+    pub const RESOURCE_EXHAUSTED: i32 = Code::ResourceExhausted as i32;
     /// The worker failed.
-    pub const INTERNAL: i32 = 13;
+    pub const INTERNAL: i32 = Code::Internal as i32;
     /// The worker cannot take it now (retried elsewhere).
-    pub const UNAVAILABLE: i32 = 14;
+    pub const UNAVAILABLE: i32 = Code::Unavailable as i32;
 }
 
 #[derive(Clone, Debug, PartialEq)]

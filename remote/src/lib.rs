@@ -4,7 +4,7 @@
 //! from running guests, which is `wasm9p-host`'s:
 //! - [`digest`]: blobs named as REAPI names them (SHA-256 and size);
 //! - [`cas`]: a client of the farm's CAS (FindMissingBlobs, BatchReadBlobs,
-//!   BatchUpdateBlobs, ByteStream for large blobs, GetTree);
+//!   BatchUpdateBlobs, ByteStream for large blobs);
 //! - [`directories`]: the `Directory` messages already read, by digest, for the
 //!   actions after (a build's input roots share most of theirs);
 //! - [`store`]: the worker's content store on local disk, by digest: each blob
@@ -38,9 +38,10 @@ pub mod tree;
 
 pub use digest::Digest;
 
-/// The REAPI v2 messages and clients, bytestream and google.rpc, as
-/// `bazel-remote-apis` generates them.
-pub mod proto {
+/// The farm's APIs: the REAPI v2 messages and clients, bytestream and google.rpc, as
+/// `bazel-remote-apis` generates them, and the Remote Workers API (named apart from
+/// the `wasm9p-proto` crate, which is 9P).
+pub mod apis {
     pub use bazel_remote_apis::build::bazel::remote::execution::v2;
     pub use bazel_remote_apis::google::bytestream;
     pub use bazel_remote_apis::google::longrunning;

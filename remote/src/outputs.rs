@@ -21,10 +21,10 @@ use bytes::Bytes;
 use prost::Message;
 use wasm9p_proto::Errno;
 
+use crate::apis::v2;
 use crate::cas::Upload;
 use crate::digest::Digest;
 use crate::layer::{ActionFs, Inspected};
-use crate::proto::v2;
 
 /// Why an action's outputs cannot be collected.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -381,7 +381,7 @@ impl ContentStore {
 
 /// The digest a blob's file name and size make, if it is one of ours.
 fn parse_name(name: &str, size: u64) -> Option<Digest> {
-    let proto = crate::proto::v2::Digest {
+    let proto = crate::apis::v2::Digest {
         hash: name.to_owned(),
         size_bytes: i64::try_from(size).ok()?,
     };

@@ -19,8 +19,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::apis::v2;
 use crate::digest::{BadDigest, Digest};
-use crate::proto::v2;
 
 /// Deepest directory nesting taken.
 pub const MAX_DEPTH: usize = 256;

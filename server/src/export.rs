@@ -46,6 +46,26 @@ impl ExportConfig {
     }
 }
 
+/// A configuration no export can have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ExportConfigError {
+    /// Device nodes are allowed in a mapped model, which keeps them as regular files.
+    #[error("allowing device nodes applies to the passthrough security model (mapped models keep device nodes as regular files)")]
+    DevicesNeedPassthrough,
+}
+
+impl ExportConfig {
+    /// Whether this configuration makes sense: the one place that decides it (the
+    /// server refuses to open what it refuses; `wasm9p serve` and the SPEC parser ask
+    /// it first, to say so in their own option names).
+    pub fn check(&self) -> Result<(), ExportConfigError> {
+        if self.allow_devices && self.security_model != SecurityModel::Passthrough {
+            return Err(ExportConfigError::DevicesNeedPassthrough);
+        }
+        Ok(())
+    }
+}
+
 /// An opened export.
 #[derive(Debug)]
 pub struct Export {
@@ -73,6 +93,9 @@ pub struct Export {
 impl Export {
     /// Opens the export's root directory.
     pub fn open(config: &ExportConfig) -> io::Result<Export> {
+        config
+            .check()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let with_path =
             |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", config.path.display()));
         let root = Dir::open_ambient_dir(&config.path, ambient_authority()).map_err(with_path)?;
@@ -205,5 +228,39 @@ impl Export {
             root_dev: self.root_dev,
             live_fids: self.live_fids.clone(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_are_allowed_in_passthrough_only_and_the_server_refuses_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let passthrough = ExportConfig {
+            allow_devices: true,
+            ..ExportConfig::new(dir.path())
+        };
+        assert_eq!(passthrough.check(), Ok(()));
+        assert!(Export::open(&passthrough).is_ok());
+        for model in [SecurityModel::MappedXattr, SecurityModel::MappedFile] {
+            let mapped = ExportConfig {
+                security_model: model,
+                ..passthrough.clone()
+            };
+            assert_eq!(
+                mapped.check(),
+                Err(ExportConfigError::DevicesNeedPassthrough)
+            );
+            let e = Export::open(&mapped).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+            // Without devices, every model is fine.
+            let plain = ExportConfig {
+                allow_devices: false,
+                ..mapped
+            };
+            assert_eq!(plain.check(), Ok(()));
+        }
     }
 }

@@ -14,6 +14,14 @@
 //! (`scheduler`); byte-rate caps hold an export's reads and writes to a rate (`rates`,
 //! [`RateCap`]).
 //!
+//! Exports whose files are not host files ([`nodes`]): a [`nodes::NodeFs`], a file
+//! system of numbered nodes (a plugin component's, a build action's input root), served
+//! by [`nodes::serve`] with the same session rules, protocol constants and
+//! per-connection bounds ([`MAX_FIDS_PER_CONNECTION`], [`MAX_INFLIGHT_PER_CONNECTION`])
+//! as a directory; its connections are served one by one, without access rules,
+//! tenants or rates (a node export is the embedder's, reached through a socket it
+//! chose).
+//!
 //! What it is not: an authenticating server (Tauth is refused with ENOENT, which both
 //! the Linux client and diod's tools take as "no auth needed"), nor a server that
 //! changes identity per user: files are created with the server's own credentials (in
@@ -72,7 +80,7 @@ use wasm9p_proto::consts::{DEFAULT_MSIZE, MAX_MSIZE, MIN_MSIZE};
 use wasm9p_proto::transport::{Accepted, BoxStream, Listener, Peer};
 
 pub use access::{AccessRule, PeerMatch};
-pub use export::{Export, ExportConfig};
+pub use export::{Export, ExportConfig, ExportConfigError};
 pub use rates::RateCap;
 pub use security::SecurityModel;
 use shared::Shared;

@@ -1,11 +1,12 @@
-//! `wasm9p run` and `wasm9p batch`: guests on a namespace built from mount SPECs.
+//! The options of the commands that run guests on a namespace built from mount SPECs
+//! ([`NamespaceArgs`], [`GuestArgs`], mapped onto the guest engine,
+//! `crate::engine`), and `wasm9p batch`.
 //!
-//! Both go the same way: parse every SPEC (a mistake is one line and exit 2), start a
-//! runtime for the mounts and build them (an unreachable server is exit 2 too), load
-//! the module through the compiled-module cache (progress on stderr when it has to be
-//! compiled), link it once, then run guests on plain threads outside the runtime, as
-//! the preview1 host requires. `batch` runs one guest per COMMANDS line, up to `--jobs`
-//! at once, all on the same mounts and caches.
+//! Every SPEC is parsed first (a mistake is one line and exit 2); the engine then
+//! builds the mounts (an unreachable server is exit 2 too) and loads the module through
+//! the compiled-module cache (progress on stderr when it has to be compiled). `batch`
+//! runs one guest per COMMANDS line, up to `--jobs` at once, all on the same mounts and
+//! caches.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

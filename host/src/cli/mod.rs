@@ -10,7 +10,8 @@ use wasm9p_proto::consts::{DEFAULT_MSIZE, MAX_MSIZE, MIN_MSIZE};
 use wasm9p_proto::transport::Listener;
 use wasm9p_proto::Addr;
 use wasm9p_server::{
-    AccessRule, ExportConfig, PeerLimits, RateCap, SecurityModel, Server, ServerConfig,
+    AccessRule, ExportConfig, ExportConfigError, PeerLimits, RateCap, SecurityModel, Server,
+    ServerConfig,
 };
 
 mod cache;
@@ -222,10 +223,15 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             ..ExportConfig::new(p)
         })
         .collect();
-    if args.allow_devices && args.security_model != SecurityModel::Passthrough {
+    let exports: Vec<ExportConfig> = exports;
+    if let Some(e) = exports.iter().find_map(|e| e.check().err()) {
         return fail(
             EXIT_USAGE,
-            "--allow-devices applies to --security-model passthrough (mapped models keep device nodes as regular files)",
+            match e {
+                ExportConfigError::DevicesNeedPassthrough => {
+                    "--allow-devices applies to --security-model passthrough (mapped models keep device nodes as regular files)"
+                }
+            },
         );
     }
     let rules = match all_rules(&args.allow, args.allow_file.as_deref()) {

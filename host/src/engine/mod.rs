@@ -98,7 +98,7 @@ pub struct Guest {
 }
 
 impl Guest {
-    /// A guest with these arguments, argv[0] first; the host's stdio, no environment,
+    /// A guest with these arguments, `argv[0]` first; the host's stdio, no environment,
     /// the engine's mounts.
     pub fn new(argv: Vec<String>) -> Guest {
         Guest {

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use prost::Message;
+use wasm9p_remote::apis::v2;
 use wasm9p_remote::cas::{Cas, Upload};
-use wasm9p_remote::proto::v2;
 use wasm9p_remote::Digest;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
@@ -560,7 +560,7 @@ impl Client {
         let action = v2::Action {
             command_digest: Some(command_digest.to_proto()),
             input_root_digest: Some(root.to_proto()),
-            timeout: timeout.map(|t| wasm9p_remote::proto::protobuf::Duration {
+            timeout: timeout.map(|t| wasm9p_remote::apis::protobuf::Duration {
                 seconds: t.as_secs() as i64,
                 nanos: t.subsec_nanos() as i32,
             }),
@@ -580,7 +580,7 @@ impl Client {
     /// Executes the action `digest` (the cache skipped): its operation's name once it
     /// is known, through `named`, and the response.
     pub fn execute(&self, digest: Digest, named: impl Fn(&str)) -> v2::ExecuteResponse {
-        use wasm9p_remote::proto::v2::execution_client::ExecutionClient;
+        use wasm9p_remote::apis::v2::execution_client::ExecutionClient;
         self.runtime.block_on(async {
             let mut client =
                 ExecutionClient::new(self.channel.clone()).max_decoding_message_size(64 << 20);
@@ -598,7 +598,7 @@ impl Client {
                     told = true;
                 }
                 if op.done {
-                    use wasm9p_remote::proto::longrunning::operation::Result;
+                    use wasm9p_remote::apis::longrunning::operation::Result;
                     return match op.result {
                         Some(Result::Response(any)) => {
                             v2::ExecuteResponse::decode(&any.value[..]).unwrap()
@@ -617,8 +617,8 @@ impl Client {
 
     /// Cancels the operation `name`.
     pub fn cancel(&self, name: &str) {
-        use wasm9p_remote::proto::longrunning::operations_client::OperationsClient;
-        use wasm9p_remote::proto::longrunning::CancelOperationRequest;
+        use wasm9p_remote::apis::longrunning::operations_client::OperationsClient;
+        use wasm9p_remote::apis::longrunning::CancelOperationRequest;
         self.runtime.block_on(async {
             let mut client = OperationsClient::new(self.channel.clone());
             client

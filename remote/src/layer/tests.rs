@@ -2,7 +2,7 @@
 //! and its counters.
 
 use super::*;
-use crate::proto::v2;
+use crate::apis::v2;
 use prost::Message;
 
 /// A CAS in memory: blobs, and how many fetches it served.

@@ -58,7 +58,7 @@ pub enum New<'a> {
     Symlink(&'a str),
 }
 
-/// A file system of numbered nodes, served by [`serve`]. Names given to it are single
+/// A file system of numbered nodes, served by [`super::serve`]. Names given to it are single
 /// components, never empty, `.`, `..` or holding `/` (the server checks them first).
 pub trait NodeFs: Send + Sync + 'static {
     /// The root directory's node.

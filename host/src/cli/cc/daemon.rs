@@ -3,7 +3,7 @@
 //!
 //! The daemon loads clang.wasm once and makes its mounts once; each client's request
 //! (argv, working directory, environment, and stdin when it reads it; see [`wire`])
-//! becomes a [`Session`] on a thread of its own, so the compiles of a `make -j` share
+//! becomes a [`Invocation`] on a thread of its own, so the compiles of a `make -j` share
 //! one engine, one module and one set of caches. What the guests print goes back to
 //! the client as it comes; the exit code last.
 //!
@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use super::session::{Io, Session};
+use super::invocation::{Invocation, Io};
 use super::wire::{self, Request};
 use super::{guest_env, paths, Options, Setup, Tool, EXIT_SETUP};
 use crate::cli::{fail, say};
@@ -337,7 +337,7 @@ impl Daemon<'_> {
                     sent
                 }))
             };
-            let session = Session {
+            let session = Invocation {
                 host: self.host,
                 env: guest_env(request.env.iter().cloned(), &cwd),
                 cwd: &cwd,

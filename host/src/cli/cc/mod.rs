@@ -38,9 +38,9 @@ mod autostart;
 mod client;
 mod daemon;
 mod depfile;
+pub(super) mod invocation;
 mod jobs;
 mod paths;
-pub(super) mod session;
 mod wire;
 
 pub use daemon::{daemon, DaemonArgs};
@@ -55,7 +55,7 @@ use super::engines::{engine_for, setup_failed, tier_from_env};
 use crate::engine::GuestEngine;
 use crate::module_cache::ModuleCache;
 use crate::mounts::MountTable;
-use session::{Io, Session};
+use invocation::{Invocation, Io};
 
 /// The clang.wasm release `scripts/fetch-clang-wasm` fetches (the default toolchain).
 pub const CLANG_WASM_VERSION: &str = "22.0.0-git20542-10";
@@ -343,7 +343,7 @@ fn in_process(name: &str, tool: Tool, opts: Options, args: Vec<String>) -> ExitC
         Ok(host) => host,
         Err(code) => return code,
     };
-    let session = Session {
+    let session = Invocation {
         host: &host,
         env: guest_env(std::env::vars_os(), &setup.cwd),
         cwd: &setup.cwd,

@@ -31,18 +31,18 @@ use prost::Message;
 use wasm9p_guest_fs::backend::bind::BindFs;
 use wasm9p_guest_fs::mount_options::NinepOptions;
 use wasm9p_guest_fs::namespace::Namespace;
+use wasm9p_remote::apis::v2;
 use wasm9p_remote::cas::Cas;
 use wasm9p_remote::directories::Directories;
 use wasm9p_remote::layer::ActionFs;
 use wasm9p_remote::lease::{code, Outcome};
 use wasm9p_remote::outputs::{self, OutputError};
-use wasm9p_remote::proto::v2;
 use wasm9p_remote::store::{ContentStore, Counted, FetchError};
 use wasm9p_remote::tree::{InputTree, TreeNode};
 use wasm9p_remote::Digest;
 
 use super::tools::Tools;
-use crate::cli::cc::session::{Io, Session};
+use crate::cli::cc::invocation::{Invocation, Io};
 use crate::cli::cc::Tool;
 use crate::cli::guests::exit_code;
 use crate::engine::{Guest, Outcome as Ended, Stdio};
@@ -300,7 +300,7 @@ fn run_action(
     let tool_name = argv0.rsplit('/').next().unwrap_or(argv0);
     let ended = match Tool::named(tool_name) {
         // clang.wasm as the tool it is named after, as `wasm9p cc` runs it.
-        Some(tool) => Session {
+        Some(tool) => Invocation {
             host: &host,
             namespace: Some(namespace.clone()),
             env,
@@ -392,7 +392,7 @@ fn run_action(
         let secs = timeout.map_or(0.0, |t| t.as_secs_f64());
         return Ok(Outcome {
             result: Some(result),
-            status: wasm9p_remote::proto::workers::rpc::Status {
+            status: wasm9p_remote::apis::workers::rpc::Status {
                 code: code::DEADLINE_EXCEEDED,
                 message: format!("the action ran past its timeout of {secs} s"),
                 details: Vec::new(),

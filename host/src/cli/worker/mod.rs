@@ -34,11 +34,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Args;
+use wasm9p_remote::apis::workers::BotStatus;
 use wasm9p_remote::bots::{Bot, Session};
 use wasm9p_remote::cas::Cas;
 use wasm9p_remote::directories::Directories;
 use wasm9p_remote::lease::{Event, Leases, Outcome};
-use wasm9p_remote::proto::workers::BotStatus;
 use wasm9p_remote::store::ContentStore;
 
 use super::{fail, say, EXIT_USAGE};
@@ -267,7 +267,7 @@ async fn serve(
     let mut lost = false;
     // The scheduler's last answer, not yet taken in (none when an update was dropped
     // for a lease that ended: no answer is not an empty one).
-    let mut offered: Option<Vec<wasm9p_remote::proto::workers::Lease>> = None;
+    let mut offered: Option<Vec<wasm9p_remote::apis::workers::Lease>> = None;
     loop {
         // What the last answer asked for.
         let events = offered.take().map(|answer| leases.sync(&answer));

@@ -26,7 +26,7 @@ pub(in crate::cli) enum Io {
 }
 
 /// One invocation's guests: where they run and what they see.
-pub(in crate::cli) struct Session<'a> {
+pub(in crate::cli) struct Invocation<'a> {
     pub(in crate::cli) host: &'a GuestEngine,
     /// The namespace they see (`None`: the host's mounts).
     pub(in crate::cli) namespace: Option<Arc<wasm9p_guest_fs::namespace::Namespace>>,
@@ -44,7 +44,7 @@ pub(in crate::cli) struct Session<'a> {
     pub(in crate::cli) memory_limit: Option<usize>,
 }
 
-impl Session<'_> {
+impl Invocation<'_> {
     /// Runs `tool` on `args`: how it ended, whose [`Outcome::exit_code`] is the one
     /// the native tool would give (the outcome of the job that failed, if one did).
     pub(in crate::cli) fn run(&self, tool: Tool, args: &[String]) -> Outcome {
@@ -116,7 +116,7 @@ impl Session<'_> {
         finished.outcome
     }
 
-    /// The driver on `args`, job by job: as [`Session::run`].
+    /// The driver on `args`, job by job: as [`Invocation::run`].
     fn driver(&self, driver: &str, args: &[String]) -> Outcome {
         // Asked to print the jobs: that is the driver's alone.
         if args.iter().any(|a| a == "-###") {
