@@ -1,7 +1,8 @@
 //! # wasm9p-remote: the build farm's side of wasm9p
 //!
-//! What a `wasm9p worker` needs from a Remote Execution farm (BuildGrid, say), apart
-//! from running guests, which is `wasm9p-host`'s:
+//! A `wasm9p worker`'s logic, all but running guests (`wasm9p-host`'s, behind the
+//! small trait [`action::Guests`]: "run this argv in this namespace and say how it
+//! ended"):
 //! - [`digest`]: blobs named as REAPI names them (SHA-256 and size);
 //! - [`cas`]: a client of the farm's CAS (FindMissingBlobs, BatchReadBlobs,
 //!   BatchUpdateBlobs, ByteStream for large blobs);
@@ -21,11 +22,18 @@
 //!   `Tree`s, symlinks), uploaded;
 //! - [`lease`]: a lease's states and the moves between them, apart from the gRPC;
 //! - [`bots`]: the Remote Workers API bot session (v1test2), as BuildGrid's Bots
-//!   service speaks it.
+//!   service speaks it;
+//! - [`action`]: one lease start to end: the `Action` decoded, its input root and
+//!   program found, the guest run by the [`action::Guests`] the worker is given, the
+//!   outputs uploaded, an `ActionResult` or the `google.rpc` status saying why not;
+//! - [`worker`]: the bot's loop: leases started, taken back and reported, the
+//!   scheduler's restarts ridden out, a drain on request.
 //!
 //! What it is not: a scheduler, a CAS server, or anything that runs a guest. It
-//! depends on `wasm9p-proto` and `wasm9p-server`, never on `wasm9p-host`.
+//! depends on `wasm9p-proto` and `wasm9p-server`, never on `wasm9p-host`; the
+//! command (`wasm9p worker`) parses its arguments and wires these parts together.
 
+pub mod action;
 pub mod bots;
 pub mod cas;
 pub mod digest;
@@ -35,6 +43,7 @@ pub mod lease;
 pub mod outputs;
 pub mod store;
 pub mod tree;
+pub mod worker;
 
 pub use digest::Digest;
 

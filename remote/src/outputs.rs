@@ -58,22 +58,8 @@ pub enum OutputError {
 /// `relative` (a working directory, or an output path under `working_dir`) as a path
 /// from the input root, `..` resolved lexically: an error if it leaves the root.
 pub fn output_path(working_dir: &str, relative: &str) -> Result<String, OutputError> {
-    if relative.starts_with('/') {
-        return Err(OutputError::OutsideRoot(relative.to_owned()));
-    }
-    let mut parts: Vec<&str> = Vec::new();
-    for name in working_dir.split('/').chain(relative.split('/')) {
-        match name {
-            "" | "." => {}
-            ".." => {
-                if parts.pop().is_none() {
-                    return Err(OutputError::OutsideRoot(relative.to_owned()));
-                }
-            }
-            name => parts.push(name),
-        }
-    }
-    Ok(parts.join("/"))
+    crate::tree::within_root(working_dir, relative)
+        .ok_or_else(|| OutputError::OutsideRoot(relative.to_owned()))
 }
 
 /// The working directory of a `Command` as a path from the input root.

@@ -16,12 +16,19 @@
 //!
 //! A directory's listing is complete by construction (a name not listed does not
 //! exist); a file is known by its digest, its bytes fetched only when read.
+//!
+//! One resolver reads paths in it: [`within_root`] joins a relative path to a
+//! directory lexically (`..` above the root is an escape), which the symlink check,
+//! the outputs' paths ([`crate::outputs::output_path`]) and [`InputTree::resolve`]
+//! (a program's path, symlinks followed) all use.
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::apis::v2;
 use crate::digest::{BadDigest, Digest};
 
+/// Most symlinks followed in resolving one path (Linux's `MAXSYMLINKS`).
+pub const MAX_SYMLINKS: usize = 40;
 /// Deepest directory nesting taken.
 pub const MAX_DEPTH: usize = 256;
 /// Most nodes (files, directories, symlinks) an input root may have.
@@ -176,6 +183,51 @@ impl InputTree {
         Some(at)
     }
 
+    /// The node `path` names, read from the directory `dir` (both from the root;
+    /// `path` may be absolute, meaning the input root), every symlink on the way
+    /// followed as a guest's namespace would follow it, at most [`MAX_SYMLINKS`].
+    /// `None` when it is not there, climbs out of the root, or loops.
+    pub fn resolve(&self, dir: &str, path: &str) -> Option<Index> {
+        let mut pending = match path.strip_prefix('/') {
+            Some(absolute) => within_root("", absolute)?,
+            None => within_root(dir, path)?,
+        };
+        let mut followed = 0;
+        'path: loop {
+            let mut at = self.root();
+            let mut walked = String::new();
+            let names: Vec<String> = pending
+                .split('/')
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+                .collect();
+            for (i, name) in names.iter().enumerate() {
+                let TreeNode::Dir { entries, .. } = &self.nodes[at].0 else {
+                    return None;
+                };
+                at = *entries.get(name)?;
+                if let TreeNode::Symlink { target } = &self.nodes[at].0 {
+                    followed += 1;
+                    if followed > MAX_SYMLINKS {
+                        return None;
+                    }
+                    let rest = names[i + 1..].join("/");
+                    let target = match target.strip_prefix('/') {
+                        Some(absolute) => within_root("", absolute)?,
+                        None => within_root(&walked, target)?,
+                    };
+                    pending = within_root(&target, &rest)?;
+                    continue 'path;
+                }
+                walked = match walked.is_empty() {
+                    true => name.clone(),
+                    false => format!("{walked}/{name}"),
+                };
+            }
+            return Some(at);
+        }
+    }
+
     /// The digests of every file, once each.
     pub fn files(&self) -> impl Iterator<Item = Digest> + '_ {
         let mut seen = std::collections::HashSet::new();
@@ -288,21 +340,30 @@ fn check_name(dir: &str, name: &str) -> Result<(), TreeError> {
     Ok(())
 }
 
-/// Whether `target`, read from directory `dir` (from the root), leaves the root.
-fn escapes(dir: &str, target: &str) -> bool {
-    if target.starts_with('/') || target.is_empty() {
-        return true;
+/// `relative` read from the directory `dir` (both from the root), `.` and `..`
+/// resolved lexically: the path from the root (`""` for the root itself), or `None`
+/// when it climbs above the root or `relative` is absolute.
+pub fn within_root(dir: &str, relative: &str) -> Option<String> {
+    if relative.starts_with('/') {
+        return None;
     }
-    let mut depth = dir.split('/').filter(|n| !n.is_empty()).count();
-    for name in target.split('/') {
+    let mut parts: Vec<&str> = Vec::new();
+    for name in dir.split('/').chain(relative.split('/')) {
         match name {
             "" | "." => {}
-            ".." if depth == 0 => return true,
-            ".." => depth -= 1,
-            _ => depth += 1,
+            ".." => {
+                parts.pop()?;
+            }
+            name => parts.push(name),
         }
     }
-    false
+    Some(parts.join("/"))
+}
+
+/// Whether the symlink target `target`, read from the link's directory `dir`,
+/// leaves the root (an empty target leads nowhere, which is leaving too).
+fn escapes(dir: &str, target: &str) -> bool {
+    target.is_empty() || within_root(dir, target).is_none()
 }
 
 #[cfg(test)]
@@ -390,6 +451,47 @@ mod tests {
         assert!(tree.find("usr/missing.h").is_none());
         assert_eq!(tree.files().count(), 2, "two distinct files");
         assert_eq!(tree.len(), 8);
+    }
+
+    #[test]
+    fn resolve_follows_symlinks_inside_the_root_and_stops_at_loops() {
+        let mut cas = Cas::default();
+        let bin = v2::Directory {
+            files: vec![file("clang", b"\0asm", true)],
+            symlinks: vec![
+                symlink("cc", "clang"),
+                symlink("c++", "cc"),
+                symlink("loop1", "loop2"),
+                symlink("loop2", "loop1"),
+            ],
+            ..Default::default()
+        };
+        let usr = v2::Directory {
+            directories: vec![cas.sub("bin", bin)],
+            symlinks: vec![symlink("tools", "bin")],
+            ..Default::default()
+        };
+        let src = v2::Directory {
+            symlinks: vec![symlink("compiler", "../usr/tools/c++")],
+            ..Default::default()
+        };
+        let root = v2::Directory {
+            directories: vec![cas.sub("usr", usr), cas.sub("src", src)],
+            ..Default::default()
+        };
+        let tree = InputTree::build(cas.put(root), &cas.0).unwrap();
+        let clang = tree.find("usr/bin/clang").unwrap();
+        // A chain of links, a linked directory in the middle, from a working directory.
+        assert_eq!(tree.resolve("src", "compiler"), Some(clang));
+        assert_eq!(tree.resolve("", "usr/tools/cc"), Some(clang));
+        assert_eq!(tree.resolve("src", "../usr/bin/./clang"), Some(clang));
+        assert_eq!(tree.resolve("src", "/usr/tools/c++"), Some(clang));
+        // A directory is a node too; what is not there, climbs out or loops is not.
+        assert_eq!(tree.resolve("", "usr/tools"), tree.find("usr/bin"));
+        assert_eq!(tree.resolve("", "usr/bin/missing"), None);
+        assert_eq!(tree.resolve("", "usr/bin/clang/x"), None);
+        assert_eq!(tree.resolve("src", "../../usr/bin/clang"), None);
+        assert_eq!(tree.resolve("", "usr/bin/loop1"), None);
     }
 
     #[test]

@@ -1,58 +1,45 @@
 //! `wasm9p worker`: a Remote Workers API bot for a Remote Execution farm (BuildGrid),
 //! whose leases run as wasm guests.
 //!
-//! The bot ([`wasm9p_remote::bots`]) announces its platform properties (by default
-//! `OSFamily=wasi`, `ISA=wasm32`) and its capacity (`--jobs`), then updates its session
-//! in a long poll: the scheduler's answers give it leases to run and take leases back
-//! ([`wasm9p_remote::lease`]). Each lease runs on a thread of its own (`action`); when
-//! one ends, the poll in flight is dropped and its result reported at once (the
-//! scheduler gives any lease it had assigned meanwhile again in its next answer).
-//! While every slot is busy the bot reports its leases every [`BUSY_HEARTBEAT`] (the
-//! scheduler answers at once then), which is how a taken-back lease is noticed: its
-//! guest is stopped within about a second (the guests' engines are interruptible).
+//! The farm's logic is `wasm9p-remote`'s: the bot session ([`wasm9p_remote::bots`]),
+//! its loop ([`wasm9p_remote::worker`]: leases started, taken back, reported, the
+//! scheduler's restarts ridden out) and each action's life
+//! ([`wasm9p_remote::action`]). This command parses its arguments, opens the content
+//! store and the channels, and gives that logic what runs guests: `tools`, the
+//! programs by digest on this crate's engine.
 //!
-//! - **The scheduler goes away** (restarted, unreachable): the bot retries, with a
-//!   back-off up to [`MAX_BACKOFF`], and makes a new session when the old one is not
-//!   known any more. Its id is the same across restarts of the worker (kept in the
-//!   cache directory), so a new session gets the leases a killed worker held requeued.
-//! - **SIGTERM or SIGINT:** no new lease is taken (the bot says BOT_TERMINATING, and a
-//!   lease offered anyway is handed back UNAVAILABLE, which the scheduler retries
-//!   elsewhere), the running ones finish and are reported, then it exits 0.
+//! - The bot announces its platform properties (by default `OSFamily=wasi`,
+//!   `ISA=wasm32`) and its capacity (`--jobs`). Its id is the same across restarts of
+//!   the worker (kept in the cache directory), so a new session gets the leases a
+//!   killed worker held requeued.
+//! - **SIGTERM or SIGINT:** the loop drains (no new lease; the running ones finish
+//!   and are reported), then the worker exits 0.
 //! - **`--stats FILE`:** one JSON line per action (blobs and bytes fetched, content
 //!   store hits, files of the input root read, 9P requests, load and run times), and
 //!   the totals when it stops.
 
-mod action;
 mod tools;
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Args;
-use wasm9p_remote::apis::workers::BotStatus;
-use wasm9p_remote::bots::{Bot, Session};
+use wasm9p_remote::action::{ActionStats, Actions};
+use wasm9p_remote::bots::Bot;
 use wasm9p_remote::cas::Cas;
 use wasm9p_remote::directories::Directories;
-use wasm9p_remote::lease::{Event, Leases, Outcome};
 use wasm9p_remote::store::ContentStore;
+use wasm9p_remote::worker::Reports;
 
 use super::{fail, say, EXIT_USAGE};
-use action::{ActionStats, Shared, Work};
+use tools::Tools;
 
-/// How long one update may wait for the scheduler's answer.
-const POLL: Duration = Duration::from_secs(20);
 /// Bytes of `Directory` messages kept for the actions after (a sysroot's input root
 /// has a few hundred of some hundred bytes each).
 const DIRECTORIES_KEPT: u64 = 64 << 20;
-/// How often a bot with no room reports its leases.
-pub const BUSY_HEARTBEAT: Duration = Duration::from_secs(1);
-/// The longest wait between tries to reach the scheduler.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// `wasm9p worker`.
 #[derive(Debug, Args)]
@@ -160,7 +147,13 @@ fn properties(given: &[(String, String)]) -> Vec<(String, String)> {
 
 /// Runs `wasm9p worker` until SIGTERM or SIGINT (exit 0), or a setup error (exit 2).
 pub fn worker(args: WorkerArgs) -> ExitCode {
-    let setup = || -> Result<(Arc<Shared>, Bot, tonic::transport::Channel, tokio::runtime::Runtime), String> {
+    type Parts = (
+        Arc<Actions<Tools>>,
+        Bot,
+        tonic::transport::Channel,
+        tokio::runtime::Runtime,
+    );
+    let setup = || -> Result<Parts, String> {
         let dir = cache_dir(args.cache_dir.clone())?;
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let scheduler = args.scheduler.clone();
@@ -189,15 +182,15 @@ pub fn worker(args: WorkerArgs) -> ExitCode {
             .jobs
             .map(usize::from)
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let shared = Shared {
+        let module_cache = args
+            .module_cache
+            .clone()
+            .unwrap_or_else(|| dir.join("modules"));
+        let actions = Actions {
             cas: Cas::new(cas_channel, &args.instance),
             directories: Directories::new(DIRECTORIES_KEPT),
             store: Arc::new(store),
-            tools: tools::Tools::new(
-                args.module_cache
-                    .clone()
-                    .unwrap_or_else(|| dir.join("modules")),
-            ),
+            guests: Tools::new(module_cache, runtime.handle().clone()),
             scratch,
             memory_limit: args.memory_limit.unwrap_or(4 << 30) as usize,
             output_limit: args.max_output.unwrap_or(1 << 30),
@@ -210,16 +203,17 @@ pub fn worker(args: WorkerArgs) -> ExitCode {
             properties: properties(&args.properties),
             capacity: jobs,
         };
-        Ok((Arc::new(shared), bot, bots, runtime))
+        Ok((Arc::new(actions), bot, bots, runtime))
     };
-    let (shared, bot, channel, runtime) = match setup() {
+    let (actions, bot, channel, runtime) = match setup() {
         Ok(parts) => parts,
         Err(e) => return fail(EXIT_USAGE, &format!("worker: {e}")),
     };
     let stats = match args.stats.as_ref().map(Stats::open).transpose() {
-        Ok(stats) => stats.map(Arc::new),
+        Ok(stats) => stats,
         Err(e) => return fail(EXIT_USAGE, &format!("worker: {e}")),
     };
+    let reports = Arc::new(Said { stats });
     say(&format!(
         "worker: bot {} for {} ({} at once, {})",
         bot.id,
@@ -231,13 +225,16 @@ pub fn worker(args: WorkerArgs) -> ExitCode {
             .collect::<Vec<_>>()
             .join(" ")
     ));
-    let served = runtime.block_on(serve(shared.clone(), bot, channel, stats.clone()));
-    if let Some(stats) = &stats {
+    let served = runtime.block_on(async {
+        let stop = stop_on_signals()?;
+        wasm9p_remote::worker::serve(actions.clone(), bot, channel, reports.clone(), stop).await
+    });
+    if let Some(stats) = &reports.stats {
         stats.totals();
     }
-    shared.tools.finish();
+    actions.guests.finish();
     // The programs' runtimes go outside any async context.
-    drop(shared);
+    drop(actions);
     runtime.shutdown_timeout(Duration::from_secs(5));
     match served {
         Ok(()) => {
@@ -248,187 +245,40 @@ pub fn worker(args: WorkerArgs) -> ExitCode {
     }
 }
 
-/// The bot's loop: updates, leases started and stopped, results reported.
-async fn serve(
-    shared: Arc<Shared>,
-    bot: Bot,
-    channel: tonic::transport::Channel,
-    stats: Option<Arc<Stats>>,
-) -> Result<(), String> {
+/// A message for every SIGTERM or SIGINT (the bot's loop drains on the first).
+fn stop_on_signals() -> Result<tokio::sync::mpsc::UnboundedReceiver<()>, String> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
-    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(String, Outcome)>();
-    let mut leases = Leases::new(bot.capacity);
-    let mut running: HashMap<String, Arc<AtomicBool>> = HashMap::new();
-    let mut session: Option<Session> = None;
-    let mut backoff = Duration::from_millis(100);
-    // Whether the scheduler has stopped answering (see `unanswered`).
-    let mut lost = false;
-    // The scheduler's last answer, not yet taken in (none when an update was dropped
-    // for a lease that ended: no answer is not an empty one).
-    let mut offered: Option<Vec<wasm9p_remote::apis::workers::Lease>> = None;
-    loop {
-        // What the last answer asked for.
-        let events = offered.take().map(|answer| leases.sync(&answer));
-        for event in events.into_iter().flatten() {
-            match event {
-                Event::Start { id, payload } => {
-                    let cancel = Arc::new(AtomicBool::new(false));
-                    running.insert(id.clone(), cancel.clone());
-                    start(
-                        shared.clone(),
-                        Work {
-                            id,
-                            payload,
-                            cancel,
-                        },
-                        done_tx.clone(),
-                        stats.clone(),
-                    );
-                }
-                Event::Stop { id } => {
-                    if let Some(cancel) = running.remove(&id) {
-                        cancel.store(true, Ordering::Relaxed);
-                        say(&format!(
-                            "worker: lease {id} taken back; its guest is stopped"
-                        ));
-                    }
-                }
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            if tx.send(()).is_err() {
+                return;
             }
         }
-        if leases.draining() && leases.is_empty() && running.is_empty() {
-            return Ok(());
-        }
-        let Some(current) = session.as_mut() else {
-            match Session::create(channel.clone(), &bot, POLL).await {
-                Ok((made, first)) => {
-                    answered(&mut lost);
-                    say(&format!("worker: session {}", made.name()));
-                    session = Some(made);
-                    offered = Some(first);
-                    backoff = Duration::from_millis(100);
-                }
-                Err(e) => {
-                    tracing::debug!("CreateBotSession: {e}");
-                    unanswered(&mut lost, &e);
-                    if leases.draining() && running.is_empty() {
-                        return Ok(()); // nothing to report to a scheduler that is gone
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        Some((id, outcome)) = done_rx.recv() => {
-                            running.remove(&id);
-                            leases.complete(&id, outcome);
-                        }
-                        _ = term.recv() => leases.drain(),
-                        _ = int.recv() => leases.drain(),
-                    }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-            }
-            continue;
-        };
-        let status = match leases.draining() {
-            true => BotStatus::BotTerminating,
-            false => BotStatus::Ok,
-        };
-        let busy = leases.draining() || running.len() >= bot.capacity;
-        let report = leases.report();
-        tracing::debug!(
-            "update: {:?}",
-            report.iter().map(|l| (&l.id, l.state)).collect::<Vec<_>>()
-        );
-        let update = current.update(status, report, POLL);
-        tokio::select! {
-            answer = update => match answer {
-                Ok(answer) => {
-                    answered(&mut lost);
-                    tracing::debug!(
-                        "answer: {:?}",
-                        answer.iter().map(|l| (&l.id, l.state)).collect::<Vec<_>>()
-                    );
-                    offered = Some(answer);
-                    backoff = Duration::from_millis(100);
-                    if busy {
-                        // The scheduler answers at once then: report again soon, or
-                        // as soon as a lease ends.
-                        tokio::select! {
-                            _ = tokio::time::sleep(BUSY_HEARTBEAT) => {}
-                            Some((id, outcome)) = done_rx.recv() => {
-                                running.remove(&id);
-                                leases.complete(&id, outcome);
-                            }
-                            _ = term.recv() => leases.drain(),
-                            _ = int.recv() => leases.drain(),
-                        }
-                    }
-                }
-                Err(e) => {
-                    // A session the scheduler does not know any more (restarted, or
-                    // expired): a new one. Anything else: try again after a while.
-                    use tonic::Code;
-                    if matches!(e.code(), Code::NotFound | Code::InvalidArgument | Code::FailedPrecondition | Code::Unavailable | Code::Unknown | Code::Internal) {
-                        tracing::debug!("UpdateBotSession: {e}");
-                    }
-                    if matches!(e.code(), Code::NotFound | Code::InvalidArgument | Code::FailedPrecondition) {
-                        session = None;
-                    } else {
-                        unanswered(&mut lost, &e);
-                    }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                    if backoff == MAX_BACKOFF {
-                        session = None;
-                    }
-                }
-            },
-            Some((id, outcome)) = done_rx.recv() => {
-                // The poll in flight goes; the result is reported at once.
-                running.remove(&id);
-                leases.complete(&id, outcome);
-            }
-            _ = term.recv() => {
-                say("worker: taking no new lease; stopping once the running ones are done");
-                leases.drain();
-            }
-            _ = int.recv() => {
-                say("worker: taking no new lease; stopping once the running ones are done");
-                leases.drain();
-            }
-        }
-    }
+    });
+    Ok(rx)
 }
 
-/// Runs `work` on a thread of its own; its outcome goes to `done`.
-fn start(
-    shared: Arc<Shared>,
-    work: Work,
-    done: tokio::sync::mpsc::UnboundedSender<(String, Outcome)>,
-    stats: Option<Arc<Stats>>,
-) {
-    let (id, fallback) = (work.id.clone(), done.clone());
-    let spawned = std::thread::Builder::new()
-        .name("wasm9p-lease".into())
-        .spawn(move || {
-            let (outcome, took) = action::run(&shared, &work);
-            if outcome.status.code != 0 {
-                say(&format!(
-                    "worker: lease {}: code {}: {}",
-                    work.id, outcome.status.code, outcome.status.message
-                ));
-            }
-            if let Some(stats) = &stats {
-                stats.action(&took);
-            }
-            let _ = done.send((work.id, outcome));
-        });
-    if let Err(e) = spawned {
-        let outcome = Outcome::error(
-            wasm9p_remote::lease::code::UNAVAILABLE,
-            format!("the worker could not start a thread: {e}"),
-        );
-        let _ = fallback.send((id, outcome));
+/// Where the loop's news goes: stderr, and `--stats`.
+struct Said {
+    stats: Option<Stats>,
+}
+
+impl Reports for Said {
+    fn say(&self, line: &str) {
+        say(line);
+    }
+
+    fn action(&self, took: &ActionStats) {
+        if let Some(stats) = &self.stats {
+            stats.action(took);
+        }
     }
 }
 
@@ -476,7 +326,7 @@ impl Stats {
             t.rpcs_9p += took.rpcs_9p;
             t.run_ms += took.run_ms;
         }
-        self.line(serde_json::json!({ "action": took.json() }));
+        self.line(serde_json::json!({ "action": action_json(took) }));
     }
 
     fn totals(&self) {
@@ -493,19 +343,22 @@ impl Stats {
     }
 }
 
-/// Says, once, that the scheduler stopped answering (`lost` remembers it).
-fn unanswered(lost: &mut bool, e: &tonic::Status) {
-    if !std::mem::replace(lost, true) {
-        say(&format!(
-            "worker: the scheduler does not answer ({}); retrying",
-            e.message()
-        ));
-    }
-}
-
-/// Says, once, that the scheduler answers again after `unanswered`.
-fn answered(lost: &mut bool) {
-    if std::mem::take(lost) {
-        say("worker: the scheduler answers again");
-    }
+/// One action's `--stats` line.
+fn action_json(took: &ActionStats) -> serde_json::Value {
+    serde_json::json!({
+        "lease": took.lease,
+        "status": took.status,
+        "exit_code": took.exit_code,
+        "blobs_fetched": took.blobs_fetched,
+        "bytes_fetched": took.bytes_fetched,
+        "store_hits": took.store_hits,
+        "directories_read": took.directories_read,
+        "files_read": took.files_read,
+        "bytes_of_files_read": took.bytes_of_files_read,
+        "input_root_bytes": took.input_root_bytes,
+        "rpc_9p": took.rpcs_9p,
+        "load_ms": took.load_ms,
+        "run_ms": took.run_ms,
+        "total_ms": took.total_ms,
+    })
 }

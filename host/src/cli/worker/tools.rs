@@ -9,16 +9,32 @@
 //! load. Each program is a [`GuestEngine`] without mounts of its own: every action
 //! brings its namespace. A module that does not load fails its actions with the
 //! reason.
+//!
+//! They are how `wasm9p-remote` runs an action's guest ([`Guests`]): the input root
+//! at `/` over 9P (an in-process transport to its `ActionFs`, `cache=loose`), the
+//! action's scratch directory at `/tmp`; a multi-call LLVM module (clang.wasm) runs
+//! as the tool its file is named after, the driver's jobs one by one as `wasm9p cc`
+//! runs them; any other module or component runs as it is. How it ended is the
+//! engine's typed [`Outcome`], the memory limit included.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use wasm9p_guest_fs::backend::bind::BindFs;
+use wasm9p_guest_fs::backend::ninep::NinepFs;
+use wasm9p_guest_fs::mount_options::NinepOptions;
+use wasm9p_guest_fs::namespace::Namespace;
+use wasm9p_remote::action::{Captured, Ended, GuestRun, Guests, Ran};
+use wasm9p_remote::layer::ActionFs;
 use wasm9p_remote::Digest;
 
+use crate::cli::cc::invocation::{Invocation, Io};
+use crate::cli::cc::Tool;
 use crate::cli::engines::{engine_for, tier_from_env};
-use crate::engine::GuestEngine;
+use crate::engine::{Guest, GuestEngine, Outcome, Stdio};
 use crate::module_cache::ModuleCache;
+use crate::p1::{Input, Output, Sink};
 
 type Loading = Arc<tokio::sync::OnceCell<Result<Arc<GuestEngine>, String>>>;
 
@@ -26,14 +42,17 @@ type Loading = Arc<tokio::sync::OnceCell<Result<Arc<GuestEngine>, String>>>;
 pub(super) struct Tools {
     module_cache: PathBuf,
     loaded: Mutex<HashMap<Digest, Loading>>,
+    /// Where loads wait (the actions' threads block on it).
+    runtime: tokio::runtime::Handle,
 }
 
 impl Tools {
     /// Programs whose compiled code is kept in `module_cache`.
-    pub(super) fn new(module_cache: PathBuf) -> Tools {
+    pub(super) fn new(module_cache: PathBuf, runtime: tokio::runtime::Handle) -> Tools {
         Tools {
             module_cache,
             loaded: Mutex::default(),
+            runtime,
         }
     }
 
@@ -82,4 +101,99 @@ impl Tools {
             }
         }
     }
+}
+
+impl Guests for Tools {
+    type Program = Arc<GuestEngine>;
+
+    fn load(&self, module: Digest, path: &Path) -> Result<Arc<GuestEngine>, String> {
+        self.runtime.block_on(self.get(module, path))
+    }
+
+    fn run(&self, engine: &Arc<GuestEngine>, run: GuestRun<'_>) -> Result<Ran, String> {
+        let (namespace, mount) = engine
+            .runtime()
+            .block_on(namespace(run.fs.clone(), run.tmp))
+            .map_err(|e| format!("the action's mounts: {e}"))?;
+        let argv0 = &run.argv[0];
+        let outcome = match Tool::named(argv0.rsplit('/').next().unwrap_or(argv0)) {
+            // clang.wasm as the tool it is named after, as `wasm9p cc` runs it.
+            Some(tool) => Invocation {
+                host: engine,
+                namespace: Some(namespace.clone()),
+                env: run.env.to_vec(),
+                cwd: Path::new(run.working_dir),
+                usr: None,
+                tmp: run.tmp,
+                io: Io::Client {
+                    stdin: Input::Empty,
+                    stdout: sink(&run.stdout),
+                    stderr: sink(&run.stderr),
+                    cancel: run.cancel.clone(),
+                },
+                memory_limit: Some(run.memory_limit),
+            }
+            .run(tool, &run.argv[1..]),
+            None => {
+                let guest = Guest::new(run.argv.to_vec())
+                    .env(run.env)
+                    .namespace(namespace.clone())
+                    .working_dir(Some(run.working_dir))
+                    .memory_limit(Some(run.memory_limit))
+                    .cancel(run.cancel.clone())
+                    .stdio(Stdio::Given {
+                        stdin: Input::Empty,
+                        stdout: Output::Stream(sink(&run.stdout)),
+                        stderr: Output::Stream(sink(&run.stderr)),
+                    });
+                let outcome = engine.run(guest).outcome;
+                // Said where the action's own words go, as a command says it.
+                let said = match &outcome {
+                    Outcome::Trapped(_) => "the guest trapped",
+                    _ => "the guest was stopped",
+                };
+                if let Some(why) = outcome.reason() {
+                    run.stderr
+                        .push(format!("wasm9p: {said}: {why}\n").as_bytes());
+                }
+                outcome
+            }
+        };
+        let rpcs_9p = mount.stats().rpc_total;
+        let ended = match outcome {
+            Outcome::Exited(code) => Ended::Exited(code),
+            Outcome::MemoryLimit(reached) => Ended::MemoryLimit(reached.to_string()),
+            Outcome::Interrupted => Ended::Stopped,
+            trapped @ Outcome::Trapped(_) => Ended::Trapped(trapped.reason().unwrap_or_default()),
+        };
+        Ok(Ran { ended, rpcs_9p })
+    }
+}
+
+/// A guest stream writing into `captured`.
+fn sink(captured: &Captured) -> Sink {
+    let captured = captured.clone();
+    Sink(Arc::new(move |data: &[u8]| {
+        captured.push(data);
+        Ok(())
+    }))
+}
+
+/// The input root at `/` (over 9P, from `fs`) and `tmp` at `/tmp`: the namespace, and
+/// the 9p mount (for its counters).
+async fn namespace(
+    fs: Arc<ActionFs>,
+    tmp: &Path,
+) -> Result<(Arc<Namespace>, Arc<NinepFs>), String> {
+    let (client_end, server_end) = wasm9p_proto::transport::duplex();
+    tokio::spawn(wasm9p_server::nodes::serve(fs, server_end));
+    let options = NinepOptions::parse([("cache", Some("loose"))]).map_err(|e| e.to_string())?;
+    let mount = crate::mounts::attach_in_process(client_end, &options).await?;
+    let mut ns = Namespace::new();
+    ns.mount("/", mount.clone(), false)
+        .map_err(|e| format!("/: {e}"))?;
+    let tmp = BindFs::open(tmp).map_err(|e| format!("/tmp: {e}"))?;
+    ns.mount("/tmp", Arc::new(tmp), false)
+        .map_err(|e| format!("/tmp: {e}"))?;
+    Ok((Arc::new(ns), mount))
 }

@@ -1,0 +1,532 @@
+//! One lease, start to end: its `Action` run as a guest by whatever runs guests (the
+//! [`Guests`] a worker is given), its outputs uploaded, an `ActionResult` or a status
+//! that says what went wrong.
+//!
+//! In order: the `Action` (from the lease, or by its digest from the CAS), its
+//! `Command` and the `Directory` messages of its input root (those the worker has
+//! not read for an earlier action; the files' bytes stay where they are); the tree
+//! and the outputs checked; `arguments[0]` found in the input root (from the working
+//! directory, symlinks followed inside the root: [`InputTree::resolve`]) and its
+//! module fetched and loaded ([`Guests::load`]); the parents of the outputs made; then
+//! the guest runs ([`Guests::run`]) on the input root, served by an [`ActionFs`] whose
+//! writable layer takes what it writes, with a private `/tmp`, the `Command`'s
+//! working directory and environment. Then its outputs are read back and uploaded
+//! with its stdout and stderr.
+//!
+//! Each bad input fails this action only, with a status a client can act on:
+//! INVALID_ARGUMENT for what the action gets wrong (a payload that is no action, a
+//! tree with a bad name or an escaping symlink, an output outside the root, an
+//! `arguments[0]` missing or not wasm, or a module that does not load),
+//! FAILED_PRECONDITION for blobs the CAS lacks or sent corrupt, DEADLINE_EXCEEDED
+//! past the action's timeout, RESOURCE_EXHAUSTED for a guest over the memory limit
+//! (as the guest runner knows it, by type: [`Ended::MemoryLimit`]) or outputs over
+//! theirs, CANCELLED when the scheduler took the lease back, UNAVAILABLE when the
+//! outputs could not be uploaded (the scheduler retries it), INTERNAL when the worker
+//! itself failed.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prost::Message;
+
+use crate::apis::v2;
+use crate::cas::Cas;
+use crate::directories::Directories;
+use crate::layer::ActionFs;
+use crate::lease::{code, Outcome};
+use crate::outputs::{self, OutputError};
+use crate::store::{ContentStore, Counted, FetchError};
+use crate::tree::InputTree;
+use crate::Digest;
+
+/// What runs an action's guest: the worker's engine (`wasm9p-host` implements it).
+/// Both are called on the lease's own plain thread, and may block.
+pub trait Guests: Send + Sync + 'static {
+    /// A loaded program.
+    type Program;
+
+    /// Loads the module whose digest is `module` and whose bytes are the file
+    /// `path` (a blob of the content store, which never changes): an error is one
+    /// line saying why it is no program (the action's fault: INVALID_ARGUMENT).
+    fn load(&self, module: Digest, path: &Path) -> Result<Self::Program, String>;
+
+    /// Runs `program` as `run` says, to its end: how it ended, or one line saying
+    /// why it could not be started (the worker's fault: INTERNAL).
+    fn run(&self, program: &Self::Program, run: GuestRun<'_>) -> Result<Ran, String>;
+}
+
+/// One guest to run: its argv in its namespace.
+pub struct GuestRun<'a> {
+    /// Its arguments, `argv[0]` as the `Command` gives it.
+    pub argv: &'a [String],
+    /// Its environment.
+    pub env: &'a [(String, String)],
+    /// Its working directory, absolute in its namespace.
+    pub working_dir: &'a str,
+    /// The input root with its writable layer, to be its `/`.
+    pub fs: Arc<ActionFs>,
+    /// A directory of its own, to be its `/tmp`.
+    pub tmp: &'a Path,
+    /// Where its stdout goes (stdin is empty).
+    pub stdout: Captured,
+    /// Where its stderr goes.
+    pub stderr: Captured,
+    /// Set when it must stop (its timeout, or the lease taken back).
+    pub cancel: Arc<AtomicBool>,
+    /// The most bytes its memory may take.
+    pub memory_limit: usize,
+}
+
+/// How a guest ended, as the worker reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// It exited with this code.
+    Exited(i32),
+    /// Its runner refused it more memory: the reason, in one line.
+    MemoryLimit(String),
+    /// It was stopped by its cancel flag.
+    Stopped,
+    /// It trapped: the reason, in one line.
+    Trapped(String),
+}
+
+impl Ended {
+    /// The exit code the `ActionResult` gives: the guest's own, 1 for anything else.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Ended::Exited(code) => *code,
+            _ => 1,
+        }
+    }
+}
+
+/// What [`Guests::run`] tells.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ran {
+    /// How the guest ended.
+    pub ended: Ended,
+    /// The 9P requests its namespace sent to the input root (for `--stats`).
+    pub rpcs_9p: u64,
+}
+
+/// What every action of a worker shares.
+pub struct Actions<G: Guests> {
+    /// The farm's CAS.
+    pub cas: Cas,
+    /// The `Directory` messages read so far, for the actions after.
+    pub directories: Directories,
+    /// The worker's content store.
+    pub store: Arc<ContentStore>,
+    /// What runs the guests.
+    pub guests: G,
+    /// Where actions' scratch directories go.
+    pub scratch: PathBuf,
+    /// The most bytes each guest's memory may take.
+    pub memory_limit: usize,
+    /// The most bytes an action's outputs (and its stdout and stderr) may take.
+    pub output_limit: u64,
+    /// The worker's name in results.
+    pub name: String,
+    /// The runtime CAS requests go on (the actions' threads block on it).
+    pub runtime: tokio::runtime::Handle,
+}
+
+/// A lease to run.
+pub struct Work {
+    /// The lease's id.
+    pub id: String,
+    /// Its payload: an `Action`, or an `Action`'s digest.
+    pub payload: Option<prost_types::Any>,
+    /// Set when the scheduler takes the lease back.
+    pub cancel: Arc<AtomicBool>,
+}
+
+/// What one action took, for `--stats`.
+#[derive(Clone, Debug, Default)]
+pub struct ActionStats {
+    /// The lease.
+    pub lease: String,
+    /// The status code reported (0 for OK).
+    pub status: i32,
+    /// The guest's exit code, when it ran.
+    pub exit_code: Option<i32>,
+    /// Blobs fetched from the CAS.
+    pub blobs_fetched: u64,
+    /// Their bytes.
+    pub bytes_fetched: u64,
+    /// Blobs the content store already had.
+    pub store_hits: u64,
+    /// `Directory` messages read from the CAS (the others were known already).
+    pub directories_read: u64,
+    /// Files of the input root the guest read.
+    pub files_read: u64,
+    /// Their bytes.
+    pub bytes_of_files_read: u64,
+    /// The input root's files' bytes, each distinct file once.
+    pub input_root_bytes: u64,
+    /// 9P requests to the input root.
+    pub rpcs_9p: u64,
+    /// Milliseconds loading the program.
+    pub load_ms: u64,
+    /// Milliseconds running the guest.
+    pub run_ms: u64,
+    /// Milliseconds for the whole action.
+    pub total_ms: u64,
+}
+
+/// A failed step: the status to report.
+type Failed = Outcome;
+
+fn invalid(message: impl Into<String>) -> Failed {
+    Outcome::error(code::INVALID_ARGUMENT, message)
+}
+
+fn internal(message: impl Into<String>) -> Failed {
+    Outcome::error(code::INTERNAL, message)
+}
+
+/// The status for a blob that could not be had.
+pub fn fetch_failed(e: FetchError) -> Outcome {
+    match e {
+        FetchError::Missing(_) | FetchError::Corrupt { .. } => {
+            Outcome::error(code::FAILED_PRECONDITION, e.to_string())
+        }
+        FetchError::Unreachable { .. } => Outcome::error(code::UNAVAILABLE, e.to_string()),
+        FetchError::Disk(_) => internal(e.to_string()),
+    }
+}
+
+/// A file of the input root the guest read and whose bytes could not be had.
+fn fetch_failed_at(path: &str, e: FetchError) -> Failed {
+    let mut outcome = fetch_failed(e);
+    outcome.status.message = format!("the input {path:?}: {}", outcome.status.message);
+    outcome
+}
+
+fn output_failed(e: OutputError) -> Failed {
+    match e {
+        OutputError::Unreadable { .. } => internal(e.to_string()),
+        _ => invalid(e.to_string()),
+    }
+}
+
+const ACTION_TYPE: &str = "type.googleapis.com/build.bazel.remote.execution.v2.Action";
+const DIGEST_TYPE: &str = "type.googleapis.com/build.bazel.remote.execution.v2.Digest";
+const RESULT_TYPE: &str = "type.googleapis.com/build.bazel.remote.execution.v2.ActionResult";
+
+impl<G: Guests> Actions<G> {
+    /// Runs `work` on this (plain) thread: its outcome, and what it took.
+    pub fn run(&self, work: &Work) -> (Outcome, ActionStats) {
+        let started = Instant::now();
+        let mut stats = ActionStats {
+            lease: work.id.clone(),
+            ..ActionStats::default()
+        };
+        // This action's fetches, counted apart from those of the actions beside it.
+        let fetch = Arc::new(Counted::new(self.cas.clone()));
+        let outcome = match self.run_action(work, &fetch, &mut stats) {
+            Ok(outcome) | Err(outcome) => outcome,
+        };
+        (stats.blobs_fetched, stats.bytes_fetched) = fetch.fetched();
+        stats.store_hits = fetch.hits();
+        stats.status = outcome.status.code;
+        stats.total_ms = started.elapsed().as_millis() as u64;
+        (outcome, stats)
+    }
+
+    /// The lease's `Action`.
+    fn action(&self, work: &Work) -> Result<v2::Action, Failed> {
+        match &work.payload {
+            Some(any) if any.type_url == ACTION_TYPE => v2::Action::decode(&any.value[..])
+                .map_err(|e| invalid(format!("the lease's Action does not decode: {e}"))),
+            Some(any) if any.type_url == DIGEST_TYPE => {
+                let d = v2::Digest::decode(&any.value[..])
+                    .map_err(|e| invalid(format!("the lease's Digest does not decode: {e}")))?;
+                let d = Digest::from_proto(&d)
+                    .map_err(|e| invalid(format!("the Action's digest: {e}")))?;
+                self.runtime
+                    .block_on(self.cas.read_message::<v2::Action>(d))
+                    .map_err(fetch_failed)
+            }
+            Some(any) => Err(invalid(format!(
+                "a lease of {:?} is not an action",
+                any.type_url
+            ))),
+            None => Err(invalid("the lease carries no action")),
+        }
+    }
+
+    fn run_action(
+        &self,
+        work: &Work,
+        fetch: &Arc<Counted<Cas>>,
+        stats: &mut ActionStats,
+    ) -> Result<Outcome, Failed> {
+        let rt = &self.runtime;
+        let action = self.action(work)?;
+        let digest_of = |d: &Option<v2::Digest>, what: &str| {
+            Digest::from_proto(d.as_ref().unwrap_or(&v2::Digest::default()))
+                .map_err(|e| invalid(format!("the Action's {what}: {e}")))
+        };
+        let command_digest = digest_of(&action.command_digest, "command digest")?;
+        let root_digest = digest_of(&action.input_root_digest, "input root digest")?;
+        let command: v2::Command = rt
+            .block_on(self.cas.read_message(command_digest))
+            .map_err(fetch_failed)?;
+        let (directories, read) = rt
+            .block_on(self.cas.directories(root_digest, &self.directories))
+            .map_err(fetch_failed)?;
+        stats.directories_read = read as u64;
+        let tree =
+            InputTree::build(root_digest, &directories).map_err(|e| invalid(e.to_string()))?;
+        let wanted = outputs::wanted_outputs(&command).map_err(output_failed)?;
+        let wd = outputs::working_dir(&command).map_err(output_failed)?;
+        stats.input_root_bytes = tree.files().map(|d| d.size()).sum();
+
+        // The program: arguments[0], a wasm file of the input root.
+        let argv0 = command
+            .arguments
+            .first()
+            .filter(|a| !a.is_empty())
+            .ok_or_else(|| invalid("the Command has no arguments"))?;
+        let not_a_file = || {
+            invalid(format!(
+                "arguments[0] {argv0:?} is not a file of the input root"
+            ))
+        };
+        let program_digest = match tree.resolve(&wd, argv0).map(|i| &tree.node(i).0) {
+            Some(crate::tree::TreeNode::File { digest, .. }) => *digest,
+            _ => return Err(not_a_file()),
+        };
+        let blob = rt
+            .block_on(self.store.get(program_digest, &**fetch))
+            .map_err(fetch_failed)?;
+        let mut magic = [0u8; 4];
+        use std::os::unix::fs::FileExt;
+        if blob.read_exact_at(&mut magic, 0).is_err() || &magic != b"\0asm" {
+            return Err(invalid(format!(
+                "arguments[0] {argv0:?} is not a wasm module or component"
+            )));
+        }
+        let loading = Instant::now();
+        let program = self
+            .guests
+            .load(program_digest, &self.store.path(&program_digest))
+            .map_err(|e| invalid(format!("arguments[0] {argv0:?}: {e}")))?;
+        stats.load_ms = loading.elapsed().as_millis() as u64;
+
+        // The file system: the input root with a layer of its own, a private /tmp.
+        let scratch = tempfile::Builder::new()
+            .prefix("action-")
+            .tempdir_in(&self.scratch)
+            .map_err(|e| internal(format!("a scratch directory: {e}")))?;
+        let tmp = scratch.path().join("tmp");
+        std::fs::create_dir(&tmp).map_err(|e| internal(format!("a scratch directory: {e}")))?;
+        let fs = Arc::new(
+            ActionFs::new(
+                Arc::new(tree),
+                self.store.clone(),
+                fetch.clone(),
+                scratch.path().join("layer"),
+                self.output_limit,
+            )
+            .map_err(|e| internal(format!("the action's layer: {e}")))?,
+        );
+        let mut dirs: Vec<String> = wanted
+            .iter()
+            .filter_map(|(_, path, _)| path.rsplit_once('/').map(|(parent, _)| parent.to_owned()))
+            .collect();
+        dirs.push(wd.clone());
+        for dir in dirs {
+            rt.block_on(fs.make_dirs(&dir))
+                .map_err(|e| invalid(format!("the directory {dir:?} cannot be made: {e}")))?;
+        }
+
+        // The guest, stopped when the lease is taken back or its time is up.
+        let stop = Arc::new(AtomicBool::new(false));
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let timeout = action
+            .timeout
+            .as_ref()
+            .filter(|t| t.seconds > 0 || t.nanos > 0)
+            .map(|t| Duration::new(t.seconds.max(0) as u64, t.nanos.max(0) as u32));
+        let watch = watchdog(
+            work.cancel.clone(),
+            stop.clone(),
+            timed_out.clone(),
+            timeout,
+        );
+        let out = Captured::new(self.output_limit);
+        let err = Captured::new(self.output_limit);
+        let env: Vec<(String, String)> = command
+            .environment_variables
+            .iter()
+            .map(|v| (v.name.clone(), v.value.clone()))
+            .collect();
+        let running = Instant::now();
+        let ran = self.guests.run(
+            &program,
+            GuestRun {
+                argv: &command.arguments,
+                env: &env,
+                working_dir: &format!("/{wd}"),
+                fs: fs.clone(),
+                tmp: &tmp,
+                stdout: out.clone(),
+                stderr: err.clone(),
+                cancel: stop,
+                memory_limit: self.memory_limit,
+            },
+        );
+        stats.run_ms = running.elapsed().as_millis() as u64;
+        drop(watch);
+        let ran = ran.map_err(|e| internal(format!("the guest could not be started: {e}")))?;
+        let code = ran.ended.exit_code();
+        stats.exit_code = Some(code);
+        stats.rpcs_9p = ran.rpcs_9p;
+        let layer = fs.stats();
+        stats.files_read = layer.files_read;
+        stats.bytes_of_files_read = layer.bytes_of_files_read;
+
+        if work.cancel.load(Ordering::Relaxed) {
+            return Err(Outcome::error(
+                code::CANCELLED,
+                "the scheduler took the lease back",
+            ));
+        }
+        if let Some((path, e)) = fs.unfetched().into_iter().next() {
+            return Err(fetch_failed_at(&path, e));
+        }
+        // Known by the guest runner, never by what the guest printed.
+        if let Ended::MemoryLimit(reason) = &ran.ended {
+            return Err(Outcome::error(
+                code::RESOURCE_EXHAUSTED,
+                format!(
+                    "the guest went over the worker's --memory-limit of {} bytes: {reason}",
+                    self.memory_limit
+                ),
+            ));
+        }
+        let mut collected = outputs::collect(&fs, &command).map_err(output_failed)?;
+        if collected.bytes > self.output_limit {
+            return Err(Outcome::error(
+                code::RESOURCE_EXHAUSTED,
+                format!(
+                    "the outputs are over the worker's {} bytes",
+                    self.output_limit
+                ),
+            ));
+        }
+        collected.result.exit_code = code;
+        collected.result.stdout_digest = collected.add_stream(out.take());
+        collected.result.stderr_digest = collected.add_stream(err.take());
+        collected.result.execution_metadata = Some(v2::ExecutedActionMetadata {
+            worker: self.name.clone(),
+            ..Default::default()
+        });
+        rt.block_on(self.cas.upload(collected.blobs)).map_err(|e| {
+            Outcome::error(code::UNAVAILABLE, format!("uploading the outputs: {e}"))
+        })?;
+        let result = Some(prost_types::Any {
+            type_url: RESULT_TYPE.into(),
+            value: collected.result.encode_to_vec(),
+        });
+        let mut outcome = Outcome {
+            result,
+            status: Default::default(),
+        };
+        if timed_out.load(Ordering::Relaxed) {
+            let secs = timeout.map_or(0.0, |t| t.as_secs_f64());
+            outcome.status.code = code::DEADLINE_EXCEEDED;
+            outcome.status.message = format!("the action ran past its timeout of {secs} s");
+        }
+        Ok(outcome)
+    }
+}
+
+/// Sets `stop` when `cancel` is set (the scheduler took the lease back) or `timeout`
+/// passes (then `timed_out` too); ends when dropped.
+fn watchdog(
+    cancel: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    timed_out: Arc<AtomicBool>,
+    timeout: Option<Duration>,
+) -> impl Drop {
+    struct Guard(Arc<AtomicBool>);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    let finished = done.clone();
+    let started = Instant::now();
+    let _ = std::thread::Builder::new()
+        .name("wasm9p-lease-watch".into())
+        .spawn(move || {
+            while !finished.load(Ordering::Relaxed) {
+                if cancel.load(Ordering::Relaxed) {
+                    stop.store(true, Ordering::Relaxed);
+                    return;
+                }
+                if timeout.is_some_and(|t| started.elapsed() >= t) {
+                    timed_out.store(true, Ordering::Relaxed);
+                    stop.store(true, Ordering::Relaxed);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+    Guard(done)
+}
+
+/// A guest's stream kept in memory, at most `limit` bytes; the rest is dropped
+/// without a word (the guest's writes still succeed), and the outputs' bound
+/// ([`Actions::output_limit`]) is what a client sees of it.
+#[derive(Clone, Debug)]
+pub struct Captured {
+    bytes: Arc<Mutex<Vec<u8>>>,
+    limit: u64,
+}
+
+impl Captured {
+    /// An empty stream that keeps at most `limit` bytes.
+    pub fn new(limit: u64) -> Captured {
+        Captured {
+            bytes: Arc::default(),
+            limit,
+        }
+    }
+
+    /// Keeps what of `data` fits.
+    pub fn push(&self, data: &[u8]) {
+        let mut bytes = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
+        let room = (self.limit as usize).saturating_sub(bytes.len());
+        bytes.extend_from_slice(&data[..data.len().min(room)]);
+    }
+
+    /// What was kept, taken out.
+    pub fn take(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.bytes.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_captured_stream_keeps_its_bound_and_ended_gives_the_exit_code() {
+        let c = Captured::new(5);
+        c.push(b"abc");
+        c.clone().push(b"defg");
+        assert_eq!(c.take(), b"abcde");
+        assert!(c.take().is_empty());
+        assert_eq!(Ended::Exited(3).exit_code(), 3);
+        assert_eq!(Ended::Trapped("unreachable".into()).exit_code(), 1);
+        assert_eq!(Ended::MemoryLimit("over".into()).exit_code(), 1);
+        assert_eq!(Ended::Stopped.exit_code(), 1);
+    }
+}
