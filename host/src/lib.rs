@@ -25,11 +25,18 @@
 //! `_start` on a thread outside the runtime, then [`p1::WasiP1Ctx::close_all`] and
 //! [`p1::exit_status`]. `examples/embed.rs` is the whole program.
 //!
+//! **Features.** `cli` (on by default) is the command: [`cli`] and [`fuse`], with
+//! clap, FUSE (`fuser`) and the farm (`wasm9p-remote`, tonic). An embedder that wants
+//! the library alone depends on `wasm9p-host` with `default-features = false` and
+//! gets none of them (CI checks that build, and that those crates stay out of it).
+//!
 //! What it is not: a library other crates depend on for the protocol or the server;
 //! those are `wasm9p-proto` and `wasm9p-server`.
 
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod engine;
+#[cfg(feature = "cli")]
 pub mod fuse;
 pub mod huge_alloc;
 pub mod interrupt;
