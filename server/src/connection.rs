@@ -1,13 +1,10 @@
-//! One connection's state, as the request handlers (`crate::ops`) and the connection's
-//! loop (`crate::session`) share it: its peer, its fids, the msize granted, the
-//! requests running as tasks (for Tflush), and the access rules it last followed. It
-//! imports neither of them.
+//! One connection's state, as the request handlers (`crate::ops`) and the directory
+//! export's side of the shell (`crate::directory`) share it: its peer, its fids, the
+//! msize granted, and the access rules it last followed. It imports neither of them.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use tokio::sync::watch;
 use wasm9p_proto::transport::Peer;
 
 use crate::fid::FidTable;
@@ -24,10 +21,6 @@ pub(crate) struct Connection {
     pub msize: AtomicU32,
     /// Bytes of xattr values announced and not yet set (see `XattrReservation`).
     pub xattr_pending: Arc<AtomicUsize>,
-    /// Whether a Tversion of 9P2000.L was answered (nothing else is served before).
-    pub(crate) versioned: AtomicBool,
-    /// Requests running as tasks, by tag: set to `true` once their reply is queued.
-    inflight: Mutex<HashMap<u16, watch::Receiver<bool>>>,
     /// The access rules' generation this connection's fids were last checked against.
     rules_seen: AtomicU64,
     /// The peer's tenant, where access rules make peers tenants: its data requests run
@@ -45,8 +38,6 @@ impl Connection {
             peer,
             fids: FidTable::counted(tenant.clone()),
             xattr_pending: Arc::default(),
-            versioned: AtomicBool::new(false),
-            inflight: Mutex::new(HashMap::new()),
             tenant,
         }
     }
@@ -59,11 +50,6 @@ impl Connection {
             self.fids
                 .revoke(|fid| self.shared.allowed(&fid.export, &self.peer));
         }
-    }
-
-    /// The requests running as tasks.
-    pub(crate) fn inflight_lock(&self) -> MutexGuard<'_, HashMap<u16, watch::Receiver<bool>>> {
-        self.inflight.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The msize granted.

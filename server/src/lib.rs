@@ -14,13 +14,15 @@
 //! (`scheduler`); byte-rate caps hold an export's reads and writes to a rate (`rates`,
 //! [`RateCap`]).
 //!
-//! Exports whose files are not host files ([`nodes`]): a [`nodes::NodeFs`], a file
-//! system of numbered nodes (a plugin component's, a build action's input root), served
-//! by [`nodes::serve`] with the same session rules, protocol constants and
-//! per-connection bounds ([`MAX_FIDS_PER_CONNECTION`], [`MAX_INFLIGHT_PER_CONNECTION`])
-//! as a directory; its connections are served one by one, without access rules,
-//! tenants or rates (a node export is the embedder's, reached through a socket it
-//! chose).
+//! One shell serves every connection (`shell`): frames read, Tversion first, bad
+//! frames answered, requests in flight bounded ([`MAX_INFLIGHT_PER_CONNECTION`]),
+//! Tflush, replies batched. Behind it, two kinds of export say what a request does: a
+//! host directory (`directory`, with `ops/` and the rest above), and a
+//! [`nodes::NodeFs`] ([`nodes`]), a file system of numbered nodes (a plugin
+//! component's, a build action's input root) served by [`nodes::serve`], with the same
+//! fid bound ([`MAX_FIDS_PER_CONNECTION`]) and protocol constants; a node export's
+//! connections have no access rules, tenants or rates (a node export is the
+//! embedder's, reached through a socket it chose).
 //!
 //! What it is not: an authenticating server (Tauth is refused with ENOENT, which both
 //! the Linux client and diod's tools take as "no auth needed"), nor a server that
@@ -58,6 +60,7 @@
 
 pub mod access;
 mod connection;
+mod directory;
 mod errors;
 mod export;
 mod fid;
@@ -67,8 +70,8 @@ mod ops;
 mod rates;
 mod scheduler;
 pub mod security;
-mod session;
 mod shared;
+mod shell;
 mod stat;
 mod tenants;
 
@@ -199,7 +202,7 @@ impl Server {
     /// on the tenant's I/O thread.
     pub async fn serve_peer(&self, stream: BoxStream, peer: Peer) {
         match self.shared.join(&peer) {
-            Ok(member) => session::run(self.shared.clone(), stream, peer, member).await,
+            Ok(member) => directory::run(self.shared.clone(), stream, peer, member).await,
             Err(refused) => tracing::warn!("{}: {refused}; closing the connection", peer.name),
         }
     }
@@ -218,7 +221,7 @@ impl Server {
         let name = peer.name.clone();
         let session = async move {
             match accepted.into_stream() {
-                Ok(stream) => session::run(shared, stream, peer, member).await,
+                Ok(stream) => directory::run(shared, stream, peer, member).await,
                 Err(e) => tracing::warn!("{}: {e}; closing the connection", peer.name),
             }
         };

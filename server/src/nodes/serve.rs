@@ -1,37 +1,30 @@
-//! The 9P2000.L server of [`super::NodeFs`]: one connection's requests, each in a task
-//! of its own (so that a file system that can answer several calls at once does), the
-//! replies through one writer.
+//! A [`super::NodeFs`] export as the shell (`crate::shell`) serves it: the same
+//! session rules, bounds and constants as a host-directory export (Tversion first, bad
+//! frames answered, `MAX_INFLIGHT_PER_CONNECTION` requests at once, Tflush), with
+//! what a request does written here. Every request runs in a task of its own (so that
+//! a file system that can answer several calls at once does), its reply through the
+//! shell's writer.
 //!
 //! A fid is a node plus the walk that reached it (ancestors and names, for `..`,
-//! `Trename` and `Tremove`). A Treaddir at offset 0 asks for the listing and keeps it
+//! `Trename` and `Tremove`); at most [`MAX_FIDS_PER_CONNECTION`] of them (the next
+//! attach or walk is EMFILE). A Treaddir at offset 0 asks for the listing and keeps it
 //! with the fid; later offsets page through that snapshot (a large directory costs one
-//! call per pass, not one per reply). Tflush waits for the request it names.
-//!
-//! The rules and bounds are those of a host-directory export (`crate::session`), with
-//! the same constants: Tversion comes first (anything before it is EPROTO; an msize
-//! below [`MIN_MSIZE`] is EINVAL) and resets the fids; a body that does not decode is
-//! EINVAL for its tag, an unknown type EOPNOTSUPP, and the connection goes on; a frame
-//! whose length is wrong or over the msize granted closes it; at most
-//! [`MAX_FIDS_PER_CONNECTION`] fids (the next attach or walk is EMFILE) and
-//! [`MAX_INFLIGHT_PER_CONNECTION`] requests at once, counted until their reply is
-//! written (the reader stops reading beyond that).
+//! call per pass, not one per reply).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use wasm9p_proto::consts::mode::{S_IFDIR, S_IFLNK, S_IFREG};
 use wasm9p_proto::consts::{
     dt, getattr, open, qid as qt, AT_REMOVEDIR, IOHDRSZ, MAX_MSIZE, MIN_MSIZE, V9FS_MAGIC,
-    VERSION_9P2000_L, VERSION_UNKNOWN,
 };
 use wasm9p_proto::transport::BoxStream;
 use wasm9p_proto::*;
 
 use super::fs::{Attr, Dirent, Kind, New, NodeFs};
-use crate::shared::{MAX_FIDS_PER_CONNECTION, MAX_INFLIGHT_PER_CONNECTION};
+use crate::shared::MAX_FIDS_PER_CONNECTION;
+use crate::shell::{self, Later, Now, Served};
 
 /// One fid: the node, how the walk got there, and whether it is open.
 #[derive(Clone, Debug)]
@@ -57,123 +50,40 @@ impl FidState {
 struct Conn {
     fs: Arc<dyn NodeFs>,
     fids: Mutex<HashMap<u32, FidState>>,
-    /// Requests being answered, by tag: Tflush waits for them.
-    running: Mutex<HashMap<u16, oneshot::Receiver<()>>>,
-    msize: Mutex<u32>,
+    msize: AtomicU32,
 }
-
-/// A reply, and the request's place in flight, given back once it is written.
-type Reply = (BytesMut, Option<OwnedSemaphorePermit>);
 
 /// Serves 9P2000.L for `fs` on `stream` until the client goes away.
 pub async fn serve(fs: Arc<dyn NodeFs>, stream: BoxStream) {
-    let (mut reader, mut writer) = tokio::io::split(stream);
     let conn = Arc::new(Conn {
         fs,
         fids: Mutex::new(HashMap::new()),
-        running: Mutex::new(HashMap::new()),
-        msize: Mutex::new(MIN_MSIZE),
+        msize: AtomicU32::new(MIN_MSIZE),
     });
-    let (out, mut replies) = mpsc::unbounded_channel::<Reply>();
-    let writing = tokio::spawn(async move {
-        while let Some((frame, permit)) = replies.recv().await {
-            if writer.write_all(&frame).await.is_err() {
-                return;
-            }
-            drop(permit);
-        }
-    });
-    let permits = Arc::new(Semaphore::new(MAX_INFLIGHT_PER_CONNECTION));
-    let mut versioned = false;
-    let mut decoder = FrameDecoder::new(MAX_MSIZE);
-    let mut buf = BytesMut::new();
-    loop {
-        let frame = match decoder.decode(&mut buf) {
-            Ok(Some(frame)) => frame,
-            Ok(None) => {
-                buf.reserve(64 * 1024);
-                match reader.read_buf(&mut buf).await {
-                    Ok(n) if n > 0 => continue,
-                    _ => break,
-                }
-            }
-            Err(e) => {
-                tracing::warn!("node export: {e}; closing the connection");
-                break;
-            }
-        };
-        let Ok(permit) = permits.clone().acquire_owned().await else {
-            break;
-        };
-        let tag = frame.tag;
-        let msg = match frame.body {
-            Ok(msg) if msg.is_request() => msg,
-            Err(DecodeError::UnknownType(_)) => {
-                let _ = out.send((reply(tag, Err(Errno::EOPNOTSUPP)), Some(permit)));
-                continue;
-            }
-            Ok(_) | Err(_) => {
-                let _ = out.send((reply(tag, Err(Errno::EINVAL)), Some(permit)));
-                continue;
-            }
-        };
-        if let Message::Tversion(t) = &msg {
-            // Answered in order, before anything after it is read; every fid goes.
-            conn.fids.lock().unwrap_or_else(|e| e.into_inner()).clear();
-            let answer = if t.msize < MIN_MSIZE {
-                Err(Errno::EINVAL)
-            } else {
-                let msize = t.msize.min(MAX_MSIZE);
-                versioned = t.version.starts_with(VERSION_9P2000_L);
-                let version = if versioned {
-                    *conn.msize.lock().unwrap_or_else(|e| e.into_inner()) = msize;
-                    decoder.set_max_size(msize);
-                    VERSION_9P2000_L
-                } else {
-                    VERSION_UNKNOWN
-                };
-                Ok(Rversion {
-                    msize,
-                    version: version.into(),
-                }
-                .into())
-            };
-            let _ = out.send((reply(tag, answer), Some(permit)));
-            continue;
-        }
-        if !versioned {
-            let _ = out.send((reply(tag, Err(Errno::EPROTO)), Some(permit)));
-            continue;
-        }
-        let (done_tx, done_rx) = oneshot::channel();
-        // A Tflush is not itself a request another Tflush waits for (one naming its
-        // own tag, or a circle of them, would wait for ever).
-        if !matches!(msg, Message::Tflush(_)) {
-            conn.running
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(tag, done_rx);
-        }
-        let (conn, out) = (conn.clone(), out.clone());
-        tokio::spawn(async move {
-            let answer = conn.handle(msg).await;
-            let _ = out.send((reply(tag, answer), Some(permit)));
-            conn.running
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&tag);
-            let _ = done_tx.send(());
-        });
-    }
-    drop(out);
-    let _ = writing.await;
+    shell::run(conn, stream, "node export", MAX_MSIZE).await;
 }
 
-fn reply(tag: u16, answer: Result<Message, Errno>) -> BytesMut {
-    let msg = answer.unwrap_or_else(|e| Rlerror { ecode: e.0 }.into());
-    let mut frame = BytesMut::new();
-    encode_frame(tag, &msg, &mut frame);
-    frame
+impl Served for Conn {
+    fn version(&self, msize: Option<u32>) {
+        self.fids.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        if let Some(msize) = msize {
+            self.msize.store(msize, Ordering::Relaxed);
+        }
+    }
+
+    fn answer_now(&self, msg: Message) -> Now {
+        // Every call of a node file system may wait (a plugin, a lazy fetch).
+        Now::Later(msg)
+    }
+
+    fn answer_later(self: &Arc<Self>, msg: Message, later: Later) {
+        let conn = self.clone();
+        tokio::spawn(async move { later.reply(conn.handle(msg).await) });
+    }
+
+    fn closed(&self) {
+        self.fids.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
 }
 
 fn qid_of(node: u64, attr: &Attr) -> Qid {
@@ -366,11 +276,7 @@ impl Conn {
             }
             Message::Tread(t) => {
                 let node = self.fid(t.fid)?.node;
-                let most = self
-                    .msize
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .saturating_sub(IOHDRSZ);
+                let most = self.msize.load(Ordering::Relaxed).saturating_sub(IOHDRSZ);
                 let count = t.count.min(most);
                 let data = fs.read(node, t.offset, count).await?;
                 if data.len() > count as usize {
@@ -525,17 +431,6 @@ impl Conn {
             Message::Tfsync(t) => {
                 self.fid(t.fid)?;
                 Rfsync {}.into()
-            }
-            Message::Tflush(t) => {
-                let running = self
-                    .running
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&t.oldtag);
-                if let Some(done) = running {
-                    let _ = done.await;
-                }
-                Rflush {}.into()
             }
             _ => return Err(Errno::EOPNOTSUPP),
         })
