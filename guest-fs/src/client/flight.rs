@@ -35,7 +35,7 @@ use wasm9p_proto::{
 
 use super::fid::{Fid, Walk, WalkError};
 use super::ops::Entries;
-use super::session::{Call, Session};
+use super::session::{Call, Promises, Session};
 
 /// What a flight asks of the opened fid after the open (and the attributes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,16 +95,6 @@ pub fn first_read(session: &Session) -> First {
 /// The most directory entries a flight reads: what one Treaddir carries.
 pub fn first_entries(session: &Session) -> First {
     First::Entries(session.msize() - READDIRHDRSZ)
-}
-
-/// What a server promised when asked.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Promises {
-    /// It handles a connection's requests in order ([`ORDERED_XATTR`]): flights may go.
-    pub ordered: bool,
-    /// Its listings are filled ([`LISTINGS_FILL_XATTR`]): a Treaddir's reply with room
-    /// left for another entry ended the listing.
-    pub listings_fill: bool,
 }
 
 impl Session {

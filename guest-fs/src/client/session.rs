@@ -144,6 +144,16 @@ pub struct Session {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// What a server promised when asked (module `flight` asks, at the first flight).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Promises {
+    /// It handles a connection's requests in order (`ORDERED_XATTR`): flights may go.
+    pub ordered: bool,
+    /// Its listings are filled (`LISTINGS_FILL_XATTR`): a Treaddir's reply with room
+    /// left for another entry ended the listing.
+    pub listings_fill: bool,
+}
+
 #[derive(Debug)]
 pub(crate) struct Inner {
     state: Mutex<State>,
@@ -172,7 +182,7 @@ pub(crate) struct Inner {
     closing: AtomicBool,
     /// What the server promises: requests handled in order, listings filled (asked
     /// once, at the first flight: `flight`).
-    pub(crate) promises: tokio::sync::OnceCell<super::flight::Promises>,
+    pub(crate) promises: tokio::sync::OnceCell<Promises>,
     /// Set by [`Session::without_flights`]: requests go one after another.
     pub(crate) no_flights: AtomicBool,
     /// Flights sent (a walk and the requests on its fid: `flight`), and requests of
