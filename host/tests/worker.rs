@@ -488,12 +488,10 @@ fn a_clang_compile_on_the_farm_makes_the_object_wasm9p_cc_makes_and_fetches_only
     assert_eq!(second["directories_read"], 0, "{second}");
 }
 
-#[test]
-fn the_memory_limit_is_known_by_the_engine_not_by_what_the_guest_prints() {
-    const RESOURCE_EXHAUSTED: i32 = 8;
-    let farm = Farm::get();
-    let pool = "limits-typed";
-    let _worker = Worker::start(
+/// A worker of one slot whose guests get 64 MiB of memory and whose actions' outputs
+/// 100,000 bytes.
+fn limited_worker(farm: &Farm, pool: &str) -> Worker {
+    Worker::start(
         farm,
         pool,
         &[
@@ -504,7 +502,15 @@ fn the_memory_limit_is_known_by_the_engine_not_by_what_the_guest_prints() {
             "--max-output",
             "100000",
         ],
-    );
+    )
+}
+
+#[test]
+fn the_memory_limit_is_known_by_the_engine_not_by_what_the_guest_prints() {
+    const RESOURCE_EXHAUSTED: i32 = 8;
+    let farm = Farm::get();
+    let pool = "limits-typed";
+    let _worker = limited_worker(farm, pool);
     let client = Client::new(farm);
     let root = Root::default().file("tool.wasm", guest(), true).make();
     client.upload(root.blobs.clone());
@@ -538,18 +544,7 @@ fn a_guest_past_the_memory_limit_fails_resource_exhausted_and_writes_past_the_ou
     const RESOURCE_EXHAUSTED: i32 = 8;
     let farm = Farm::get();
     let pool = "limits";
-    let _worker = Worker::start(
-        farm,
-        pool,
-        &[
-            "--jobs",
-            "1",
-            "--memory-limit",
-            "64M",
-            "--max-output",
-            "100000",
-        ],
-    );
+    let _worker = limited_worker(farm, pool);
     let client = Client::new(farm);
     let root = Root::default().file("tool.wasm", guest(), true).make();
     client.upload(root.blobs.clone());
