@@ -167,273 +167,323 @@ impl Conn {
     }
 
     async fn handle(&self, msg: Message) -> Result<Message, Errno> {
+        match msg {
+            Message::Tattach(t) => self.attach(t).await,
+            Message::Twalk(t) => self.walk(t).await,
+            Message::Tgetattr(t) => self.getattr(t).await,
+            Message::Tsetattr(t) => self.setattr(t).await,
+            Message::Tlopen(t) => self.lopen(t).await,
+            Message::Tread(t) => self.read(t).await,
+            Message::Twrite(t) => self.write(t).await,
+            Message::Treaddir(t) => self.readdir(t).await,
+            Message::Tlcreate(t) => self.lcreate(t).await,
+            Message::Tmkdir(t) => self.mkdir(t).await,
+            Message::Tsymlink(t) => self.symlink(t).await,
+            Message::Tunlinkat(t) => self.unlinkat(t).await,
+            Message::Trenameat(t) => self.renameat(t).await,
+            Message::Trename(t) => self.rename(t).await,
+            Message::Tremove(t) => self.remove(t).await,
+            Message::Tclunk(t) => self.clunk(t).await,
+            Message::Tstatfs(t) => self.statfs(t).await,
+            Message::Tfsync(t) => self.fsync(t).await,
+            Message::Treadlink(t) => Ok(Rreadlink {
+                target: self.fs.readlink(self.fid(t.fid)?.node).await?,
+            }
+            .into()),
+            _ => Err(Errno::EOPNOTSUPP),
+        }
+    }
+
+    async fn attach(&self, t: Tattach) -> Result<Message, Errno> {
         let fs = &self.fs;
-        Ok(match msg {
-            Message::Tattach(t) => {
-                let root = fs.root();
-                let qid = self.qid(root).await?;
-                self.bind_fid(
-                    t.fid,
-                    FidState {
-                        node: root,
-                        steps: Vec::new(),
-                        open: None,
-                        listing: None,
-                    },
-                )?;
-                Rattach { qid }.into()
-            }
-            Message::Twalk(t) => {
-                let from = self.fid(t.fid)?;
-                if t.newfid != t.fid && self.fid(t.newfid).is_ok() {
-                    return Err(Errno::EEXIST);
+        let root = fs.root();
+        let qid = self.qid(root).await?;
+        self.bind_fid(
+            t.fid,
+            FidState {
+                node: root,
+                steps: Vec::new(),
+                open: None,
+                listing: None,
+            },
+        )?;
+        Ok(Rattach { qid }.into())
+    }
+
+    async fn walk(&self, t: Twalk) -> Result<Message, Errno> {
+        let fs = &self.fs;
+        let from = self.fid(t.fid)?;
+        if t.newfid != t.fid && self.fid(t.newfid).is_ok() {
+            return Err(Errno::EEXIST);
+        }
+        let mut at = FidState {
+            open: None,
+            listing: None,
+            ..from
+        };
+        let mut wqids = Vec::new();
+        for (i, name) in t.wnames.iter().enumerate() {
+            let step = async {
+                if name == ".." {
+                    at.steps.pop();
+                    at.node = at.steps.last().map_or(fs.root(), |s| s.0);
+                } else if name != "." {
+                    at.node = fs.lookup(at.node, &check_name(name)?).await?;
+                    at.steps.push((at.node, name.clone()));
                 }
-                let mut at = FidState {
-                    open: None,
-                    listing: None,
-                    ..from
-                };
-                let mut wqids = Vec::new();
-                for (i, name) in t.wnames.iter().enumerate() {
-                    let step = async {
-                        if name == ".." {
-                            at.steps.pop();
-                            at.node = at.steps.last().map_or(fs.root(), |s| s.0);
-                        } else if name != "." {
-                            at.node = fs.lookup(at.node, &check_name(name)?).await?;
-                            at.steps.push((at.node, name.clone()));
-                        }
-                        self.qid(at.node).await
-                    };
-                    match step.await {
-                        Ok(qid) => wqids.push(qid),
-                        Err(e) if i == 0 => return Err(e),
-                        Err(_) => return Ok(Rwalk { wqids }.into()),
-                    }
+                self.qid(at.node).await
+            };
+            match step.await {
+                Ok(qid) => wqids.push(qid),
+                Err(e) if i == 0 => return Err(e),
+                Err(_) => return Ok(Rwalk { wqids }.into()),
+            }
+        }
+        if t.newfid == t.fid {
+            self.set_fid(t.newfid, at)?;
+        } else {
+            self.bind_fid(t.newfid, at)?;
+        }
+        Ok(Rwalk { wqids }.into())
+    }
+
+    async fn getattr(&self, t: Tgetattr) -> Result<Message, Errno> {
+        let fs = &self.fs;
+        let node = self.fid(t.fid)?.node;
+        let a = fs.getattr(node).await?;
+        Ok(Rgetattr {
+            valid: getattr::BASIC,
+            qid: qid_of(node, &a),
+            mode: type_bits(a.kind) | (a.mode & 0o7777),
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+            nlink: a.nlink,
+            size: a.size,
+            blksize: 4096,
+            blocks: a.size.div_ceil(512),
+            atime_sec: a.mtime_sec,
+            atime_nsec: u64::from(a.mtime_nsec),
+            mtime_sec: a.mtime_sec,
+            mtime_nsec: u64::from(a.mtime_nsec),
+            ctime_sec: a.mtime_sec,
+            ctime_nsec: u64::from(a.mtime_nsec),
+            ..Default::default()
+        }
+        .into())
+    }
+
+    async fn setattr(&self, t: Tsetattr) -> Result<Message, Errno> {
+        let fs = &self.fs;
+        use wasm9p_proto::consts::setattr as v;
+        let node = self.fid(t.fid)?.node;
+        // A node file system keeps its own times and has no owners or
+        // permission changes: saying "done" to those would be a lie.
+        if t.valid & (v::MODE | v::UID | v::GID | v::ATIME | v::MTIME) != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if t.valid & v::SIZE != 0 {
+            self.writable()?;
+            fs.set_size(node, t.size).await?;
+        }
+        Ok(Rsetattr {}.into())
+    }
+
+    async fn lopen(&self, t: Tlopen) -> Result<Message, Errno> {
+        let fs = &self.fs;
+        let mut state = self.fid(t.fid)?;
+        let a = fs.getattr(state.node).await?;
+        let writes = t.flags & open::ACCMODE != open::RDONLY || t.flags & open::TRUNC != 0;
+        if writes {
+            if a.kind == Kind::Directory {
+                return Err(Errno::EISDIR);
+            }
+            self.writable()?;
+        }
+        if t.flags & open::TRUNC != 0 && a.size > 0 {
+            fs.set_size(state.node, 0).await?;
+        }
+        state.open = Some(t.flags);
+        state.listing = None;
+        let qid = self.qid(state.node).await?;
+        self.set_fid(t.fid, state)?;
+        Ok(Rlopen { qid, iounit: 0 }.into())
+    }
+
+    async fn read(&self, t: Tread) -> Result<Message, Errno> {
+        let fs = &self.fs;
+        let node = self.fid(t.fid)?.node;
+        let most = self.msize.load(Ordering::Relaxed).saturating_sub(IOHDRSZ);
+        let count = t.count.min(most);
+        let data = fs.read(node, t.offset, count).await?;
+        if data.len() > count as usize {
+            return Err(Errno::EIO);
+        }
+        Ok(Rread { data: Data(data) }.into())
+    }
+
+    async fn write(&self, t: Twrite) -> Result<Message, Errno> {
+        let fs = &self.fs;
+        self.writable()?;
+        let node = self.fid(t.fid)?.node;
+        let len = t.data.0.len();
+        let count = fs.write(node, t.offset, t.data.0).await?;
+        if count as usize > len {
+            return Err(Errno::EIO);
+        }
+        Ok(Rwrite { count }.into())
+    }
+
+    async fn readdir(&self, t: Treaddir) -> Result<Message, Errno> {
+        let fs = &self.fs;
+        let state = self.fid(t.fid)?;
+        let entries = match &state.listing {
+            Some(listing) if t.offset > 0 => listing.clone(),
+            _ => {
+                let listing = Arc::new(fs.readdir(state.node).await?);
+                let mut fids = self.fids.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(state) = fids.get_mut(&t.fid) {
+                    state.listing = Some(listing.clone());
                 }
-                if t.newfid == t.fid {
-                    self.set_fid(t.newfid, at)?;
-                } else {
-                    self.bind_fid(t.newfid, at)?;
-                }
-                Rwalk { wqids }.into()
+                listing
             }
-            Message::Tgetattr(t) => {
-                let node = self.fid(t.fid)?.node;
-                let a = fs.getattr(node).await?;
-                Rgetattr {
-                    valid: getattr::BASIC,
-                    qid: qid_of(node, &a),
-                    mode: type_bits(a.kind) | (a.mode & 0o7777),
-                    uid: rustix::process::geteuid().as_raw(),
-                    gid: rustix::process::getegid().as_raw(),
-                    nlink: a.nlink,
-                    size: a.size,
-                    blksize: 4096,
-                    blocks: a.size.div_ceil(512),
-                    atime_sec: a.mtime_sec,
-                    atime_nsec: u64::from(a.mtime_nsec),
-                    mtime_sec: a.mtime_sec,
-                    mtime_nsec: u64::from(a.mtime_nsec),
-                    ctime_sec: a.mtime_sec,
-                    ctime_nsec: u64::from(a.mtime_nsec),
-                    ..Default::default()
-                }
-                .into()
+        };
+        let mut packer = DirEntryPacker::new(t.count as usize);
+        for (i, e) in entries.iter().enumerate().skip(t.offset as usize) {
+            let entry = DirEntry {
+                qid: Qid {
+                    ty: qid_type(e.kind),
+                    version: 0,
+                    path: e.node,
+                },
+                offset: i as u64 + 1,
+                ty: dirent_type(e.kind),
+                name: e.name.clone(),
+            };
+            if !packer.push(&entry) {
+                break;
             }
-            Message::Tsetattr(t) => {
-                use wasm9p_proto::consts::setattr as v;
-                let node = self.fid(t.fid)?.node;
-                // A node file system keeps its own times and has no owners or
-                // permission changes: saying "done" to those would be a lie.
-                if t.valid & (v::MODE | v::UID | v::GID | v::ATIME | v::MTIME) != 0 {
-                    return Err(Errno::EOPNOTSUPP);
-                }
-                if t.valid & v::SIZE != 0 {
-                    self.writable()?;
-                    fs.set_size(node, t.size).await?;
-                }
-                Rsetattr {}.into()
-            }
-            Message::Tlopen(t) => {
-                let mut state = self.fid(t.fid)?;
-                let a = fs.getattr(state.node).await?;
-                let writes = t.flags & open::ACCMODE != open::RDONLY || t.flags & open::TRUNC != 0;
-                if writes {
-                    if a.kind == Kind::Directory {
-                        return Err(Errno::EISDIR);
-                    }
-                    self.writable()?;
-                }
-                if t.flags & open::TRUNC != 0 && a.size > 0 {
-                    fs.set_size(state.node, 0).await?;
-                }
-                state.open = Some(t.flags);
-                state.listing = None;
-                let qid = self.qid(state.node).await?;
-                self.set_fid(t.fid, state)?;
-                Rlopen { qid, iounit: 0 }.into()
-            }
-            Message::Tread(t) => {
-                let node = self.fid(t.fid)?.node;
-                let most = self.msize.load(Ordering::Relaxed).saturating_sub(IOHDRSZ);
-                let count = t.count.min(most);
-                let data = fs.read(node, t.offset, count).await?;
-                if data.len() > count as usize {
-                    return Err(Errno::EIO);
-                }
-                Rread { data: Data(data) }.into()
-            }
-            Message::Twrite(t) => {
-                self.writable()?;
-                let node = self.fid(t.fid)?.node;
-                let len = t.data.0.len();
-                let count = fs.write(node, t.offset, t.data.0).await?;
-                if count as usize > len {
-                    return Err(Errno::EIO);
-                }
-                Rwrite { count }.into()
-            }
-            Message::Treaddir(t) => {
-                let state = self.fid(t.fid)?;
-                let entries = match &state.listing {
-                    Some(listing) if t.offset > 0 => listing.clone(),
-                    _ => {
-                        let listing = Arc::new(fs.readdir(state.node).await?);
-                        let mut fids = self.fids.lock().unwrap_or_else(|e| e.into_inner());
-                        if let Some(state) = fids.get_mut(&t.fid) {
-                            state.listing = Some(listing.clone());
-                        }
-                        listing
-                    }
-                };
-                let mut packer = DirEntryPacker::new(t.count as usize);
-                for (i, e) in entries.iter().enumerate().skip(t.offset as usize) {
-                    let entry = DirEntry {
-                        qid: Qid {
-                            ty: qid_type(e.kind),
-                            version: 0,
-                            path: e.node,
-                        },
-                        offset: i as u64 + 1,
-                        ty: dirent_type(e.kind),
-                        name: e.name.clone(),
-                    };
-                    if !packer.push(&entry) {
-                        break;
-                    }
-                }
-                Rreaddir {
-                    data: Data(packer.finish()),
-                }
-                .into()
-            }
-            Message::Treadlink(t) => Rreadlink {
-                target: fs.readlink(self.fid(t.fid)?.node).await?,
-            }
-            .into(),
-            Message::Tlcreate(t) => {
-                self.writable()?;
-                let mut dir = self.fid(t.fid)?;
-                let name = check_name(&t.name)?;
-                let node = fs
-                    .create(dir.node, &name, New::File(t.mode & 0o7777))
-                    .await?;
-                dir.node = node;
-                dir.steps.push((node, name));
-                dir.open = Some(t.flags);
-                let qid = self.qid(node).await?;
-                self.set_fid(t.fid, dir)?;
-                Rlcreate { qid, iounit: 0 }.into()
-            }
-            Message::Tmkdir(t) => {
-                self.writable()?;
-                let dir = self.fid(t.dfid)?.node;
-                let node = fs
-                    .create(dir, &check_name(&t.name)?, New::Directory(t.mode & 0o7777))
-                    .await?;
-                Rmkdir {
-                    qid: self.qid(node).await?,
-                }
-                .into()
-            }
-            Message::Tsymlink(t) => {
-                self.writable()?;
-                let dir = self.fid(t.fid)?.node;
-                let node = fs
-                    .create(dir, &check_name(&t.name)?, New::Symlink(&t.symtgt))
-                    .await?;
-                Rsymlink {
-                    qid: self.qid(node).await?,
-                }
-                .into()
-            }
-            Message::Tunlinkat(t) => {
-                self.writable()?;
-                let dir = self.fid(t.dirfd)?.node;
-                let name = check_name(&t.name)?;
-                let target = fs.getattr(fs.lookup(dir, &name).await?).await?;
-                match (target.kind == Kind::Directory, t.flags & AT_REMOVEDIR != 0) {
-                    (true, false) => return Err(Errno::EISDIR),
-                    (false, true) => return Err(Errno::ENOTDIR),
-                    _ => {}
-                }
-                fs.unlink(dir, &name).await?;
-                Runlinkat {}.into()
-            }
-            Message::Trenameat(t) => {
-                self.writable()?;
-                let from = self.fid(t.olddirfid)?.node;
-                let to = self.fid(t.newdirfid)?.node;
-                fs.rename(from, &check_name(&t.oldname)?, to, &check_name(&t.newname)?)
-                    .await?;
-                Rrenameat {}.into()
-            }
-            Message::Trename(t) => {
-                self.writable()?;
-                let file = self.fid(t.fid)?;
-                let (_, name) = file.steps.last().cloned().ok_or(Errno::EBUSY)?;
-                let to = self.fid(t.dfid)?.node;
-                fs.rename(file.parent(fs.root()), &name, to, &check_name(&t.name)?)
-                    .await?;
-                Rrename {}.into()
-            }
-            Message::Tremove(t) => {
-                let file = self
-                    .fids
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&t.fid)
-                    .ok_or(Errno::EBADF)?;
-                self.writable()?;
-                let (_, name) = file.steps.last().cloned().ok_or(Errno::EBUSY)?;
-                fs.unlink(file.parent(fs.root()), &name).await?;
-                Rremove {}.into()
-            }
-            Message::Tclunk(t) => {
-                self.fids
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&t.fid)
-                    .ok_or(Errno::EBADF)?;
-                Rclunk {}.into()
-            }
-            Message::Tstatfs(t) => {
-                self.fid(t.fid)?;
-                Rstatfs {
-                    ty: V9FS_MAGIC,
-                    bsize: 4096,
-                    namelen: 255,
-                    ..Default::default()
-                }
-                .into()
-            }
-            Message::Tfsync(t) => {
-                self.fid(t.fid)?;
-                Rfsync {}.into()
-            }
-            _ => return Err(Errno::EOPNOTSUPP),
-        })
+        }
+        Ok(Rreaddir {
+            data: Data(packer.finish()),
+        }
+        .into())
+    }
+
+    async fn lcreate(&self, t: Tlcreate) -> Result<Message, Errno> {
+        let fs = &self.fs;
+        self.writable()?;
+        let mut dir = self.fid(t.fid)?;
+        let name = check_name(&t.name)?;
+        let node = fs
+            .create(dir.node, &name, New::File(t.mode & 0o7777))
+            .await?;
+        dir.node = node;
+        dir.steps.push((node, name));
+        dir.open = Some(t.flags);
+        let qid = self.qid(node).await?;
+        self.set_fid(t.fid, dir)?;
+        Ok(Rlcreate { qid, iounit: 0 }.into())
+    }
+
+    async fn mkdir(&self, t: Tmkdir) -> Result<Message, Errno> {
+        let fs = &self.fs;
+        self.writable()?;
+        let dir = self.fid(t.dfid)?.node;
+        let node = fs
+            .create(dir, &check_name(&t.name)?, New::Directory(t.mode & 0o7777))
+            .await?;
+        Ok(Rmkdir {
+            qid: self.qid(node).await?,
+        }
+        .into())
+    }
+
+    async fn symlink(&self, t: Tsymlink) -> Result<Message, Errno> {
+        let fs = &self.fs;
+        self.writable()?;
+        let dir = self.fid(t.fid)?.node;
+        let node = fs
+            .create(dir, &check_name(&t.name)?, New::Symlink(&t.symtgt))
+            .await?;
+        Ok(Rsymlink {
+            qid: self.qid(node).await?,
+        }
+        .into())
+    }
+
+    async fn unlinkat(&self, t: Tunlinkat) -> Result<Message, Errno> {
+        let fs = &self.fs;
+        self.writable()?;
+        let dir = self.fid(t.dirfd)?.node;
+        let name = check_name(&t.name)?;
+        let target = fs.getattr(fs.lookup(dir, &name).await?).await?;
+        match (target.kind == Kind::Directory, t.flags & AT_REMOVEDIR != 0) {
+            (true, false) => return Err(Errno::EISDIR),
+            (false, true) => return Err(Errno::ENOTDIR),
+            _ => {}
+        }
+        fs.unlink(dir, &name).await?;
+        Ok(Runlinkat {}.into())
+    }
+
+    async fn renameat(&self, t: Trenameat) -> Result<Message, Errno> {
+        let fs = &self.fs;
+        self.writable()?;
+        let from = self.fid(t.olddirfid)?.node;
+        let to = self.fid(t.newdirfid)?.node;
+        fs.rename(from, &check_name(&t.oldname)?, to, &check_name(&t.newname)?)
+            .await?;
+        Ok(Rrenameat {}.into())
+    }
+
+    async fn rename(&self, t: Trename) -> Result<Message, Errno> {
+        let fs = &self.fs;
+        self.writable()?;
+        let file = self.fid(t.fid)?;
+        let (_, name) = file.steps.last().cloned().ok_or(Errno::EBUSY)?;
+        let to = self.fid(t.dfid)?.node;
+        fs.rename(file.parent(fs.root()), &name, to, &check_name(&t.name)?)
+            .await?;
+        Ok(Rrename {}.into())
+    }
+
+    async fn remove(&self, t: Tremove) -> Result<Message, Errno> {
+        let fs = &self.fs;
+        let file = self
+            .fids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&t.fid)
+            .ok_or(Errno::EBADF)?;
+        self.writable()?;
+        let (_, name) = file.steps.last().cloned().ok_or(Errno::EBUSY)?;
+        fs.unlink(file.parent(fs.root()), &name).await?;
+        Ok(Rremove {}.into())
+    }
+
+    async fn clunk(&self, t: Tclunk) -> Result<Message, Errno> {
+        self.fids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&t.fid)
+            .ok_or(Errno::EBADF)?;
+        Ok(Rclunk {}.into())
+    }
+
+    async fn statfs(&self, t: Tstatfs) -> Result<Message, Errno> {
+        self.fid(t.fid)?;
+        Ok(Rstatfs {
+            ty: V9FS_MAGIC,
+            bsize: 4096,
+            namelen: 255,
+            ..Default::default()
+        }
+        .into())
+    }
+
+    async fn fsync(&self, t: Tfsync) -> Result<Message, Errno> {
+        self.fid(t.fid)?;
+        Ok(Rfsync {}.into())
     }
 }
 
