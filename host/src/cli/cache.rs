@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use wasm9p_guest_fs::fscache;
 
-use super::{fail, EXIT_USAGE};
+use super::shared::{fail, EXIT_USAGE};
 
 /// `wasm9p cache`.
 #[derive(Debug, Args)]

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::engines::{parse_tier, report_progress, setup_failed};
-use super::{fail, say, EXIT_USAGE};
+use super::shared::{fail, say, EXIT_USAGE};
 use crate::engine::guest_engines;
 use crate::module_cache::{ModuleCache, Tier, TierChoice};
 

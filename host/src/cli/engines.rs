@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{fail, say, EXIT_USAGE};
+use super::shared::{fail, say, EXIT_USAGE};
 use crate::engine::{EngineBuilder, GuestEngine, SetupError};
 use crate::module_cache::{ModuleCache, Progress, TierChoice, UpgradeIn};
 use crate::plugin::PluginCompile;

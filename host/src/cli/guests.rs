@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::engines::{engine_for, parse_tier, setup_failed, tier_from_env};
-use super::{fail, parse_env, say, EXIT_USAGE};
+use super::shared::{fail, parse_env, say, EXIT_USAGE};
 use crate::engine::{Guest, GuestEngine, Outcome, Stdio};
 use crate::module_cache::{ModuleCache, TierChoice};
 use crate::mounts::{MountSpec, MountTable, MountTableBuilder};

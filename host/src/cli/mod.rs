@@ -21,6 +21,7 @@ mod engines;
 mod guests;
 mod mount;
 mod run;
+mod shared;
 mod worker;
 
 pub use cache::{cache, CacheAction, CacheArgs, StoreChoice};
@@ -28,10 +29,8 @@ pub use compile::{compile, CompileArgs};
 pub use guests::{batch, parse_commands, BatchArgs, GuestArgs, Job, NamespaceArgs};
 pub use mount::{mount, MountArgs};
 pub use run::{run, RunArgs};
+pub use shared::{fail, say, EXIT_USAGE};
 pub use worker::{worker, WorkerArgs};
-
-/// Exit code for bad usage or configuration.
-pub const EXIT_USAGE: u8 = 2;
 
 /// wasm9p: WASI guests on a 9P2000.L filesystem.
 #[derive(Debug, Parser)]
@@ -70,13 +69,6 @@ pub enum Command {
     Worker(WorkerArgs),
     /// See or remove the `cache=fscache` stores kept on this machine.
     Cache(CacheArgs),
-}
-
-pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok((k.into(), v.into())),
-        _ => Err(format!("{s:?} is not K=V")),
-    }
 }
 
 /// `wasm9p serve`.
@@ -367,17 +359,4 @@ impl Shutdown {
             _ = self.term.recv() => {}
         }
     }
-}
-
-/// Prints one line and returns the exit code.
-pub fn fail(code: u8, message: &str) -> ExitCode {
-    say(message);
-    ExitCode::from(code)
-}
-
-/// One line on stderr, prefixed `wasm9p: `. Unlike `eprintln!`, a closed stderr is
-/// ignored rather than a panic: a server must not die because its log reader went away.
-pub fn say(message: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "wasm9p: {message}");
 }

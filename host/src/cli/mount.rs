@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::guests::NamespaceArgs;
-use super::{fail, say, Shutdown, EXIT_USAGE};
+use super::shared::{fail, say, EXIT_USAGE};
+use super::Shutdown;
 use crate::fuse::{self, NamespaceFs};
 
 /// `wasm9p mount`.

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::guests::{exit_code, GuestArgs};
-use super::{fail, say, EXIT_USAGE};
+use super::shared::{fail, say, EXIT_USAGE};
 use crate::engine::Guest;
 
 /// `wasm9p run`.

@@ -40,7 +40,7 @@ use clap::Args;
 use super::invocation::{Invocation, Io};
 use super::wire::{self, Request};
 use super::{guest_env, paths, Options, Setup, Tool, EXIT_SETUP};
-use crate::cli::{fail, say};
+use crate::cli::shared::{fail, say};
 use crate::engine::GuestEngine;
 use crate::p1::{Input, Sink};
 

@@ -61,7 +61,7 @@ use invocation::{Invocation, Io};
 pub const CLANG_WASM_VERSION: &str = "22.0.0-git20542-10";
 
 /// Exit code for a setup problem (no toolchain, a path outside the root).
-const EXIT_SETUP: u8 = super::EXIT_USAGE;
+const EXIT_SETUP: u8 = super::shared::EXIT_USAGE;
 
 /// A tool of the multi-call module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -457,7 +457,7 @@ impl Setup {
         for spec in self.mounts() {
             table = table
                 .mount(&spec)
-                .map_err(|e| super::fail(EXIT_SETUP, &e.to_string()))?;
+                .map_err(|e| super::shared::fail(EXIT_SETUP, &e.to_string()))?;
         }
         let cache = tier_from_env(ModuleCache::user_default())?;
         engine_for(&self.toolchain.module, cache)

@@ -34,7 +34,7 @@ use wasm9p_remote::directories::Directories;
 use wasm9p_remote::store::ContentStore;
 use wasm9p_remote::worker::Reports;
 
-use super::{fail, say, EXIT_USAGE};
+use super::shared::{fail, say, EXIT_USAGE};
 use tools::Tools;
 
 /// Bytes of `Directory` messages kept for the actions after (a sysroot's input root
@@ -58,7 +58,7 @@ pub struct WorkerArgs {
     pub jobs: Option<u16>,
     /// A platform property the bot announces, over the defaults OSFamily=wasi and
     /// ISA=wasm32 (repeatable; the same key replaces the default).
-    #[arg(long = "property", value_name = "KEY=VALUE", value_parser = super::parse_env)]
+    #[arg(long = "property", value_name = "KEY=VALUE", value_parser = super::shared::parse_env)]
     pub properties: Vec<(String, String)>,
     /// The worker's own directory: its content store, compiled modules, bot id,
     /// actions' scratch space (default: ~/.cache/wasm9p/worker).
