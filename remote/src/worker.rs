@@ -56,28 +56,34 @@ pub async fn serve<G: Guests>(
     bot: Bot,
     channel: tonic::transport::Channel,
     reports: Arc<dyn Reports>,
-    mut stop: mpsc::UnboundedReceiver<()>,
+    stop: mpsc::UnboundedReceiver<()>,
 ) -> Result<(), String> {
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(String, Outcome)>();
+    let (done_tx, done) = mpsc::unbounded_channel::<(String, Outcome)>();
+    let mut woken = Wakes {
+        done,
+        stop,
+        stop_open: true,
+    };
     let mut leases = Leases::new(bot.capacity);
     let mut running: HashMap<String, Arc<AtomicBool>> = HashMap::new();
     let mut session: Option<Session> = None;
     let mut backoff = FIRST_BACKOFF;
     // Whether the scheduler has stopped answering (see `Lost`).
     let mut lost = Lost::default();
-    // Whether `stop` can still say anything.
-    let mut stop_open = true;
     // The scheduler's last answer, not yet taken in (none when an update was dropped
     // for a lease that ended: no answer is not an empty one).
     let mut offered: Option<Vec<Lease>> = None;
-    let drain = |leases: &mut Leases, said: Option<()>, open: &mut bool| {
-        if said.is_none() {
-            *open = false;
+    let take = |woke: Woke, leases: &mut Leases, running: &mut HashMap<_, _>| match woke {
+        Woke::Slept => {}
+        Woke::Ended(id, outcome) => {
+            running.remove(&id);
+            leases.complete(&id, outcome);
         }
-        if !leases.draining() {
+        Woke::Stop if !leases.draining() => {
             reports.say("worker: taking no new lease; stopping once the running ones are done");
             leases.drain();
         }
+        Woke::Stop => {}
     };
     loop {
         // What the last answer asked for.
@@ -122,14 +128,8 @@ pub async fn serve<G: Guests>(
                     if leases.draining() && running.is_empty() {
                         return Ok(()); // nothing to report to a scheduler that is gone
                     }
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        Some((id, outcome)) = done_rx.recv() => {
-                            running.remove(&id);
-                            leases.complete(&id, outcome);
-                        }
-                        said = stop.recv(), if stop_open => drain(&mut leases, said, &mut stop_open),
-                    }
+                    let woke = woken.next(Some(backoff)).await;
+                    take(woke, &mut leases, &mut running);
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }
@@ -159,14 +159,8 @@ pub async fn serve<G: Guests>(
                     if busy {
                         // The scheduler answers at once then: report again soon, or
                         // as soon as a lease ends.
-                        tokio::select! {
-                            _ = tokio::time::sleep(BUSY_HEARTBEAT) => {}
-                            Some((id, outcome)) = done_rx.recv() => {
-                                running.remove(&id);
-                                leases.complete(&id, outcome);
-                            }
-                            said = stop.recv(), if stop_open => drain(&mut leases, said, &mut stop_open),
-                        }
+                        let woke = woken.next(Some(BUSY_HEARTBEAT)).await;
+                        take(woke, &mut leases, &mut running);
                     }
                 }
                 Err(e) => {
@@ -186,12 +180,50 @@ pub async fn serve<G: Guests>(
                     }
                 }
             },
-            Some((id, outcome)) = done_rx.recv() => {
-                // The poll in flight goes; the result is reported at once.
-                running.remove(&id);
-                leases.complete(&id, outcome);
+            // A lease ended (the poll in flight goes; the result is reported at once),
+            // or the worker is told to stop.
+            woke = woken.next(None) => take(woke, &mut leases, &mut running),
+        }
+    }
+}
+
+/// What the loop waits for besides the scheduler's answer.
+struct Wakes {
+    /// The leases that ended, with their outcomes.
+    done: mpsc::UnboundedReceiver<(String, Outcome)>,
+    /// A message (or its closing) tells the worker to stop.
+    stop: mpsc::UnboundedReceiver<()>,
+    /// Whether `stop` can still say anything.
+    stop_open: bool,
+}
+
+/// Why [`Wakes::next`] returned.
+enum Woke {
+    /// Its wait passed.
+    Slept,
+    /// A lease ended.
+    Ended(String, Outcome),
+    /// The worker is told to stop.
+    Stop,
+}
+
+impl Wakes {
+    /// The next lease to end or word to stop, waiting at most `wait` (`None`: for as
+    /// long as it takes).
+    async fn next(&mut self, wait: Option<Duration>) -> Woke {
+        let sleep = async {
+            match wait {
+                Some(wait) => tokio::time::sleep(wait).await,
+                None => std::future::pending().await,
             }
-            said = stop.recv(), if stop_open => drain(&mut leases, said, &mut stop_open),
+        };
+        tokio::select! {
+            _ = sleep => Woke::Slept,
+            Some((id, outcome)) = self.done.recv() => Woke::Ended(id, outcome),
+            said = self.stop.recv(), if self.stop_open => {
+                self.stop_open = said.is_some();
+                Woke::Stop
+            }
         }
     }
 }
