@@ -386,29 +386,23 @@ impl Conn {
     }
 
     async fn mkdir(&self, t: Tmkdir) -> Result<Message, Errno> {
-        let fs = &self.fs;
-        self.writable()?;
-        let dir = self.fid(t.dfid)?.node;
-        let node = fs
-            .create(dir, &check_name(&t.name)?, New::Directory(t.mode & 0o7777))
-            .await?;
-        Ok(Rmkdir {
-            qid: self.qid(node).await?,
-        }
-        .into())
+        let new = New::Directory(t.mode & 0o7777);
+        let qid = self.make(t.dfid, &t.name, new).await?;
+        Ok(Rmkdir { qid }.into())
     }
 
     async fn symlink(&self, t: Tsymlink) -> Result<Message, Errno> {
-        let fs = &self.fs;
+        let qid = self.make(t.fid, &t.name, New::Symlink(&t.symtgt)).await?;
+        Ok(Rsymlink { qid }.into())
+    }
+
+    /// Makes `name` in the directory of `dir_fid` as `new` says (the fid stays where
+    /// it is): the new node's qid.
+    async fn make(&self, dir_fid: u32, name: &str, new: New<'_>) -> Result<Qid, Errno> {
         self.writable()?;
-        let dir = self.fid(t.fid)?.node;
-        let node = fs
-            .create(dir, &check_name(&t.name)?, New::Symlink(&t.symtgt))
-            .await?;
-        Ok(Rsymlink {
-            qid: self.qid(node).await?,
-        }
-        .into())
+        let dir = self.fid(dir_fid)?.node;
+        let node = self.fs.create(dir, &check_name(name)?, new).await?;
+        self.qid(node).await
     }
 
     async fn unlinkat(&self, t: Tunlinkat) -> Result<Message, Errno> {
