@@ -10,8 +10,8 @@ use std::time::Duration;
 use wasm9p_host::engine::{Guest, GuestEngine, Outcome, Stdio};
 use wasm9p_host::module_cache::ModuleCache;
 
-/// A preview1 module from `body` (the text of `_start`), with `fd_write` and
-/// `proc_exit` imported and "hello\n" at address 16.
+/// A preview1 module from `body` (the text of `_start`), with `proc_exit` imported
+/// and `$hello`, which writes "hello\n" to the descriptor it is given.
 fn module(dir: &tempfile::TempDir, name: &str, body: &str) -> PathBuf {
     let wat = format!(
         r#"(module
@@ -20,6 +20,11 @@ fn module(dir: &tempfile::TempDir, name: &str, body: &str) -> PathBuf {
             (import "wasi_snapshot_preview1" "proc_exit" (func $proc_exit (param i32)))
             (memory (export "memory") 1)
             (data (i32.const 16) "hello\n")
+            (func $hello (param $fd i32)
+                ;; one iovec at 0: the 6 bytes at 16
+                (i32.store (i32.const 0) (i32.const 16))
+                (i32.store (i32.const 4) (i32.const 6))
+                (drop (call $fd_write (local.get $fd) (i32.const 0) (i32.const 1) (i32.const 8))))
             (func (export "_start") {body}))"#
     );
     let path = dir.path().join(format!("{name}.wasm"));
@@ -38,14 +43,10 @@ fn engine(program: &PathBuf, interruptible: bool) -> GuestEngine {
 #[test]
 fn a_guest_s_exit_code_and_output_come_back_as_it_gave_them() {
     let dir = tempfile::tempdir().unwrap();
-    // iov at 0: "hello\n" (16, 6); write it to stdout, then exit 7.
     let says_hello_and_exits_7 = module(
         &dir,
         "hello",
-        "(i32.store (i32.const 0) (i32.const 16))
-         (i32.store (i32.const 4) (i32.const 6))
-         (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
-         (call $proc_exit (i32.const 7))",
+        "(call $hello (i32.const 1)) (call $proc_exit (i32.const 7))",
     );
     let engine = engine(&says_hello_and_exits_7, false);
     // One engine, many guests: each ends on its own.
@@ -86,10 +87,7 @@ fn a_guest_over_its_memory_limit_is_known_by_type_with_the_limit_and_the_ask() {
     let grows = module(
         &dir,
         "grow",
-        "(i32.store (i32.const 0) (i32.const 16))
-         (i32.store (i32.const 4) (i32.const 6))
-         (drop (call $fd_write (i32.const 2) (i32.const 0) (i32.const 1) (i32.const 8)))
-         (drop (memory.grow (i32.const 1024)))",
+        "(call $hello (i32.const 2)) (drop (memory.grow (i32.const 1024)))",
     );
     let engine = engine(&grows, false);
     let limited = Guest::new(vec!["grow".into()])
