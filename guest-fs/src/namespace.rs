@@ -76,13 +76,24 @@ impl Location {
 
 /// A mount table. Cloning it is cheap (the backends are shared): a guest that mounts
 /// at run time gets its own copy.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Namespace {
     mounts: Vec<Mount>,
+    /// Longest path accepted ([`PATH_MAX`] unless [`Namespace::without_path_max`]).
+    path_max: usize,
 }
 
-fn components(path: &str) -> Result<Vec<String>, Errno> {
-    if path.len() > PATH_MAX {
+impl Default for Namespace {
+    fn default() -> Self {
+        Namespace {
+            mounts: Vec::new(),
+            path_max: PATH_MAX,
+        }
+    }
+}
+
+fn components(path: &str, path_max: usize) -> Result<Vec<String>, Errno> {
+    if path.len() > path_max {
         return Err(Errno::ENAMETOOLONG);
     }
     if path.contains('\0') {
@@ -109,6 +120,15 @@ impl Namespace {
         Namespace::default()
     }
 
+    /// This namespace, taking paths of any length (each name still at most
+    /// [`NAME_MAX`]), for a caller that joins them from names checked one by one: a
+    /// FUSE mount, whose kernel bounds what a process passes by PATH_MAX but not the
+    /// path from the mount's root to where the process stands.
+    pub fn without_path_max(mut self) -> Namespace {
+        self.path_max = usize::MAX;
+        self
+    }
+
     /// Mounts `backend` at `path` (absolute). EEXIST if something is mounted there.
     pub fn mount(
         &mut self,
@@ -119,7 +139,7 @@ impl Namespace {
         if !path.starts_with('/') {
             return Err(Errno::EINVAL);
         }
-        let parts = components(path)?;
+        let parts = components(path, self.path_max)?;
         if parts.iter().any(|c| c == "." || c == "..") {
             return Err(Errno::EINVAL);
         }
@@ -205,6 +225,22 @@ impl Namespace {
         }
     }
 
+    /// `name` in the directory `dir`, not following it if it is a symlink: what a
+    /// caller that walks one name at a time (FUSE) asks. On a mount that keeps fids
+    /// (`cache=none` 9p), the walk is of this one name from `dir`'s fid.
+    pub async fn lookup_at(&self, dir: &Location, name: &str) -> Result<Location, Errno> {
+        if !dir.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        if name.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
+            return Err(Errno::EINVAL);
+        }
+        self.lookup(dir, name).await
+    }
+
     async fn lookup(&self, dir: &Location, name: &str) -> Result<Location, Errno> {
         let path = dir.path.join(name);
         if let Some(m) = self.mount_at(&path) {
@@ -245,7 +281,7 @@ impl Namespace {
     /// Resolves `path` (relative paths start at the root too). With `follow`, a final
     /// symlink is followed; symlinks in the middle always are.
     pub async fn resolve(&self, path: &str, follow: bool) -> Result<Location, Errno> {
-        let mut remaining: VecDeque<String> = components(path)?.into();
+        let mut remaining: VecDeque<String> = components(path, self.path_max)?.into();
         let mut ancestors: Vec<Location> = Vec::new();
         let mut current = self.root();
         let mut hops = 0;
@@ -274,7 +310,7 @@ impl Namespace {
                 if target.is_empty() {
                     return Err(Errno::ENOENT);
                 }
-                for part in components(&target)?.into_iter().rev() {
+                for part in components(&target, self.path_max)?.into_iter().rev() {
                     remaining.push_front(part);
                 }
                 if target.starts_with('/') {
@@ -301,7 +337,7 @@ impl Namespace {
         rel: &str,
         follow: bool,
     ) -> Result<(), Errno> {
-        let mut remaining: VecDeque<String> = components(rel)?.into();
+        let mut remaining: VecDeque<String> = components(rel, self.path_max)?.into();
         let mut depth = 0usize;
         let mut current = base.clone();
         let mut ancestors: Vec<Location> = Vec::new();
@@ -334,7 +370,7 @@ impl Namespace {
                 if target.starts_with('/') {
                     return Err(Errno::EPERM);
                 }
-                for part in components(&target)?.into_iter().rev() {
+                for part in components(&target, self.path_max)?.into_iter().rev() {
                     remaining.push_front(part);
                 }
                 continue;
@@ -348,7 +384,7 @@ impl Namespace {
     /// The directory that holds the last component of `path`, and that component:
     /// what create, mkdir, symlink, unlink and rename work on.
     pub async fn resolve_parent(&self, path: &str) -> Result<(Location, String), Errno> {
-        let mut parts = components(path)?;
+        let mut parts = components(path, self.path_max)?;
         if parts.last().is_some_and(|p| p == ".") && path.ends_with('/') {
             parts.pop(); // "dir/" names "dir" itself here
         }

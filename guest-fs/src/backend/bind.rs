@@ -5,6 +5,9 @@
 //! resolved by the namespace, in the guest's terms, before they get here). Calls are
 //! local system calls made on the calling thread: there is nothing to cache, and no
 //! thread-pool hop either. This is the baseline a 9p mount is measured against.
+//!
+//! A path longer than the host takes in one call (a FUSE mount's, from the root of a
+//! deep tree) is reached through the directories on its way, opened in turn.
 
 use std::future::ready;
 use std::io;
@@ -98,7 +101,49 @@ fn time_spec(t: Option<(u64, u64)>) -> SystemTimeSpec {
     }
 }
 
+/// Longest relative path handed to the host in one call (its PATH_MAX is 4,096):
+/// the directories before the rest are opened on the way.
+const HOST_PATH_MAX: usize = 4000;
+
+/// The directory a host call is made in: the bound one, or one on the way down.
+enum Base<'a> {
+    Root(&'a Dir),
+    Opened(Dir),
+}
+
+impl std::ops::Deref for Base<'_> {
+    type Target = Dir;
+    fn deref(&self) -> &Dir {
+        match self {
+            Base::Root(dir) => dir,
+            Base::Opened(dir) => dir,
+        }
+    }
+}
+
 impl BindFs {
+    /// Where to make a host call about `path`: the directory, and the path from it
+    /// (at most [`HOST_PATH_MAX`] bytes).
+    fn at<'p>(&self, path: &'p Path) -> Result<(Base<'_>, &'p Path), Errno> {
+        let mut base = Base::Root(&self.root);
+        let mut rest = path;
+        while rest.as_os_str().len() > HOST_PATH_MAX {
+            let mut way = PathBuf::new();
+            for part in rest.components() {
+                if way.as_os_str().len() + part.as_os_str().len() + 1 > HOST_PATH_MAX {
+                    break;
+                }
+                way.push(part);
+            }
+            if way.as_os_str().is_empty() {
+                return Err(Errno::ENAMETOOLONG);
+            }
+            base = Base::Opened(base.open_dir(&way).map_err(errno)?);
+            rest = rest.strip_prefix(&way).map_err(|_| Errno::EINVAL)?;
+        }
+        Ok((base, rest))
+    }
+
     /// Binds `host_dir` (opened with the process's ambient authority, once).
     pub fn open(host_dir: &Path) -> io::Result<BindFs> {
         let root = Dir::open_ambient_dir(host_dir, cap_std::ambient_authority())?;
@@ -110,7 +155,8 @@ impl BindFs {
         if path.as_os_str().is_empty() {
             self.root.dir_metadata().map_err(errno)
         } else {
-            self.root.symlink_metadata(path).map_err(errno)
+            let (dir, path) = self.at(path)?;
+            dir.symlink_metadata(path).map_err(errno)
         }
     }
 
@@ -135,7 +181,8 @@ impl BindFs {
             let gid = attr.gid.map(rustix::fs::Gid::from_raw);
             match (path.parent(), path.file_name()) {
                 (Some(parent), Some(name)) => {
-                    let dir = self.root.open_dir(self.dir_path(parent)).map_err(errno)?;
+                    let (base, parent) = self.at(parent)?;
+                    let dir = base.open_dir(self.dir_path(parent)).map_err(errno)?;
                     let nofollow = rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
                     rustix::fs::chownat(&dir, name, uid, gid, nofollow).map_err(sys)?;
                 }
@@ -145,23 +192,21 @@ impl BindFs {
                 }
             }
         }
+        let (base, path) = self.at(path)?;
         if let Some(size) = attr.size {
-            let file = self
-                .root
+            let file = base
                 .open_with(path, OpenOptions::new().write(true))
                 .map_err(errno)?;
             file.set_len(size).map_err(errno)?;
         }
         if let Some(mode) = attr.mode {
-            self.root
-                .set_permissions(self.dir_path(path), Permissions::from_mode(mode & 0o7777))
+            base.set_permissions(self.dir_path(path), Permissions::from_mode(mode & 0o7777))
                 .map_err(errno)?;
         }
         if attr.atime.is_some() || attr.mtime.is_some() {
             let atime = attr.atime.map(time_spec);
             let mtime = attr.mtime.map(time_spec);
-            self.root
-                .set_symlink_times(self.dir_path(path), atime, mtime)
+            base.set_symlink_times(self.dir_path(path), atime, mtime)
                 .map_err(errno)?;
         }
         Ok(())
@@ -177,7 +222,8 @@ impl BindFs {
         // Rust's OpenOptions refuses append with truncate (EINVAL), which POSIX and
         // every other mount allow: truncate on open, then turn append on.
         options.append(flags.append && !truncate);
-        let file = self.root.open_with(path, &options).map_err(errno)?;
+        let (base, path) = self.at(path)?;
+        let file = base.open_with(path, &options).map_err(errno)?;
         if flags.append && truncate {
             let fl = rustix::fs::fcntl_getfl(&file).map_err(|e| errno(e.into()))?;
             rustix::fs::fcntl_setfl(&file, fl | rustix::fs::OFlags::APPEND)
@@ -208,13 +254,15 @@ impl Backend for BindFs {
     }
 
     fn readlink_cached(&self, link: &Node) -> Option<Arc<str>> {
-        let target = self.root.read_link_contents(path_of(link).ok()?).ok()?;
+        let (dir, path) = self.at(path_of(link).ok()?).ok()?;
+        let target = dir.read_link_contents(path).ok()?;
         Some(Arc::from(target.to_str()?))
     }
 
     fn readlink<'a>(&'a self, link: &'a Node) -> BoxFuture<'a, Result<Arc<str>, Errno>> {
         let result = path_of(link).and_then(|p| {
-            let target = self.root.read_link_contents(p).map_err(errno)?;
+            let (dir, p) = self.at(p)?;
+            let target = dir.read_link_contents(p).map_err(errno)?;
             target.to_str().map(Arc::from).ok_or(Errno::EILSEQ)
         });
         Box::pin(ready(result))
@@ -231,7 +279,8 @@ impl Backend for BindFs {
         cookie: u64,
     ) -> BoxFuture<'a, Result<Vec<Entry>, Errno>> {
         let result = path_of(dir).and_then(|p| {
-            let entries = self.root.read_dir(self.dir_path(p)).map_err(errno)?;
+            let (dir, p) = self.at(p)?;
+            let entries = dir.read_dir(self.dir_path(p)).map_err(errno)?;
             let mut out = Vec::new();
             for (i, entry) in entries.enumerate() {
                 let entry = entry.map_err(errno)?;
@@ -264,7 +313,8 @@ impl Backend for BindFs {
         let result = child(dir, name).and_then(|p| {
             let mut builder = cap_std::fs::DirBuilder::new();
             cap_std::fs::DirBuilderExt::mode(&mut builder, mode & 0o7777);
-            self.root.create_dir_with(&p, &builder).map_err(errno)?;
+            let (dir, rel) = self.at(&p)?;
+            dir.create_dir_with(rel, &builder).map_err(errno)?;
             self.node_at(p)
         });
         Box::pin(ready(result))
@@ -286,7 +336,8 @@ impl Backend for BindFs {
                 options.create(true);
             }
             cap_std::fs::OpenOptionsExt::mode(&mut options, mode & 0o7777);
-            self.root.open_with(&p, &options).map_err(errno)?;
+            let (dir, rel) = self.at(&p)?;
+            dir.open_with(rel, &options).map_err(errno)?;
             self.node_at(p)
         });
         Box::pin(ready(result))
@@ -300,7 +351,8 @@ impl Backend for BindFs {
     ) -> BoxFuture<'a, Result<Node, Errno>> {
         let result = child(dir, name).and_then(|p| {
             // The target is stored as text; the namespace resolves it in guest terms.
-            self.root.symlink_contents(target, &p).map_err(errno)?;
+            let (dir, rel) = self.at(&p)?;
+            dir.symlink_contents(target, rel).map_err(errno)?;
             self.node_at(p)
         });
         Box::pin(ready(result))
@@ -311,8 +363,8 @@ impl Backend for BindFs {
             use cap_fs_ext::OpenOptionsMaybeDirExt;
             // A readable descriptor of the directory (cap-std's Dir handles are
             // O_PATH, which fsync refuses).
-            let opened = self
-                .root
+            let (dir, p) = self.at(p)?;
+            let opened = dir
                 .open_with(
                     self.dir_path(p),
                     OpenOptions::new().read(true).maybe_dir(true),
@@ -337,10 +389,8 @@ impl Backend for BindFs {
         }
         let result = child(dir, name).and_then(|p| {
             // The parent through cap-std (confined), the name by mknodat beneath it.
-            let parent = self
-                .root
-                .open_dir(self.dir_path(path_of(dir)?))
-                .map_err(errno)?;
+            let (base, rel) = self.at(path_of(dir)?)?;
+            let parent = base.open_dir(self.dir_path(rel)).map_err(errno)?;
             let mode = rustix::fs::Mode::from_raw_mode(mode & 0o7777);
             let kind = rustix::fs::FileType::from_raw_mode(special.mode_bits());
             rustix::fs::mknodat(&parent, name, kind, mode, 0).map_err(sys)?;
@@ -357,13 +407,15 @@ impl Backend for BindFs {
     ) -> BoxFuture<'a, Result<(), Errno>> {
         let result = child(dir, name).and_then(|p| {
             if dir_only {
-                self.root.remove_dir(&p).map_err(errno)
+                let (dir, rel) = self.at(&p)?;
+                dir.remove_dir(rel).map_err(errno)
             } else {
                 let m = self.stat(&p)?;
                 if m.is_dir() {
                     return Err(Errno::EISDIR);
                 }
-                self.root.remove_file_or_symlink(&p).map_err(errno)
+                let (dir, rel) = self.at(&p)?;
+                dir.remove_file_or_symlink(rel).map_err(errno)
             }
         });
         Box::pin(ready(result))
@@ -378,7 +430,8 @@ impl Backend for BindFs {
     ) -> BoxFuture<'a, Result<(), Errno>> {
         let result = (|| {
             let (a, b) = (child(from_dir, from)?, child(to_dir, to)?);
-            self.root.rename(&a, &self.root, &b).map_err(errno)
+            let ((from, a), (to, b)) = (self.at(&a)?, self.at(&b)?);
+            from.rename(a, &to, b).map_err(errno)
         })();
         Box::pin(ready(result))
     }
@@ -395,7 +448,8 @@ impl Backend for BindFs {
     ) -> BoxFuture<'a, Result<(), Errno>> {
         let result = (|| {
             let (from, to) = (path_of(target)?, child(dir, name)?);
-            self.root.hard_link(from, &self.root, &to).map_err(errno)
+            let ((base, from), (dir, to)) = (self.at(from)?, self.at(&to)?);
+            base.hard_link(from, &dir, to).map_err(errno)
         })();
         Box::pin(ready(result))
     }

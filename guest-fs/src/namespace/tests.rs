@@ -10,7 +10,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::Bytes;
 use wasm9p_proto::Errno;
 
-use super::{Namespace, MAX_SYMLINK_HOPS};
+use super::{Namespace, MAX_SYMLINK_HOPS, PATH_MAX};
 use crate::backend::memory::MemoryFs;
 use crate::backend::{Attr, Backend, BoxFuture, Entry, Kind, Node};
 
@@ -225,6 +225,14 @@ fn errors_are_where_posix_puts_them() {
             Errno::ENAMETOOLONG
         );
         assert_eq!(ns.resolve("/a\0b", true).await.unwrap_err(), Errno::EINVAL);
+        // PATH_MAX bounds a path, unless the caller joins checked names (FUSE).
+        let deep = format!("/usr{}", "/..".repeat(PATH_MAX / 3));
+        assert_eq!(
+            ns.resolve(&deep, true).await.unwrap_err(),
+            Errno::ENAMETOOLONG
+        );
+        let joined = ns.clone().without_path_max();
+        assert!(joined.resolve(&deep, true).await.unwrap().is_dir());
     });
 }
 

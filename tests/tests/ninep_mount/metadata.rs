@@ -213,3 +213,44 @@ async fn files_written_through_the_mount_are_on_the_host() {
         );
     }
 }
+
+/// `cache=none`: a node keeps the fid its lookup walked to, so a path resolves one
+/// Twalk of one name per component (each from its parent's fid, not the whole path
+/// from the root again), its attributes and a link's target come through its own fid
+/// with no walk, and a lookup from a directory already resolved walks one name.
+#[tokio::test]
+async fn cache_none_walks_each_name_once_from_its_parents_fid() {
+    let dir = tree();
+    let server = Remote::start("ours", dir.path());
+    let (ns, fs) = mount(&server, "cache=none").await;
+    let walks = || rpcs(&fs, "walk");
+    let header = ns.resolve("/usr/include/stdio.h", false).await.unwrap();
+    assert_eq!(walks(), 3, "one walk per name");
+    let getattrs = rpcs(&fs, "getattr");
+    let attr = ns.getattr_at(&header).await.unwrap();
+    assert_eq!(attr.size, 14);
+    assert_eq!((walks(), rpcs(&fs, "getattr")), (3, getattrs + 1));
+    let include = ns.resolve("/usr/include", false).await.unwrap();
+    assert_eq!(walks(), 5);
+    let again = ns.lookup_at(&include, "stdio.h").await.unwrap();
+    assert_eq!(walks(), 6, "one name from the directory's fid");
+    assert_eq!(again.node.id, header.node.id);
+    assert_eq!(
+        ns.lookup_at(&include, "missing.h").await.unwrap_err(),
+        Errno::ENOENT
+    );
+    // A link's target: one Treadlink on the fid its lookup kept, no second walk.
+    let before = walks();
+    assert_eq!(&*ns.readlink("/link").await.unwrap(), "a");
+    assert_eq!((walks(), rpcs(&fs, "readlink")), (before + 1, 1));
+    // The fids go with the nodes: dropped, each is clunked (by a spawned Tclunk).
+    let clunks = rpcs(&fs, "clunk");
+    drop((header, include, again));
+    for _ in 0..50 {
+        if rpcs(&fs, "clunk") >= clunks + 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(rpcs(&fs, "clunk") >= clunks + 3, "held fids clunked");
+}

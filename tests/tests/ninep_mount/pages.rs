@@ -473,3 +473,75 @@ async fn a_server_without_qid_versions_still_gets_its_changed_files_read_again()
         assert_eq!(read(&ns).await, Bytes::from("#define V 2\n"), "{cache}");
     }
 }
+
+/// Loose mode: an open that has not reached the server yet (a warm reopen) still has
+/// its file after the mount unlinks it, renames another file over it, or renames the
+/// directory above it: it reads the file's own bytes where the pages miss, and its
+/// fstat says the file has no link left, as POSIX says of any open file.
+#[tokio::test]
+async fn a_deferred_open_keeps_its_file_through_unlink_and_renames() {
+    for kind in SERVERS {
+        let dir = tree();
+        let big: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+        for name in ["gone.h", "over.h", "usr/include/moved.h"] {
+            std::fs::write(dir.path().join(name), &big).unwrap();
+        }
+        let server = Remote::start(kind, dir.path());
+        let (ns, fs) = mount(&server, "cache=loose").await;
+        // Opened once (the server's answer is known), then opened warm: deferred.
+        let warm = |path: &'static str| {
+            let (ns, fs) = (&ns, &fs);
+            async move {
+                drop(open(ns, fs, path, READ).await);
+                for _ in 0..10 {
+                    tokio::task::yield_now().await;
+                }
+                let lopens = rpcs(fs, "lopen");
+                let file = open(ns, fs, path, READ).await;
+                assert_eq!(rpcs(fs, "lopen"), lopens, "{kind}: {path} is deferred");
+                file
+            }
+        };
+        let tail = |file: Box<dyn OpenFile>| {
+            let big = &big;
+            async move {
+                let got = file.read_at(900_000, 100_000).await.unwrap();
+                assert!(got == big[900_000..], "{kind}: the file's own bytes");
+            }
+        };
+
+        // fstat: ours answers through the open file. diod looks the fid's path up
+        // again (ENOENT once unlinked, the new file once replaced), deferred or not.
+        let links = |fstat: Result<wasm9p_guest_fs::node::Attr, Errno>| {
+            if kind == "ours" {
+                assert_eq!(fstat.unwrap().nlink, 0, "no link left");
+            }
+        };
+        let gone = warm("/gone.h").await;
+        ns.unlink("/gone.h", false).await.unwrap();
+        links(gone.getattr().await);
+        tail(gone).await;
+
+        let over = warm("/over.h").await;
+        ns.rename("/a", "/over.h").await.unwrap();
+        links(over.getattr().await);
+        tail(over).await;
+        assert_eq!(
+            &read_all(&ns, "/over.h").await.unwrap()[..],
+            b"content of a"
+        );
+
+        let moved = warm("/usr/include/moved.h").await;
+        ns.rename("/usr", "/usr2").await.unwrap();
+        tail(moved).await;
+        // A file made since at the old path is not the open's.
+        ns.mkdir("/usr", 0o755).await.unwrap();
+        ns.mkdir("/usr/include", 0o755).await.unwrap();
+        ns.create("/usr/include/moved.h", 0o644, true)
+            .await
+            .unwrap();
+        let moved = warm("/usr2/include/moved.h").await;
+        ns.unlink("/usr2/include/moved.h", false).await.unwrap();
+        tail(moved).await;
+    }
+}

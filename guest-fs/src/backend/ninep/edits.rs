@@ -80,6 +80,10 @@ impl NinepFs {
         }
         let fid = self.walk(&parts(dir)?.path).await?;
         let gone = self.cache.peek_lookup(dir.id, name).found();
+        // (Not known: no such file, as the lookup above asked where opens defer.)
+        if let Some(q) = gone {
+            self.open_deferred(Some(q)).await;
+        }
         let result = fid
             .unlinkat(name, if dir_only { AT_REMOVEDIR } else { 0 })
             .await;
@@ -100,6 +104,16 @@ impl NinepFs {
         result
     }
 
+    /// Before a change takes `file` from its path (unlink, rename): its deferred
+    /// opens get their fids now, every file's for `None` (see `deferred`).
+    async fn open_deferred(&self, file: Option<Qid>) {
+        match file {
+            Some(q) => self.deferrals.open_now(Some(q.path)).await,
+            None if self.deferrals.any() => self.deferrals.open_now(None).await,
+            None => {}
+        }
+    }
+
     pub(super) async fn move_name(
         &self,
         from_dir: &Node,
@@ -118,6 +132,19 @@ impl NinepFs {
             _ => None,
         };
         let replaced = target.flatten();
+        // Deferred opens of the file that moves and of the one it replaces; of
+        // everything where a directory moves (its files' paths change) or the cache
+        // does not say what moves or goes.
+        match moved {
+            Some(q) if q.is_dir() => self.open_deferred(None).await,
+            Some(q) => self.open_deferred(Some(q)).await,
+            None => self.open_deferred(None).await,
+        }
+        match target {
+            Some(Some(q)) => self.open_deferred(Some(q)).await,
+            Some(None) => {}
+            None => self.open_deferred(None).await,
+        }
         let result = a.renameat(from, &b, to).await;
         self.cache.forget(from_dir.id, from);
         self.cache.forget(to_dir.id, to);
@@ -151,6 +178,10 @@ impl NinepFs {
         // can open it: either way later opens go to the server again.
         if attr.size.is_some() || attr.mode.is_some() || attr.uid.is_some() || attr.gid.is_some() {
             self.cache.mark_written(node.id);
+        }
+        // Opens made before a chmod or chown keep the access they were given.
+        if attr.mode.is_some() || attr.uid.is_some() || attr.gid.is_some() {
+            self.deferrals.open_now(Some(node.id)).await;
         }
         let result = self.walk(&parts(node)?.path).await?.setattr(attr).await;
         self.cache.forget_attr(node.id);

@@ -47,6 +47,7 @@ use wasm9p_proto::consts::{open, IOHDRSZ};
 use wasm9p_proto::{Errno, Qid};
 
 use super::check::version_of;
+use super::deferred::{Deferrals, Deferred, OpenFid};
 use crate::backend::{BoxFuture, OpenFile, OpenFlags, SetAttr};
 use crate::cache::{MountCache, PAGE_SIZE};
 use crate::client::Fid;
@@ -171,14 +172,6 @@ pub(super) enum Source {
     Lazy { root: Arc<Fid>, path: Vec<String> },
 }
 
-/// How a deferred open gets its fid.
-enum Deferred {
-    /// Walk there from this root first.
-    Walk { root: Arc<Fid>, path: Vec<String> },
-    /// Open this walked fid.
-    Open(Arc<Fid>),
-}
-
 /// For a file kept open in a mode that checks: when its version was last asked for.
 struct Recheck {
     window: std::time::Duration,
@@ -186,8 +179,7 @@ struct Recheck {
 }
 
 pub(super) struct NinepFile {
-    fid: tokio::sync::OnceCell<Arc<Fid>>,
-    lazy: Option<Deferred>,
+    open: Arc<OpenFid>,
     qid: Qid,
     /// The version pages are keyed by: the qid's at open, moved on by a recheck.
     version: AtomicU32,
@@ -210,6 +202,7 @@ impl NinepFile {
         flags: OpenFlags,
         cache: Arc<MountCache>,
         writers: &Arc<Writers>,
+        deferrals: &Deferrals,
     ) -> Result<NinepFile, Errno> {
         let mut p9 = match (flags.read, flags.write) {
             (true, true) => open::RDWR,
@@ -223,33 +216,25 @@ impl NinepFile {
             p9 |= open::APPEND;
         }
         let read_only = !(flags.write || flags.truncate || flags.append);
-        let (fid, lazy) = match source {
+        let open = match source {
             Source::Opened(fid) => {
                 fid.lopen(p9).await?;
-                (tokio::sync::OnceCell::new_with(Some(Arc::new(fid))), None)
+                OpenFid::ready(fid)
             }
             // Only read-only opens are deferred, or opened in a flight.
             _ if !read_only => return Err(Errno::EINVAL),
-            Source::Ready(fid) => (tokio::sync::OnceCell::new_with(Some(Arc::new(fid))), None),
-            Source::Walked(fid) => (
-                tokio::sync::OnceCell::new(),
-                Some(Deferred::Open(Arc::new(fid))),
-            ),
-            Source::Lazy { root, path } => (
-                tokio::sync::OnceCell::new(),
-                Some(Deferred::Walk { root, path }),
-            ),
+            Source::Ready(fid) => OpenFid::ready(fid),
+            Source::Walked(fid) => OpenFid::deferred(Deferred::Open(Arc::new(fid))),
+            Source::Lazy { root, path } => OpenFid::deferred(Deferred::Walk { root, path }),
         };
-        let session = match (fid.get(), &lazy) {
-            (Some(fid), _) => fid.session().clone(),
-            (None, Some(Deferred::Walk { root, .. })) => root.session().clone(),
-            (None, Some(Deferred::Open(walked))) => walked.session().clone(),
-            (None, None) => unreachable!("a file is opened or deferred"),
-        };
+        if open.get().is_none() {
+            deferrals.register(qid.path, &open);
+        }
+        let session = open.session();
         // A file kept open past the window asks for its version again before reading
         // pages (zero: close-to-open only, as v9fs: not a Tgetattr per read).
         let recheck = match cache.policy().recheck_after() {
-            Some(window) if !matches!(lazy, Some(Deferred::Walk { .. })) => Some(Recheck {
+            Some(window) if !open.by_path() => Some(Recheck {
                 window,
                 checked: Mutex::new(Instant::now()),
             }),
@@ -259,7 +244,7 @@ impl NinepFile {
         let buffered =
             cache.policy().mode().has(CacheMode::WRITEBACK) && flags.write && !flags.append;
         let writeback = buffered.then(|| {
-            let fid = fid.get().expect("writable opens are never lazy").clone();
+            let fid = open.get().expect("writable opens are never lazy").clone();
             let writer = Arc::new(WriteBack {
                 fid,
                 state: tokio::sync::Mutex::new(WriteState {
@@ -271,8 +256,7 @@ impl NinepFile {
             writer
         });
         Ok(NinepFile {
-            fid,
-            lazy,
+            open,
             qid,
             version: AtomicU32::new(qid.version),
             recheck,
@@ -288,21 +272,7 @@ impl NinepFile {
 
     /// The fid, walking to the file and opening it first if this open was lazy.
     async fn fid(&self) -> Result<&Arc<Fid>, Errno> {
-        self.fid
-            .get_or_try_init(|| async {
-                match self.lazy.as_ref().ok_or(Errno::EBADF)? {
-                    Deferred::Walk { root, path } => {
-                        let walked = root.walk(path).await.map_err(|e| e.errno)?;
-                        walked.fid.lopen(open::RDONLY).await?;
-                        Ok(Arc::new(walked.fid))
-                    }
-                    Deferred::Open(walked) => {
-                        walked.lopen(open::RDONLY).await?;
-                        Ok(walked.clone())
-                    }
-                }
-            })
-            .await
+        self.open.fid().await
     }
 
     /// The version to key pages by; past the recheck window, asked of the server

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use wasm9p_proto::{Errno, Qid};
 
-use super::{attr_of, child_path, node, parts, NinepFs};
+use super::{attr_of, child_path, held_node, node, parts, NinepFs};
 use crate::cache::Lookup;
 use crate::client::Fid;
 use crate::node::{Attr, Node};
@@ -74,7 +74,33 @@ impl NinepFs {
         Some(found.ok_or(Errno::ENOENT))
     }
 
+    /// A lookup from a node that keeps its fid: one Twalk of one name from it (shared
+    /// by everyone missing the same name at once), and the child keeps the fid walked
+    /// to. A missing name is remembered as `lookup_remote` does (for `negtimeout`).
+    async fn walk_one(&self, dir: &Node, held: &Fid, name: &str) -> Result<Node, Errno> {
+        let fid = self
+            .held_lookups
+            .run((dir.id, name.to_owned()), || async {
+                let before = self.seen_before(dir);
+                match held.walk(&[name]).await {
+                    Ok(walk) => Ok(Arc::new(walk.fid)),
+                    Err(e) => {
+                        if e.errno == Errno::ENOENT {
+                            self.failed_walks.fetch_add(1, Ordering::Relaxed);
+                            self.cache.insert_negative_seen(dir.id, name, before);
+                        }
+                        Err(e.errno)
+                    }
+                }
+            })
+            .await?;
+        Ok(held_node(child_path(dir, name)?, fid))
+    }
+
     pub(super) async fn lookup_name(&self, dir: &Node, name: &str) -> Result<Node, Errno> {
+        if let Some(held) = parts(dir)?.held.as_ref() {
+            return self.walk_one(dir, held, name).await;
+        }
         let confirmed = match self.policy().checks() {
             true => self.confirm_lookup(dir, name).await,
             false => None,
@@ -94,6 +120,10 @@ impl NinepFs {
 
     pub(super) async fn read_link(&self, link: &Node) -> Result<Arc<str>, Errno> {
         let n = parts(link)?;
+        if let Some(held) = n.held.as_ref() {
+            // No metadata cached: one Treadlink on the link's own fid.
+            return Ok(Arc::from(held.readlink().await?));
+        }
         if self.policy().symlinks() {
             if let Some(target) = self.link_from_store(link).await {
                 return Ok(target);
@@ -115,6 +145,11 @@ impl NinepFs {
     }
 
     pub(super) async fn attributes(&self, n: &Node) -> Result<Attr, Errno> {
+        if let Some(held) = parts(n)?.held.as_ref() {
+            // Writes still buffered by open files count: send them first.
+            self.writers.push_out(n.id).await;
+            return Ok(attr_of(&held.getattr().await?));
+        }
         if self.policy().metadata() {
             if let Some(a) = self.cache.attr(n.id) {
                 return Ok(attr_of(&a));

@@ -9,6 +9,12 @@
 //! (create, mkdir, symlink, rename and unlink drop the names they touch; a write drops
 //! the file's attributes). Concurrent misses for the same name share one walk.
 //!
+//! In the modes that cache no metadata (`none`, `readahead`, `mmap`), where every
+//! lookup asks the server, a node keeps the fid its lookup walked to instead (as
+//! v9fs keeps one per dentry; `NinepNode::held`): a path resolves as one Twalk of
+//! one name per component, each from its parent's fid, and a stat of a node is one
+//! Tgetattr on its own fid. The fid is clunked with the node's last copy.
+//!
 //! Open files ([`Backend::open`]) read through the mount's page cache (shared by every
 //! open, keyed by qid version) when the mode has FILE, buffer writes when it has
 //! WRITEBACK, and in loose mode reopen a file read before without any RPC (see
@@ -34,13 +40,15 @@
 //! removing, renaming and linking names; setting attributes), `opens` (when an open
 //! asks the server), `file` (an open file: pages, write-back), `flight` (requests sent
 //! as one flight), `check` (confirming answers past the window), `complete` (listings
-//! and complete directories) and `store` (`cache=fscache`). The backend's fields are
+//! and complete directories), `store` (`cache=fscache`) and `deferred` (opens that
+//! have not reached the server, opened there before a change takes their file). The backend's fields are
 //! private to them; the namespace sees [`NinepFs::attach`], the [`Backend`] trait,
 //! the counters and [`NinepFs::persist`].
 
 mod check;
 mod coalesce;
 mod complete;
+mod deferred;
 mod edits;
 mod file;
 mod flight;
@@ -62,6 +70,7 @@ use crate::mount_options::NinepOptions;
 use crate::node::{Attr, Entry, Kind, Node, Special, StatFs};
 use crate::path::SharedPath;
 use coalesce::Coalesced;
+use deferred::Deferrals;
 use edits::NewNode;
 use file::Writers;
 
@@ -95,6 +104,12 @@ pub struct MountStats {
 struct NinepNode {
     path: SharedPath,
     qid: Qid,
+    /// In a mode that caches no metadata, the fid its lookup walked to, kept while the
+    /// node is (clunked with its last copy): its children are walked to from it, one
+    /// name each, and its attributes asked through it, with no walk from the root (as
+    /// the Linux kernel keeps a fid per dentry). Not opened: opens walk a fid of their
+    /// own.
+    held: Option<Arc<Fid>>,
 }
 
 /// A mounted 9P export.
@@ -104,6 +119,8 @@ pub struct NinepFs {
     failed_walks: AtomicU64,
     /// Lookups under way, by directory and name.
     lookups: Coalesced<(u64, String), Result<Qid, Errno>>,
+    /// Lookups from a directory's kept fid under way (see [`NinepNode::held`]).
+    held_lookups: Coalesced<(u64, String), Result<Arc<Fid>, Errno>>,
     /// Directory checks under way, by directory.
     dir_checks: Coalesced<u64, Result<u32, Errno>>,
     /// `complete_dirs=K` in a metadata mode: list a directory once it has sent K
@@ -120,6 +137,8 @@ pub struct NinepFs {
     /// nothing is believed between uses, as each would be confirmed again at its use).
     store_ahead: tokio::sync::OnceCell<()>,
     writers: Arc<Writers>,
+    /// Opens not yet sent to the server, opened before a change takes their file.
+    deferrals: Deferrals,
 }
 
 /// Most directories whose lookups are counted at once.
@@ -134,12 +153,22 @@ impl std::fmt::Debug for NinepFs {
     }
 }
 
-fn node(path: SharedPath, q: Qid) -> Node {
+/// The node at `path` with qid `q`, keeping `held` (see [`NinepNode::held`]).
+fn node_holding(path: SharedPath, q: Qid, held: Option<Arc<Fid>>) -> Node {
     Node {
         id: q.path,
         kind: Kind::of_qid(&q),
-        handle: Some(Arc::new(NinepNode { path, qid: q })),
+        handle: Some(Arc::new(NinepNode { path, qid: q, held })),
     }
+}
+
+fn node(path: SharedPath, q: Qid) -> Node {
+    node_holding(path, q, None)
+}
+
+/// A node that keeps the fid `held`, at its qid.
+fn held_node(path: SharedPath, held: Arc<Fid>) -> Node {
+    node_holding(path, held.qid, Some(held))
 }
 
 fn parts(n: &Node) -> Result<&NinepNode, Errno> {
@@ -189,6 +218,7 @@ impl NinepFs {
             cache: Arc::new(cache),
             failed_walks: AtomicU64::new(0),
             lookups: Coalesced::default(),
+            held_lookups: Coalesced::default(),
             dir_checks: Coalesced::default(),
             complete_after: options.complete_dirs.filter(|_| policy.metadata()),
             dir_misses: Default::default(),
@@ -196,7 +226,14 @@ impl NinepFs {
             store_loads: Coalesced::default(),
             store_ahead: tokio::sync::OnceCell::new(),
             writers: Arc::default(),
+            deferrals: Deferrals::default(),
         })
+    }
+
+    /// Whether nodes keep the fid their lookup walked to ([`NinepNode::held`]): in
+    /// the modes that cache no metadata, where every lookup asks the server.
+    fn keeps_fids(&self) -> bool {
+        !self.policy().metadata()
     }
 
     /// The mount's cache counters.
@@ -241,7 +278,10 @@ impl Drop for NinepFs {
 
 impl Backend for NinepFs {
     fn root(&self) -> Node {
-        node(SharedPath::root(), self.root.qid)
+        match self.keeps_fids() {
+            true => held_node(SharedPath::root(), self.root.clone()),
+            false => node(SharedPath::root(), self.root.qid),
+        }
     }
 
     fn lookup_cached(&self, dir: &Node, name: &str) -> Option<Result<Node, Errno>> {

@@ -45,7 +45,15 @@ impl NinepFs {
         qid: Qid,
         flags: OpenFlags,
     ) -> Result<Box<dyn OpenFile>, Errno> {
-        let open = NinepFile::open(source, qid, flags, self.cache.clone(), &self.writers).await?;
+        let open = NinepFile::open(
+            source,
+            qid,
+            flags,
+            self.cache.clone(),
+            &self.writers,
+            &self.deferrals,
+        )
+        .await?;
         Ok(Box::new(open))
     }
 
