@@ -9,8 +9,25 @@
 //! them or an ancestor. An id whose names were all unlinked or renamed over keeps
 //! existing (its open files still work) but no longer has a path: calls that need one
 //! get ESTALE, as a deleted NFS file does.
+//!
+//! A node may also hold where its lookup led ([`Location`]): its children are looked
+//! up from there, one name each, and its attributes asked of it, without resolving
+//! its path from the root again. On a `cache=none` 9p mount that location keeps the
+//! fid the lookup walked to (the kernel's v9fs keeps a fid per dentry the same way):
+//! it is given back when the kernel forgets the node, when the path it was found by
+//! stops naming the node (unlink, rename), and when the server runs out of fids.
+//! At most [`MAX_HELD`] nodes hold one, fewer once the server has run out of fids;
+//! the others resolve their path.
 
 use std::collections::HashMap;
+
+use wasm9p_guest_fs::namespace::Location;
+
+/// Most nodes holding a [`Location`] at once: a quarter of what one 9P connection to
+/// our server may hold (16,384 fids), leaving the rest to open files.
+pub const MAX_HELD: usize = 4096;
+/// Fewest nodes that may hold one, however few fids the server gives.
+const MIN_HELD: usize = 8;
 
 /// The root's node id (FUSE_ROOT_ID).
 pub const ROOT: u64 = 1;
@@ -27,6 +44,8 @@ struct Node {
     identity: Option<Identity>,
     /// References the kernel holds (lookups not yet forgotten).
     lookups: u64,
+    /// Where the lookup of one of `paths` (the first of the pair) led.
+    held: Option<(String, Location)>,
 }
 
 /// Node ids and their paths.
@@ -35,6 +54,11 @@ pub struct Inodes {
     by_path: HashMap<String, u64>,
     by_identity: HashMap<Identity, u64>,
     next: u64,
+    /// Nodes with `held` set.
+    held: usize,
+    /// Most nodes that may hold one: [`MAX_HELD`], or half of what they held when
+    /// the server last ran out of fids.
+    max_held: usize,
 }
 
 impl Default for Inodes {
@@ -46,6 +70,7 @@ impl Default for Inodes {
                 paths: vec!["/".into()],
                 identity: None,
                 lookups: 1,
+                held: None,
             },
         );
         Inodes {
@@ -53,6 +78,8 @@ impl Default for Inodes {
             by_path: HashMap::from([("/".to_string(), ROOT)]),
             by_identity: HashMap::new(),
             next: ROOT + 1,
+            held: 0,
+            max_held: MAX_HELD,
         }
     }
 }
@@ -100,6 +127,7 @@ impl Inodes {
                 paths: vec![path.to_string()],
                 identity,
                 lookups: 1,
+                held: None,
             },
         );
         self.by_path.insert(path.to_string(), ino);
@@ -120,6 +148,7 @@ impl Inodes {
         node.lookups = node.lookups.saturating_sub(n);
         if node.lookups == 0 {
             let node = self.nodes.remove(&ino).expect("present");
+            self.held -= usize::from(node.held.is_some());
             for path in node.paths {
                 self.by_path.remove(&path);
             }
@@ -147,6 +176,10 @@ impl Inodes {
             return;
         };
         node.paths.retain(|p| p != path);
+        if node.held.as_ref().is_some_and(|(by, _)| by == path) {
+            node.held = None;
+            self.held -= 1;
+        }
         if node.paths.is_empty() {
             let identity = node.identity;
             self.forget_identity(identity, ino);
@@ -171,14 +204,69 @@ impl Inodes {
                 for path in node.paths.iter_mut().filter(|p| **p == old) {
                     *path = new.clone();
                 }
+                // Found by the old path: its location names the old place.
+                if node.held.take().is_some() {
+                    self.held -= 1;
+                }
             }
             self.by_path.insert(new, ino);
         }
     }
 
-    /// How many ids are held (the root included).
+    /// Where the lookup of node `ino` led, if it holds that.
+    pub fn held(&self, ino: u64) -> Option<Location> {
+        let node = self.nodes.get(&ino)?;
+        node.held.as_ref().map(|(_, at)| at.clone())
+    }
+
+    /// Node `ino`, found by `path`, keeps `at` (unless [`MAX_HELD`] nodes do, or
+    /// `path` no longer names it).
+    pub fn hold(&mut self, ino: u64, path: &str, at: Location) {
+        let Some(node) = self.nodes.get_mut(&ino) else {
+            return;
+        };
+        if !node.paths.iter().any(|p| p == path) {
+            return;
+        }
+        if node.held.is_none() {
+            if self.held >= self.max_held {
+                return;
+            }
+            self.held += 1;
+        }
+        node.held = Some((path.to_string(), at));
+    }
+
+    /// Node `ino` gives back what it holds; whether it held anything.
+    pub fn let_go(&mut self, ino: u64) -> bool {
+        let held = self.nodes.get_mut(&ino).and_then(|n| n.held.take());
+        self.held -= usize::from(held.is_some());
+        held.is_some()
+    }
+
+    /// Every node gives back what it holds (the server ran out of fids), and from now
+    /// on at most half as many hold one, leaving the server's other fids to the rest.
+    pub fn release_held(&mut self) {
+        // Nothing held (already given back for this shortage): the bound stays.
+        if self.held == 0 {
+            return;
+        }
+        for node in self.nodes.values_mut() {
+            node.held = None;
+        }
+        self.max_held = self.max_held.min(self.held / 2).max(MIN_HELD);
+        self.held = 0;
+    }
+
+    /// How many nodes hold a location.
     #[cfg(test)]
-    fn held(&self) -> usize {
+    fn holding(&self) -> usize {
+        self.held
+    }
+
+    /// How many ids are given out (the root included).
+    #[cfg(test)]
+    fn ids(&self) -> usize {
         self.nodes.len()
     }
 }
@@ -201,7 +289,7 @@ mod tests {
         assert_ne!(t.remember("/a", None), a, "a forgotten id is never reused");
         t.forget(ROOT, 100);
         assert_eq!(t.path(ROOT).as_deref(), Some("/"));
-        assert_eq!(t.held(), 3);
+        assert_eq!(t.ids(), 3);
     }
 
     #[test]
@@ -245,6 +333,71 @@ mod tests {
         assert_eq!(t.path(f), None);
         // With no name left, the file is not found by its identity again.
         assert_ne!(t.remember("/h", Some((0, 7))), f);
+    }
+
+    fn somewhere() -> Location {
+        Location {
+            mount: None,
+            node: wasm9p_guest_fs::node::Node {
+                id: 0,
+                kind: wasm9p_guest_fs::node::Kind::Dir,
+                handle: None,
+            },
+            path: wasm9p_guest_fs::path::SharedPath::root(),
+        }
+    }
+
+    #[test]
+    fn locations_are_held_within_the_bound_and_go_with_their_path() {
+        let mut t = Inodes::default();
+        let d = t.remember("/d", None);
+        let f = t.remember("/d/f", Some((0, 7)));
+        let link = t.remember("/link", Some((0, 7)));
+        assert_eq!(link, f);
+        t.hold(d, "/d", somewhere());
+        t.hold(f, "/link", somewhere());
+        t.hold(f, "/elsewhere", somewhere()); // not a path of f: ignored
+        assert!(t.held(d).is_some() && t.held(f).is_some());
+        assert_eq!(t.holding(), 2);
+        // The file's other name goes: what was found by /link stays.
+        t.unlinked("/d/f");
+        assert!(t.held(f).is_some());
+        // The name it was found by goes: so does the location.
+        t.unlinked("/link");
+        assert!(t.held(f).is_none());
+        // A rename takes the moved node's (its location names the old place).
+        t.renamed("/d", "/e");
+        assert!(t.held(d).is_none());
+        assert_eq!(t.holding(), 0);
+        t.hold(d, "/e", somewhere());
+        assert!(t.let_go(d) && !t.let_go(d));
+        assert_eq!(t.holding(), 0);
+        // Never more than MAX_HELD at once; a forgotten node gives its place back.
+        let many: Vec<u64> = (0..MAX_HELD + 10)
+            .map(|i| {
+                let path = format!("/n{i}");
+                let ino = t.remember(&path, None);
+                t.hold(ino, &path, somewhere());
+                ino
+            })
+            .collect();
+        assert_eq!(t.holding(), MAX_HELD);
+        t.forget(many[0], 1);
+        assert_eq!(t.holding(), MAX_HELD - 1);
+        // Out of fids: all given back, and half as many held from then on.
+        t.release_held();
+        assert_eq!(t.holding(), 0);
+        for (i, ino) in many.iter().enumerate().skip(1) {
+            t.hold(*ino, &format!("/n{i}"), somewhere());
+        }
+        assert_eq!(t.holding(), (MAX_HELD - 1) / 2);
+        // A second word of the same shortage, with nothing held, shrinks nothing.
+        t.release_held();
+        t.release_held();
+        for (i, ino) in many.iter().enumerate().skip(1) {
+            t.hold(*ino, &format!("/n{i}"), somewhere());
+        }
+        assert_eq!(t.holding(), (MAX_HELD - 1) / 4);
     }
 
     #[test]

@@ -76,6 +76,10 @@ pub struct NamespaceFs {
     files: Mutex<HashMap<u64, FileEntry>>,
     dirs: Mutex<HashMap<u64, DirHandle>>,
     next_fh: std::sync::atomic::AtomicU64,
+    /// Nodes known to have no set-user-ID or set-group-ID bit for a write to clear
+    /// (see [`NamespaceFs::clear_set_id`]); a node leaves it with every setattr of
+    /// its mode or owner.
+    set_id_clear: Mutex<std::collections::HashSet<u64>>,
 }
 
 impl NamespaceFs {
@@ -83,12 +87,15 @@ impl NamespaceFs {
     /// reports.
     pub fn new(ns: Arc<Namespace>, rt: tokio::runtime::Handle) -> Self {
         NamespaceFs {
-            ns,
+            // The kernel bounds the paths processes pass, not the ones joined here from
+            // the mount's root down to where a process stands.
+            ns: Arc::new(Namespace::clone(&ns).without_path_max()),
             rt,
             inodes: Mutex::new(Inodes::default()),
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: std::sync::atomic::AtomicU64::new(1),
+            set_id_clear: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -180,13 +187,103 @@ impl NamespaceFs {
     fn entry(&self, path: Result<String, Errno>, reply: ReplyEntry) {
         let result = path.and_then(|path| {
             let (at, attr) = self.rt.block_on(self.stat(&path))?;
-            let ino = self.inodes.lock().unwrap().remember(&path, identity(&at));
-            Ok(self.attr(ino, at.node.kind, &attr))
+            Ok(self.found(&path, at, &attr))
         });
         match result {
             Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
-            Err(e) => reply.error(fuse_errno(e)),
+            Err(e) => reply.error(self.refused(e)),
         }
+    }
+
+    /// `path` led to `at`: the node id for it, one more kernel reference to it, and
+    /// the location kept for its next lookups (see [`inodes`]).
+    fn found(&self, path: &str, at: Location, attr: &Attr) -> FileAttr {
+        let kind = at.node.kind;
+        let mut inodes = self.inodes.lock().unwrap();
+        let ino = inodes.remember(path, identity(&at));
+        inodes.hold(ino, path, at);
+        drop(inodes);
+        self.attr(ino, kind, attr)
+    }
+
+    /// Where node `ino` is: the location it holds, or its path resolved again (and
+    /// then held). With the path it is known by.
+    async fn locate(&self, ino: u64) -> Result<(String, Location), Errno> {
+        let (path, held) = {
+            let inodes = self.inodes.lock().unwrap();
+            (inodes.path(ino).ok_or(Errno::ESTALE)?, inodes.held(ino))
+        };
+        if let Some(at) = held {
+            return Ok((path, at));
+        }
+        let at = self.ns.resolve(&path, false).await?;
+        self.inodes.lock().unwrap().hold(ino, &path, at.clone());
+        Ok((path, at))
+    }
+
+    fn empty(&self, reply: ReplyEmpty, result: Result<(), Errno>) {
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(self.refused(e)),
+        }
+    }
+
+    /// The kernel's errno for `e`. The server out of fids (EMFILE): every node gives
+    /// back the fid it holds, so that the next requests have them.
+    fn refused(&self, e: Errno) -> FuseErrno {
+        if e == Errno::EMFILE {
+            self.inodes.lock().unwrap().release_held();
+        }
+        fuse_errno(e)
+    }
+
+    /// `op`, which changes nothing until it has its fids; if the server has none
+    /// left for it, every node gives back what it holds, and `op` runs again once
+    /// the server has had the fids back (their Tclunks are on their way: a few tries,
+    /// a second at most).
+    async fn holding<T>(&self, op: impl AsyncFn() -> Result<T, Errno>) -> Result<T, Errno> {
+        let mut result = op().await;
+        if result.as_ref().is_err_and(|e| *e == Errno::EMFILE) {
+            self.inodes.lock().unwrap().release_held();
+            let mut pause = Duration::from_millis(2);
+            while result.as_ref().is_err_and(|e| *e == Errno::EMFILE)
+                && pause < Duration::from_secs(1)
+            {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+                result = op().await;
+            }
+        }
+        result
+    }
+
+    /// `op` on where node `ino` is ([`Self::locate`]), through [`Self::holding`]; a
+    /// location gone stale (its fid not restored after a reconnect: ESTALE) is let go,
+    /// and `op` runs again on the node's path resolved afresh.
+    async fn at_node<T>(
+        &self,
+        ino: u64,
+        op: impl AsyncFn() -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        match self.holding(&op).await {
+            Err(Errno::ESTALE) if self.inodes.lock().unwrap().let_go(ino) => {
+                self.holding(&op).await
+            }
+            other => other,
+        }
+    }
+
+    /// A lookup: `name` walked to from where `parent` is (one name), its attributes.
+    async fn look_up(&self, parent: u64, name: &str) -> Result<FileAttr, Errno> {
+        let (path, at, attr) = self
+            .at_node(parent, async || {
+                let (dir_path, dir) = self.locate(parent).await?;
+                let at = self.ns.lookup_at(&dir, name).await?;
+                let attr = self.ns.getattr_at(&at).await?;
+                Ok((inodes::child(&dir_path, name), at, attr))
+            })
+            .await?;
+        Ok(self.found(&path, at, &attr))
     }
 
     fn open_flags(flags: i32) -> OpenFlags {
@@ -205,6 +302,46 @@ impl NamespaceFs {
         let path = self.child(parent, name)?;
         self.rt.block_on(self.ns.unlink(&path, dir_only))?;
         self.inodes.lock().unwrap().unlinked(&path);
+        Ok(())
+    }
+
+    /// Before a write by a process without CAP_FSETID (the kernel says so with
+    /// FUSE_WRITE_KILL_SUIDGID): the file loses its set-user-ID bit, and its
+    /// set-group-ID bit where group execution is allowed, as a write on a local
+    /// Linux file system does. The server cannot do it (it writes as its own user),
+    /// nor the kernel (direct I/O leaves it to us). Asked once per node until its mode
+    /// or owner changes through the mount, so a stream of writes costs one look.
+    async fn clear_set_id(
+        &self,
+        req: &Request,
+        ino: u64,
+        file: &dyn OpenFile,
+    ) -> Result<(), Errno> {
+        if self.set_id_clear.lock().unwrap().contains(&ino) {
+            return Ok(());
+        }
+        let attr = file.getattr().await?;
+        let mode = attr.mode;
+        let mut kill = mode & libc::S_ISUID;
+        // Set-group-ID without group execution marks a file for mandatory locking
+        // and stays, unless the writer is not in the file's group (Linux 6).
+        if mode & libc::S_IXGRP != 0 || !in_group(req, attr.gid) {
+            kill |= mode & libc::S_ISGID;
+        }
+        if kill != 0 {
+            // By name: an unlinked file keeps its bits (nobody can run it by a name).
+            if let Ok(path) = self.path(INodeNo(ino)) {
+                let change = SetAttr {
+                    mode: Some(mode & 0o7777 & !kill),
+                    ..SetAttr::default()
+                };
+                self.ns.setattr(&path, &change, false).await?;
+            }
+        }
+        // Remembered only with no bit left that another writer might clear.
+        if (mode & !kill) & (libc::S_ISUID | libc::S_ISGID) == 0 {
+            self.set_id_clear.lock().unwrap().insert(ino);
+        }
         Ok(())
     }
 
@@ -244,11 +381,18 @@ impl NamespaceFs {
     }
 }
 
-fn empty(reply: ReplyEmpty, result: Result<(), Errno>) {
-    match result {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(fuse_errno(e)),
+/// Whether the process behind `req` is in group `gid`: its own group, or one of its
+/// supplementary groups (from /proc; a process gone by then counts as not).
+fn in_group(req: &Request, gid: u32) -> bool {
+    if req.gid() == gid {
+        return true;
     }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", req.pid()));
+    status.ok().is_some_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Groups:"))
+            .is_some_and(|g| g.split_whitespace().any(|g| g.parse() == Ok(gid)))
+    })
 }
 
 impl Filesystem for NamespaceFs {
@@ -267,11 +411,19 @@ impl Filesystem for NamespaceFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(self.child(parent, name), reply);
+        let result = name_str(name).and_then(|name| self.rt.block_on(self.look_up(parent.0, name)));
+        match result {
+            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            Err(e) => reply.error(self.refused(e)),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.inodes.lock().unwrap().forget(ino.0, nlookup);
+        let mut inodes = self.inodes.lock().unwrap();
+        inodes.forget(ino.0, nlookup);
+        if inodes.path(ino.0).is_none() {
+            self.set_id_clear.lock().unwrap().remove(&ino.0);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -285,19 +437,21 @@ impl Filesystem for NamespaceFs {
                 .or_else(|| files.values().find(|f| f.ino == ino.0))
                 .map(|f| Arc::clone(&f.file))
         };
-        let result = match self.path(ino) {
-            Ok(path) => self
-                .rt
-                .block_on(self.stat(&path))
-                .map(|(at, attr)| self.attr(ino.0, at.node.kind, &attr)),
-            Err(e) => match handle() {
+        let by_node = self.rt.block_on(self.at_node(ino.0, async || {
+            let (_, at) = self.locate(ino.0).await?;
+            let attr = self.ns.getattr_at(&at).await?;
+            Ok(self.attr(ino.0, at.node.kind, &attr))
+        }));
+        let result = match by_node {
+            Err(Errno::ESTALE) => match handle() {
                 Some(file) => self.rt.block_on(self.handle_attr(ino.0, &*file)),
-                None => Err(e),
+                None => Err(Errno::ESTALE),
             },
+            other => other,
         };
         match result {
             Ok(attr) => reply.attr(&TTL, &attr),
-            Err(e) => reply.error(fuse_errno(e)),
+            Err(e) => reply.error(self.refused(e)),
         }
     }
 
@@ -319,6 +473,9 @@ impl Filesystem for NamespaceFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if mode.is_some() || uid.is_some() || gid.is_some() {
+            self.set_id_clear.lock().unwrap().remove(&ino.0);
+        }
         let change = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
@@ -353,17 +510,17 @@ impl Filesystem for NamespaceFs {
         });
         match result {
             Ok(attr) => reply.attr(&TTL, &attr),
-            Err(e) => reply.error(fuse_errno(e)),
+            Err(e) => reply.error(self.refused(e)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self
-            .path(ino)
-            .and_then(|p| self.rt.block_on(self.ns.readlink(&p)))
-        {
+        match self.path(ino).and_then(|p| {
+            self.rt
+                .block_on(self.holding(async || self.ns.readlink(&p).await))
+        }) {
             Ok(target) => reply.data(target.as_bytes()),
-            Err(e) => reply.error(fuse_errno(e)),
+            Err(e) => reply.error(self.refused(e)),
         }
     }
 
@@ -416,11 +573,11 @@ impl Filesystem for NamespaceFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.remove(parent, name, false));
+        self.empty(reply, self.remove(parent, name, false));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.remove(parent, name, true));
+        self.empty(reply, self.remove(parent, name, true));
     }
 
     fn symlink(
@@ -457,7 +614,7 @@ impl Filesystem for NamespaceFs {
             self.inodes.lock().unwrap().renamed(&from, &to);
             Ok(())
         });
-        empty(reply, result);
+        self.empty(reply, result);
     }
 
     fn link(
@@ -478,14 +635,15 @@ impl Filesystem for NamespaceFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
         let result = self.path(ino).and_then(|path| {
+            let flags = Self::open_flags(flags.0);
             let file = self
                 .rt
-                .block_on(self.ns.open(&path, Self::open_flags(flags.0)))?;
+                .block_on(self.holding(async || self.ns.open(&path, flags).await))?;
             Ok(self.keep(ino.0, file))
         });
         match result {
             Ok(fh) => reply.opened(FileHandle(fh), FILE_OPEN),
-            Err(e) => reply.error(fuse_errno(e)),
+            Err(e) => reply.error(self.refused(e)),
         }
     }
 
@@ -506,30 +664,34 @@ impl Filesystem for NamespaceFs {
         });
         match result {
             Ok(data) => reply.data(&data),
-            Err(e) => reply.error(fuse_errno(e)),
+            Err(e) => reply.error(self.refused(e)),
         }
     }
 
     fn write(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: fuser::OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let result = self.file(fh).and_then(|file| {
             let data = Bytes::copy_from_slice(data);
-            self.rt
-                .block_on(async { file.write_at(offset, data).await })
+            self.rt.block_on(async {
+                if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+                    self.clear_set_id(req, ino.0, &*file).await?;
+                }
+                file.write_at(offset, data).await
+            })
         });
         match result {
             Ok(n) => reply.written(n as u32),
-            Err(e) => reply.error(fuse_errno(e)),
+            Err(e) => reply.error(self.refused(e)),
         }
     }
 
@@ -544,7 +706,7 @@ impl Filesystem for NamespaceFs {
         let result = self
             .file(fh)
             .and_then(|file| self.rt.block_on(async { file.flush().await }));
-        empty(reply, result);
+        self.empty(reply, result);
     }
 
     fn release(
@@ -562,7 +724,7 @@ impl Filesystem for NamespaceFs {
             Some(f) => self.rt.block_on(f.file.flush()),
             None => Err(Errno::EBADF),
         };
-        empty(reply, result);
+        self.empty(reply, result);
     }
 
     fn fsync(
@@ -576,12 +738,14 @@ impl Filesystem for NamespaceFs {
         let result = self
             .file(fh)
             .and_then(|file| self.rt.block_on(async { file.fsync(datasync).await }));
-        empty(reply, result);
+        self.empty(reply, result);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
         let result = self.path(ino).and_then(|path| {
-            let listing = self.rt.block_on(self.ns.readdir(&path))?;
+            let listing = self
+                .rt
+                .block_on(self.holding(async || self.ns.readdir(&path).await))?;
             let mut entries = vec![
                 (".".to_string(), FileType::Directory, ino.0),
                 ("..".to_string(), FileType::Directory, ino.0),
@@ -598,7 +762,7 @@ impl Filesystem for NamespaceFs {
         });
         match result {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            Err(e) => reply.error(fuse_errno(e)),
+            Err(e) => reply.error(self.refused(e)),
         }
     }
 
@@ -648,29 +812,31 @@ impl Filesystem for NamespaceFs {
                 self.ns.sync_dir_at(&dir).await
             })
         });
-        empty(reply, result);
+        self.empty(reply, result);
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        match self
-            .path(ino)
-            .and_then(|p| self.rt.block_on(self.ns.statfs(&p)))
-        {
+        match self.path(ino).and_then(|p| {
+            self.rt
+                .block_on(self.holding(async || self.ns.statfs(&p).await))
+        }) {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
             ),
             // Between mounts (a virtual directory) there is no file system to ask.
             Err(Errno::EISDIR) => reply.statfs(0, 0, 0, 0, 0, 4096, 255, 4096),
-            Err(e) => reply.error(fuse_errno(e)),
+            Err(e) => reply.error(self.refused(e)),
         }
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
         // Permissions are the kernel's (default_permissions); existence is ours.
-        let result = self
-            .path(ino)
-            .and_then(|p| self.rt.block_on(self.stat(&p)).map(|_| ()));
-        empty(reply, result);
+        let result = self.path(ino).and_then(|p| {
+            self.rt
+                .block_on(self.holding(async || self.stat(&p).await))
+                .map(drop)
+        });
+        self.empty(reply, result);
     }
 
     fn getxattr(
@@ -728,7 +894,7 @@ impl Filesystem for NamespaceFs {
                 Ok(())
             })
         });
-        empty(reply, result);
+        self.empty(reply, result);
     }
 
     fn create(
@@ -763,7 +929,7 @@ impl Filesystem for NamespaceFs {
         });
         match result {
             Ok((attr, fh)) => reply.created(&TTL, &attr, Generation(0), FileHandle(fh), FILE_OPEN),
-            Err(e) => reply.error(fuse_errno(e)),
+            Err(e) => reply.error(self.refused(e)),
         }
     }
 }

@@ -256,3 +256,191 @@ fn owners_are_the_servers_and_chown_changes_them_or_says_eperm() {
         assert!(status.success(), "{mode}: {status} {stderr}");
     }
 }
+
+/// A path of PATH_MAX bytes relative to a directory inside the mount (what pjd's
+/// `*/03.t` checks make from their working directory) works as on a local file
+/// system, although the path from the mount's root is longer; one byte more is
+/// ENAMETOOLONG, from the kernel.
+#[test]
+fn a_path_max_path_from_a_directory_inside_the_mount_works() {
+    use rustix::fs::{mkdirat, openat, statat, unlinkat, AtFlags, Mode, OFlags};
+    for mode in ["none", "loose", "bind"] {
+        let backing = tempfile::tempdir().unwrap();
+        let mut m = Mounted::start(&embedded(backing.path(), mode));
+        std::fs::create_dir(m.path().join("inside")).unwrap();
+        let here = openat(
+            rustix::fs::CWD,
+            m.path().join("inside"),
+            OFlags::DIRECTORY | OFlags::RDONLY,
+            Mode::empty(),
+        )
+        .unwrap();
+        // 31 directories of 127 bytes and a file name of 127: 4,095 bytes with the
+        // slashes, PATH_MAX with its NUL.
+        let name = |i: usize| format!("{i:02}{}", "d".repeat(125));
+        let mut rel = String::new();
+        for i in 0..31 {
+            rel.push_str(&name(i));
+            mkdirat(&here, &rel, Mode::from_raw_mode(0o755)).unwrap();
+            rel.push('/');
+        }
+        rel.push_str(&name(99));
+        assert_eq!(rel.len(), 4095);
+        let file = openat(
+            &here,
+            &rel,
+            OFlags::CREATE | OFlags::WRONLY,
+            Mode::from_raw_mode(0o644),
+        );
+        assert!(file.is_ok(), "{mode}: create: {file:?}");
+        let st = statat(&here, &rel, AtFlags::empty()).unwrap();
+        assert_eq!(st.st_mode & 0o7777, 0o644, "{mode}");
+        let longer = format!("{rel}x");
+        assert_eq!(
+            statat(&here, &longer, AtFlags::empty()).unwrap_err(),
+            rustix::io::Errno::NAMETOOLONG
+        );
+        unlinkat(&here, &rel, AtFlags::empty()).unwrap();
+        assert_eq!(
+            statat(&here, &rel, AtFlags::empty()).unwrap_err(),
+            rustix::io::Errno::NOENT,
+            "{mode}"
+        );
+        drop((file, here));
+        let (status, stderr) = m.stop();
+        assert!(status.success(), "{mode}: {status} {stderr}");
+    }
+}
+
+/// The 9P requests of one message type a mount's `--stats` file counted.
+fn rpcs(stats: &Path, name: &str) -> u64 {
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(stats).unwrap()).unwrap();
+    json["mounts"][0]["rpc"][name].as_u64().unwrap_or(0)
+}
+
+/// `cache=none` keeps a fid per node the kernel holds: a `stat` 30 directories deep
+/// walks one name from its parent's fid per level (31 walks for 31 lookups), where
+/// resolving every lookup from the root walked thousands of names; a second stat
+/// walks again only what the kernel looks up again (every level: entries live for no
+/// time), no more.
+#[test]
+fn a_deep_stat_in_cache_none_walks_once_per_level() {
+    const DEPTH: usize = 30;
+    let backing = tempfile::tempdir().unwrap();
+    let rel: PathBuf = (0..DEPTH).map(|i| format!("level{i}")).collect();
+    std::fs::create_dir_all(backing.path().join(&rel)).unwrap();
+    std::fs::write(backing.path().join(&rel).join("f"), "deep").unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let walks = |stats_times: usize| {
+        let stats = work.path().join(format!("stats{stats_times}.json"));
+        let mut args = embedded(backing.path(), "none");
+        args.push(format!("--stats={}", stats.display()));
+        let mut m = Mounted::start(&args);
+        for _ in 0..stats_times {
+            let meta = std::fs::metadata(m.path().join(&rel).join("f")).unwrap();
+            assert_eq!(meta.len(), 4);
+        }
+        let (status, stderr) = m.stop();
+        assert!(status.success(), "{status} {stderr}");
+        rpcs(&stats, "walk")
+    };
+    let once = walks(1);
+    assert!(once <= DEPTH as u64 + 1, "one stat walked {once} times");
+    let twice = walks(2);
+    assert!(
+        twice <= 2 * once,
+        "two stats walked {twice} times, one {once}"
+    );
+}
+
+/// A server that lets the mount's connection hold few fids (`--max-fids-per-peer`):
+/// nodes give theirs back when it runs out, so looking up many more files than it
+/// allows works; opening more at once than it allows gets EMFILE ("Too many open
+/// files"), the files open before stay usable, and once they are closed the mount
+/// serves as before, with nothing lost.
+#[test]
+fn past_the_servers_fid_limit_the_mount_says_emfile_and_goes_on() {
+    const FIDS: usize = 48;
+    let export = Tree::build(&[]);
+    for i in 0..100 {
+        std::fs::write(export.path().join(format!("f{i}")), format!("file {i}")).unwrap();
+    }
+    let work = tempfile::tempdir().unwrap();
+    let socket = work.path().join("sock");
+    let listen = format!("unix:{}", socket.display());
+    let name = export
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let _serve = KilledOnDrop(
+        spawn_serve(
+            BIN,
+            [
+                "--export".to_string(),
+                export.path().display().to_string(),
+                "--listen".to_string(),
+                listen.clone(),
+                "--allow".to_string(),
+                format!("{name}=listen:{listen}"),
+                "--max-fids-per-peer".to_string(),
+                FIDS.to_string(),
+            ],
+        )
+        .0,
+    );
+    let mut m = Mounted::start(&[
+        "--mount".into(),
+        format!("type=9p,source={listen},aname={name},target=/,cache=none"),
+    ]);
+    // Every file looked up (twice the fids the server allows), and read.
+    for i in 0..100 {
+        let text = std::fs::read_to_string(m.path().join(format!("f{i}"))).unwrap();
+        assert_eq!(text, format!("file {i}"));
+    }
+    // Opened all at once: the ones past the limit get EMFILE.
+    let mut open = Vec::new();
+    let mut refused = None;
+    for i in 0..100 {
+        match std::fs::File::open(m.path().join(format!("f{i}"))) {
+            Ok(f) => open.push((i, f)),
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    let refused = refused.expect("more files opened than the server has fids");
+    assert_eq!(refused.raw_os_error(), Some(libc::EMFILE), "{refused}");
+    assert!(open.len() >= FIDS / 2, "only {} opened", open.len());
+    for (i, f) in &mut open {
+        let mut text = String::new();
+        f.read_to_string(&mut text).unwrap();
+        assert_eq!(text, format!("file {i}"), "an open file still reads");
+    }
+    drop(open);
+    // Closed: the mount serves every file again, and takes a new one.
+    std::fs::write(m.path().join("new"), "after").unwrap();
+    for i in (0..100).step_by(7) {
+        let text = std::fs::read_to_string(m.path().join(format!("f{i}"))).unwrap();
+        assert_eq!(text, format!("file {i}"));
+    }
+    let (status, stderr) = m.stop();
+    assert!(status.success(), "{status} {stderr}");
+    assert_eq!(
+        std::fs::read_to_string(export.path().join("new")).unwrap(),
+        "after"
+    );
+}
+
+/// A server process, killed when the test ends however it ends.
+struct KilledOnDrop(std::process::Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

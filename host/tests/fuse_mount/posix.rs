@@ -55,6 +55,12 @@ fn posix_scenario(root: &Path, phase: &str) -> Vec<String> {
     let mode = |rel: &str, bits: u32| {
         std::fs::set_permissions(p(rel), std::fs::Permissions::from_mode(bits))
     };
+    let truncate = |rel: &str, len: u64| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(p(rel))
+            .and_then(|f| f.set_len(len))
+    };
     let mkfifo = |rel: &str, bits: u32| {
         let c = std::ffi::CString::new(p(rel).into_os_string().into_encoded_bytes()).unwrap();
         // SAFETY: mkfifo reads a NUL-terminated path and changes nothing in this process.
@@ -116,13 +122,7 @@ fn posix_scenario(root: &Path, phase: &str) -> Vec<String> {
             out.push(described("f", &p("f")));
             out.push(outcome("link to dir", std::fs::hard_link(p("d"), p("d2"))));
             out.push(outcome("rmdir non-empty", std::fs::remove_dir(p("d"))));
-            out.push(outcome(
-                "truncate f",
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(p("f"))
-                    .and_then(|f| f.set_len(100)),
-            ));
+            out.push(outcome("truncate f", truncate("f", 100)));
             out.push(described("f", &p("f")));
             out.push(outcome("utimes f", times("f", Some(1_000_000_000))));
             out.push(format!(
@@ -151,6 +151,36 @@ fn posix_scenario(root: &Path, phase: &str) -> Vec<String> {
                 "ro",
                 std::fs::write(p("ro"), "read only").and_then(|()| mode("ro", 0o644)),
             ));
+            // Set-ID bits: a write by root (CAP_FSETID) keeps them; the user phase
+            // writes and truncates files like these.
+            for (name, bits) in [
+                ("setid", 0o6777),
+                ("sgid-nox", 0o2666),
+                ("sgid-grp", 0o2666),
+                ("trunc", 0o6777),
+            ] {
+                out.push(outcome(name, std::fs::write(p(name), "x")));
+                if name == "sgid-grp" {
+                    out.push(outcome(name, chown(p(name), None, Some(65534))));
+                }
+                out.push(outcome(name, mode(name, bits)));
+            }
+            out.push(outcome("root writes", append(&p("trunc"))));
+            out.push(described("trunc", &p("trunc")));
+            // Directories and a file for the user to move between two open dirs.
+            out.push(outcome(
+                "mkdir open2",
+                std::fs::create_dir(p("open2")).and_then(|()| mode("open2", 0o777)),
+            ));
+            out.push(outcome(
+                "root's dir",
+                std::fs::create_dir(p("open/rootdir")),
+            ));
+            out.push(outcome(
+                "root's file",
+                std::fs::write(p("open/rootfile"), "r"),
+            ));
+            out.extend(unlinked_while_open(&p("gone")));
         }
         "user" => {
             out.push(outcome("read ro", std::fs::read(p("ro"))));
@@ -218,9 +248,87 @@ fn posix_scenario(root: &Path, phase: &str) -> Vec<String> {
                 "rmdir open/dir",
                 std::fs::remove_dir(p("open/dir")),
             ));
+            // A write or truncate by someone without CAP_FSETID clears set-user-ID,
+            // and set-group-ID where the group may execute.
+            out.push(outcome("write setid", append(&p("setid"))));
+            out.push(described("setid", &p("setid")));
+            out.push(outcome("write sgid-nox", append(&p("sgid-nox"))));
+            out.push(described("sgid-nox", &p("sgid-nox")));
+            out.push(outcome("write sgid-grp", append(&p("sgid-grp"))));
+            out.push(described("sgid-grp", &p("sgid-grp")));
+            out.push(outcome("truncate trunc", truncate("trunc", 0)));
+            out.push(described("trunc", &p("trunc")));
+            // Moving a directory to another one rewrites its `..`: it needs write
+            // access to the directory itself; within one directory, or for a file,
+            // the parents' write access is enough.
+            let mv = |from: &str, to: &str| std::fs::rename(p(from), p(to));
+            out.push(outcome(
+                "move root's dir",
+                mv("open/rootdir", "open2/rootdir"),
+            ));
+            out.push(outcome(
+                "rename root's dir",
+                mv("open/rootdir", "open/rootdir2"),
+            ));
+            out.push(outcome(
+                "move root's file",
+                mv("open/rootfile", "open2/rootfile"),
+            ));
+            out.push(outcome(
+                "mkdir mydir 0500",
+                std::fs::create_dir(p("open/mydir")).and_then(|()| mode("open/mydir", 0o500)),
+            ));
+            out.push(outcome("move mydir 0500", mv("open/mydir", "open2/mydir")));
+            out.push(outcome("chmod mydir 0700", mode("open/mydir", 0o700)));
+            out.push(outcome("move mydir 0700", mv("open/mydir", "open2/mydir")));
+            out.extend(unlinked_while_open(&p("open/gone")));
         }
         other => panic!("no phase {other}"),
     }
+    out
+}
+
+/// Appends a byte to `path`.
+fn append(path: &Path) -> std::io::Result<()> {
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)?
+        .write_all(b"y")
+}
+
+/// An open file outlives its name: made empty and closed, opened for reading (twice:
+/// a warm reopen may not have reached the server), unlinked, then fstat'ed; and one
+/// written, unlinked and read back through its descriptor.
+fn unlinked_while_open(path: &Path) -> Vec<String> {
+    let mut out = vec![outcome("create empty", std::fs::write(path, ""))];
+    let fstat = std::fs::File::open(path).and_then(|first| {
+        drop(first);
+        let reopened = std::fs::File::open(path)?;
+        std::fs::remove_file(path)?;
+        reopened.metadata()
+    });
+    out.push(match fstat {
+        Ok(m) => format!("fstat unlinked: nlink {} size {}", m.nlink(), m.size()),
+        Err(e) => outcome("fstat unlinked", Err::<(), _>(e)),
+    });
+    let written = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .and_then(|mut f| {
+            f.write_all(b"still here")?;
+            std::fs::remove_file(path)?;
+            f.rewind()?;
+            let mut back = String::new();
+            f.read_to_string(&mut back)?;
+            Ok((back, f.metadata()?.nlink()))
+        });
+    out.push(match written {
+        Ok((back, nlink)) => format!("read unlinked: {back:?} nlink {nlink}"),
+        Err(e) => outcome("read unlinked", Err::<(), _>(e)),
+    });
     out
 }
 
@@ -295,6 +403,8 @@ fn posix_scenarios_through_the_mount_match_a_local_directory() {
         "rmdir non-empty: Directory not empty (ENOTEMPTY)",
         "link to dir: Operation not permitted (EPERM)",
         "f: file 0600",
+        "fstat unlinked: nlink 0 size 0",
+        "read unlinked: \"still here\" nlink 0",
     ] {
         assert!(
             reference.contains(line),
@@ -310,6 +420,18 @@ fn posix_scenarios_through_the_mount_match_a_local_directory() {
             "open/fifo: fifo 0644 65534:65534",
             "unlink owner's in sticky: Operation not permitted (EPERM)",
             "chmod ro: Operation not permitted (EPERM)",
+            "trunc: file 6777 0:0",
+            "setid: file 0777 0:0",
+            // Set-group-ID without group execution: cleared unless the writer is
+            // in the file's group (Linux 6).
+            "sgid-nox: file 0666 0:0",
+            "sgid-grp: file 2666 0:65534",
+            "trunc: file 0777 0:0 size 0",
+            "move root's dir: Permission denied (EACCES)",
+            "rename root's dir: ok",
+            "move root's file: ok",
+            "move mydir 0500: Permission denied (EACCES)",
+            "move mydir 0700: ok",
         ] {
             assert!(
                 reference.contains(line),
@@ -317,7 +439,15 @@ fn posix_scenarios_through_the_mount_match_a_local_directory() {
             );
         }
     }
-    for mode in ["none", "loose", "bind"] {
+    // Each cache mode, each security model (passthrough unless named), and bind.
+    for mode in [
+        "none",
+        "loose",
+        "loose,security_model=mapped-xattr",
+        "none,security_model=mapped-xattr",
+        "loose,security_model=mapped-file",
+        "bind",
+    ] {
         let backing = tempfile::tempdir().unwrap();
         std::fs::set_permissions(backing.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let mut args = embedded(backing.path(), mode);
