@@ -38,6 +38,7 @@ pub mod cli;
 pub mod engine;
 #[cfg(feature = "cli")]
 pub mod fuse;
+pub mod http;
 pub mod huge_alloc;
 pub mod interrupt;
 pub mod limits;

@@ -44,6 +44,7 @@ fn main() -> ExitCode {
         Command::Daemon(args) => cli::cc::daemon(args),
         Command::Worker(args) => cli::worker(args),
         Command::Cache(args) => cli::cache(args),
+        Command::Http(args) => cli::http(args),
         Command::Serve(args) => match tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

@@ -68,8 +68,33 @@ pub fn build_c_plugin(src: &Path, out: &Path) -> Result<(), String> {
 /// Builds C against `world` of `wit/fs.wit` into the component `out`: a reactor (a
 /// plugin) or a command (a guest, `main`), with the matching preview1 adapter.
 pub fn build_c_component(src: &Path, world: &str, reactor: bool, out: &Path) -> Result<(), String> {
-    let work = tempfile::tempdir().map_err(|e| e.to_string())?;
     let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit");
+    build_c_component_of(&wit, src, world, reactor, out)
+}
+
+/// Builds a `wasi:http/proxy` component written in C (world `guest` of
+/// `examples/http/wit`) into `out`: a reactor whose export is the handler.
+pub fn build_c_http(src: &Path, out: &Path) -> Result<(), String> {
+    let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/http/wit");
+    build_c_component_of(&wit, src, "guest", true, out)
+}
+
+/// [`build_c_http`] into the tests' guest directory; each call gets its own file.
+pub fn c_http(src: &Path) -> PathBuf {
+    let out = output_for(src, "-http");
+    build_c_http(src, &out).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+    out
+}
+
+/// Builds C against `world` of the WIT package in `wit` into the component `out`.
+fn build_c_component_of(
+    wit: &Path,
+    src: &Path,
+    world: &str,
+    reactor: bool,
+    out: &Path,
+) -> Result<(), String> {
+    let work = tempfile::tempdir().map_err(|e| e.to_string())?;
     let run = |cmd: &mut Command, what: &str| {
         let output = cmd
             .output()
@@ -86,7 +111,7 @@ pub fn build_c_component(src: &Path, world: &str, reactor: bool, out: &Path) -> 
     run(
         Command::new(wit_bindgen())
             .arg("c")
-            .arg(&wit)
+            .arg(wit)
             .args(["--world", world, "--out-dir"])
             .arg(work.path()),
         "wit-bindgen",

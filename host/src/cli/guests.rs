@@ -159,11 +159,7 @@ impl GuestArgs {
     /// The engine these arguments ask for, running the program at `path`, or the
     /// exit code of a setup failure (already reported).
     pub(crate) fn engine(&self, path: &Path) -> Result<GuestEngine, ExitCode> {
-        let cache = tier_from_env(match (&self.module_cache, self.no_module_cache) {
-            (_, true) => ModuleCache::disabled(),
-            (Some(dir), false) => ModuleCache::at(dir),
-            (None, false) => ModuleCache::user_default(),
-        })?;
+        let cache = module_cache_for(self.module_cache.as_deref(), self.no_module_cache)?;
         engine_for(path, cache)
             .mounts(self.namespace.table()?)
             .tier(self.tier)
@@ -172,6 +168,19 @@ impl GuestArgs {
             .build()
             .map_err(setup_failed)
     }
+}
+
+/// The module cache `--module-cache DIR` / `--no-module-cache` ask for (default: the
+/// user's), with `$WASM9P_TIER_FROM` applied.
+pub(crate) fn module_cache_for(
+    dir: Option<&Path>,
+    disabled: bool,
+) -> Result<ModuleCache, ExitCode> {
+    tier_from_env(match (dir, disabled) {
+        (_, true) => ModuleCache::disabled(),
+        (Some(dir), false) => ModuleCache::at(dir),
+        (None, false) => ModuleCache::user_default(),
+    })
 }
 
 /// A guest's exit code as the commands give it, and the one line that says why it

@@ -19,6 +19,7 @@ pub mod cc;
 mod compile;
 mod engines;
 mod guests;
+mod http;
 mod mount;
 mod run;
 mod shared;
@@ -27,6 +28,7 @@ mod worker;
 pub use cache::{cache, CacheAction, CacheArgs, StoreChoice};
 pub use compile::{compile, CompileArgs};
 pub use guests::{batch, parse_commands, BatchArgs, GuestArgs, Job, NamespaceArgs};
+pub use http::{http, HttpArgs};
 pub use mount::{mount, MountArgs};
 pub use run::{run, RunArgs};
 pub use shared::{fail, say, EXIT_USAGE};
@@ -69,6 +71,9 @@ pub enum Command {
     Worker(WorkerArgs),
     /// See or remove the `cache=fscache` stores kept on this machine.
     Cache(CacheArgs),
+    /// Serve a wasi:http component over HTTP, each request in a fresh instance on the
+    /// mounts' namespace (shared and cached across requests).
+    Http(HttpArgs),
 }
 
 /// `wasm9p serve`.

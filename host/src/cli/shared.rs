@@ -1,5 +1,6 @@
 //! What every command module shares, below them all: one-line messages on stderr, the
-//! exit code of a usage error, and the `K=V` parser of `--env` and `--property`.
+//! exit code of a usage error, and the parsers of `K=V` (`--env`, `--property`), of
+//! byte counts and of durations.
 
 use std::process::ExitCode;
 
@@ -24,5 +25,53 @@ pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.into(), v.into())),
         _ => Err(format!("{s:?} is not K=V")),
+    }
+}
+
+/// A number of bytes, with `K`, `M` or `G` (binary).
+pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
+    wasm9p_guest_fs::mount_options::parse_bytes(s)
+        .ok_or_else(|| format!("{s:?}: expected a number of bytes (with K, M or G)"))
+}
+
+/// `N` (seconds), `Nms`, `Ns`, `Nm` or `Nh`.
+pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    use std::time::Duration;
+    let bad = || format!("{s:?}: expected seconds, or a number with ms, s, m or h");
+    let (number, unit) = match s.strip_suffix("ms") {
+        Some(number) => (number, "ms"),
+        None => match s.strip_suffix(['s', 'm', 'h']) {
+            Some(number) => (number, &s[number.len()..]),
+            None => (s, "s"),
+        },
+    };
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    let millis = match unit {
+        "ms" => Some(n),
+        "h" => n.checked_mul(3_600_000),
+        "m" => n.checked_mul(60_000),
+        _ => n.checked_mul(1000),
+    };
+    millis
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("{s:?}: too long"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_take_their_unit_and_refuse_what_is_not_one() {
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        for bad in ["", "ms", "1x", "-1s", "1.5s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_bytes("64M"), Ok(64 << 20));
+        assert!(parse_bytes("lots").is_err());
     }
 }

@@ -35,14 +35,13 @@ use wasm9p_guest_fs::namespace::Namespace;
 
 pub use outcome::Outcome;
 pub use tiered::guest_engines;
-pub(crate) use tiered::{OnTier, Runner};
+pub(crate) use tiered::{link_error, OnTier, Runner, TieredProgram};
 
 use crate::module_cache::{ModuleCache, Progress, Tier, TierChoice, UpgradeIn};
 use crate::mounts::{MountTable, MountTableBuilder};
 use crate::p1::{Input, Output, WasiP1Ctx};
 use crate::p2::{MountGrant, RuntimeMountRecord, WasiP2Ctx, WasiP2Fs};
 use crate::plugin::PluginCompile;
-use tiered::TieredProgram;
 
 /// Where the engine's notes go: one line each (a plugin left on the baseline tier,
 /// a background compile handed off or failed).
@@ -269,8 +268,8 @@ impl EngineBuilder {
             &self.cache,
             &self.program,
             self.tier,
-            self.interruptible,
-            !self.grants.is_empty(),
+            (guest_engines(self.interruptible)?, self.interruptible),
+            tiered::runner(&self.program, !self.grants.is_empty()),
             &*self.progress,
         )?;
         Ok(GuestEngine {

@@ -1,6 +1,10 @@
 //! The guest program on its compiler tiers: each guest starts on the program current
 //! when it starts, and the program moves to the optimized tier as soon as its
 //! background compile is ready (guests already running finish on theirs).
+//!
+//! What a loaded program becomes is the caller's: a [`Runner`] for the guest engine
+//! (a command), a `wasi:http` proxy for `crate::http`; [`Link`] makes it from the
+//! compiled program on the engine of its tier.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,16 +44,22 @@ impl ComponentProgram {
 }
 
 /// A runner and the tier its code came from.
-pub(crate) struct OnTier {
-    pub(crate) runner: Runner,
+pub(crate) struct OnTier<R = Runner> {
+    pub(crate) runner: R,
     pub(crate) tier: Tier,
 }
 
+/// Makes what guests run from a compiled program, on the engine of its tier; the
+/// error is one line.
+pub(crate) type Link<R> =
+    Box<dyn Fn(&wasmtime::Engine, Program) -> Result<R, SetupError> + Send + Sync>;
+
 /// The guest program, on the tier it has reached.
-pub(crate) struct TieredProgram {
+pub(crate) struct TieredProgram<R = Runner> {
     path: PathBuf,
     engines: Engines,
-    current: Mutex<Arc<OnTier>>,
+    link: Link<R>,
+    current: Mutex<Arc<OnTier<R>>>,
     upgrade: Option<Upgrade>,
     started_on: Tier,
     compiled_in: Option<Duration>,
@@ -63,20 +73,30 @@ pub(crate) struct TieredProgram {
     interruptible: bool,
 }
 
-fn runner(
+/// A link error about the program at `path`, in one line.
+pub(crate) fn link_error(path: &Path, e: wasmtime::Error) -> SetupError {
+    let why = format!("{e:#}");
+    SetupError::Program(format!(
+        "cannot link {}: {}",
+        path.display(),
+        why.lines().next().unwrap_or_default()
+    ))
+}
+
+/// How the guest engine links a program: a preview1 module or a command component
+/// (`components_only`: a core module is refused, as run-time mounts need a component).
+pub(crate) fn runner(path: &Path, components_only: bool) -> Link<Runner> {
+    let path = path.to_owned();
+    Box::new(move |engine, program| command(engine, program, &path, components_only))
+}
+
+fn command(
     engine: &wasmtime::Engine,
     program: Program,
     path: &Path,
     components_only: bool,
 ) -> Result<Runner, SetupError> {
-    let link_error = |e: wasmtime::Error| {
-        let why = format!("{e:#}");
-        SetupError::Program(format!(
-            "cannot link {}: {}",
-            path.display(),
-            why.lines().next().unwrap_or_default()
-        ))
-    };
+    let link_error = |e: wasmtime::Error| link_error(path, e);
     match program {
         Program::Module(_) if components_only => Err(SetupError::Program(format!(
             "--allow-mount: {} is a preview1 module; mounting at run time \
@@ -97,21 +117,20 @@ fn runner(
     }
 }
 
-impl TieredProgram {
-    /// Loads the guest at `path` on the tier `tier` says (interruptible: its guests
-    /// may be cancelled; `components_only`: a core module is refused, as run-time
-    /// mounts need a component), telling `progress` how a first compile goes.
+impl<R> TieredProgram<R> {
+    /// Loads the guest at `path` on the tier `tier` says, on `engines` (interruptible:
+    /// they have epoch interruption, and are ticked from now on), linked by `link`,
+    /// telling `progress` how a first compile goes.
     pub(crate) fn load(
         cache: &ModuleCache,
         path: &Path,
         tier: TierChoice,
-        interruptible: bool,
-        components_only: bool,
+        (engines, interruptible): (Engines, bool),
+        link: Link<R>,
         progress: &(dyn Fn(Progress) + Sync),
-    ) -> Result<TieredProgram, SetupError> {
-        let engines = guest_engines(interruptible)?;
+    ) -> Result<TieredProgram<R>, SetupError> {
         if interruptible {
-            // Their guests may be cancelled mid-computation: keep their epochs moving.
+            // Their guests may be stopped mid-computation: keep their epochs moving.
             for tier in [Tier::Baseline, Tier::Optimized] {
                 crate::interrupt::tick(engines.get(tier));
             }
@@ -119,12 +138,7 @@ impl TieredProgram {
         let loaded = cache
             .load_tiered(&engines, path, tier, progress)
             .map_err(|e| SetupError::Program(with_hint(e.to_string())))?;
-        let first = runner(
-            engines.get(loaded.tier),
-            loaded.program,
-            path,
-            components_only,
-        )?;
+        let first = link(engines.get(loaded.tier), loaded.program)?;
         Ok(TieredProgram {
             path: path.to_owned(),
             current: Mutex::new(Arc::new(OnTier {
@@ -132,6 +146,7 @@ impl TieredProgram {
                 tier: loaded.tier,
             })),
             engines,
+            link,
             upgrade: loaded.upgrade,
             started_on: loaded.tier,
             compiled_in: loaded.compiled_in,
@@ -142,21 +157,15 @@ impl TieredProgram {
         })
     }
 
-    /// Whether its guests are preview1 modules (not components).
-    pub(crate) fn runs_modules(&self) -> bool {
-        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        matches!(current.runner, Runner::P1(_))
-    }
-
     /// The program the next guest starts on: the optimized one once it is ready.
-    pub(crate) fn next(&self) -> Arc<OnTier> {
+    pub(crate) fn next(&self) -> Arc<OnTier<R>> {
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if current.tier == Tier::Baseline {
             if let Some(program) = self.upgrade.as_ref().and_then(Upgrade::ready) {
                 let engine = self.engines.get(Tier::Optimized);
                 // Linking the optimized code cannot fail where the baseline's did not;
                 // if it does, the guests stay on the baseline tier.
-                if let Ok(runner) = runner(engine, program, &self.path, false) {
+                if let Ok(runner) = (self.link)(engine, program) {
                     *current = Arc::new(OnTier {
                         runner,
                         tier: Tier::Optimized,
@@ -240,6 +249,14 @@ impl TieredProgram {
                 "optimized": self.guests[1].load(Ordering::Relaxed),
             },
         })
+    }
+}
+
+impl TieredProgram<Runner> {
+    /// Whether its guests are preview1 modules (not components).
+    pub(crate) fn runs_modules(&self) -> bool {
+        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        matches!(current.runner, Runner::P1(_))
     }
 }
 

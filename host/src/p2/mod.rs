@@ -52,12 +52,24 @@ pub struct WasiP2Fs {
 impl WasiP2Fs {
     /// Preopens every mount point of `ns` (`/` first when mounted).
     pub async fn new(ns: Arc<Namespace>) -> WasiP2Fs {
+        let preopens = WasiP2Fs::preopens_of(&ns).await;
+        WasiP2Fs::with_preopens(ns, preopens)
+    }
+
+    /// The mount points of `ns` as [`WasiP2Fs::new`] preopens them, resolved once for
+    /// many guests ([`WasiP2Fs::with_preopens`]).
+    pub async fn preopens_of(ns: &Namespace) -> Vec<(Location, String)> {
         let mut preopens = Vec::new();
         for target in ns.mount_points() {
             if let Ok(location) = ns.resolve(&target, true).await {
                 preopens.push((location, target));
             }
         }
+        preopens
+    }
+
+    /// `ns` with these preopens (from [`WasiP2Fs::preopens_of`] on the same `ns`).
+    pub fn with_preopens(ns: Arc<Namespace>, preopens: Vec<(Location, String)>) -> WasiP2Fs {
         WasiP2Fs {
             ns,
             preopens,

@@ -40,7 +40,7 @@ use clap::Args;
 use super::invocation::{Invocation, Io};
 use super::wire::{self, Request};
 use super::{guest_env, paths, Options, Setup, Tool, EXIT_SETUP};
-use crate::cli::shared::{fail, say};
+use crate::cli::shared::{fail, parse_duration, say};
 use crate::engine::GuestEngine;
 use crate::p1::{Input, Sink};
 
@@ -99,25 +99,6 @@ fn idle_timeout(given: Option<Duration>) -> Result<Duration, String> {
         Some(text) => parse_duration(&text).map_err(|e| format!("WASM9P_DAEMON_IDLE_TIMEOUT: {e}")),
         None => parse_duration(DEFAULT_IDLE_TIMEOUT_TEXT),
     }
-}
-
-/// `N`, `Ns`, `Nm` or `Nh`.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (number, unit) = match s.strip_suffix(['s', 'm', 'h']) {
-        Some(number) => (number, &s[number.len()..]),
-        None => (s, "s"),
-    };
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{s:?}: expected seconds, or a number with s, m or h"))?;
-    let seconds = match unit {
-        "h" => n.checked_mul(3600),
-        "m" => n.checked_mul(60),
-        _ => Some(n),
-    };
-    seconds
-        .map(Duration::from_secs)
-        .ok_or_else(|| format!("{s:?}: too long"))
 }
 
 /// `unix:PATH`, the only address a daemon takes.

@@ -34,7 +34,7 @@ use wasm9p_remote::directories::Directories;
 use wasm9p_remote::store::ContentStore;
 use wasm9p_remote::worker::Reports;
 
-use super::shared::{fail, say, EXIT_USAGE};
+use super::shared::{fail, parse_bytes, say, EXIT_USAGE};
 use tools::Tools;
 
 /// Bytes of `Directory` messages kept for the actions after (a sysroot's input root
@@ -82,11 +82,6 @@ pub struct WorkerArgs {
     /// The most bytes an action's outputs may take (K, M or G; default 1G).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub max_output: Option<u64>,
-}
-
-fn parse_bytes(s: &str) -> Result<u64, String> {
-    wasm9p_guest_fs::mount_options::parse_bytes(s)
-        .ok_or_else(|| format!("{s:?}: expected a number of bytes (with K, M or G)"))
 }
 
 /// The worker's directory: `--cache-dir`, else `~/.cache/wasm9p/worker`.

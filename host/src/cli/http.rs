@@ -1,0 +1,167 @@
+//! `wasm9p http COMPONENT --listen tcp:ADDR`: serves a `wasi:http/proxy` component,
+//! each request in a fresh instance, every instance on the namespace the mount options
+//! make (see `crate::http`).
+//!
+//! The mounts are built once, before anything listens (an unreachable server is exit
+//! 2), and so is the component (loaded through the module cache on its tiers; one
+//! that is not a proxy is exit 2, naming the missing export). Then one line,
+//! `serving COMPONENT on ADDR`, which scripts wait for. SIGINT or SIGTERM stops
+//! accepting, lets the requests in flight finish, prints the `--stats` and exits 0.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::engines::{report_progress, setup_failed};
+use super::guests::{module_cache_for, NamespaceArgs};
+use super::shared::{fail, parse_bytes, parse_duration, parse_env, say, EXIT_USAGE};
+use crate::http::{AllowedHost, HttpHandler, HttpLimits, Listen};
+use crate::module_cache::TierChoice;
+
+/// `wasm9p http`.
+#[derive(Debug, Args)]
+pub struct HttpArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub namespace: NamespaceArgs,
+    /// Where to listen: tcp:HOST:PORT (port 0: any free one, said on stderr) or
+    /// unix:PATH.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub listen: Listen,
+    /// An environment variable every instance sees (repeatable).
+    #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// Where compiled code is kept (default: $WASM9P_CACHE_DIR, else
+    /// $XDG_CACHE_HOME/wasm9p/modules, else ~/.cache/wasm9p/modules).
+    #[arg(long, value_name = "DIR", conflicts_with = "no_module_cache")]
+    pub module_cache: Option<PathBuf>,
+    /// Compile the component every time instead.
+    #[arg(long)]
+    pub no_module_cache: bool,
+    /// The compiler tier: auto (Winch's code at once for a big component while
+    /// Cranelift's is compiled, new requests moving to it when ready), baseline or
+    /// optimized.
+    #[arg(long, value_name = "TIER", default_value = "auto", value_parser = super::engines::parse_tier)]
+    pub tier: TierChoice,
+    /// The most memory each instance may take (K, M or G); past it the request gets a
+    /// 500 saying so.
+    #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_bytes)]
+    pub memory_limit: u64,
+    /// The longest a request may take, from its arrival to its instance's end (Nms,
+    /// Ns, Nm); past it, a 504.
+    #[arg(long, value_name = "TIME", default_value = "30s", value_parser = parse_timeout)]
+    pub timeout: Duration,
+    /// The largest request body (K, M or G); past it, a 413.
+    #[arg(long, value_name = "BYTES", default_value = "16M", value_parser = parse_bytes)]
+    pub max_request_body: u64,
+    /// The largest response body (K, M or G): a longer declared length is a 502, a
+    /// longer stream is cut.
+    #[arg(long, value_name = "BYTES", default_value = "1G", value_parser = parse_bytes)]
+    pub max_response_body: u64,
+    /// Instances running at once.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_instances: u32,
+    /// Requests that may wait for an instance; past them, a 503.
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub queue: u32,
+    /// A host instances may send HTTP requests to (HOST or HOST:PORT; repeatable).
+    /// Without any, outgoing requests are refused.
+    #[arg(long = "allow-outgoing", value_name = "HOST[:PORT]", value_parser = parse_allowed)]
+    pub allow_outgoing: Vec<AllowedHost>,
+    /// The component: it exports wasi:http/incoming-handler@0.2.x.
+    pub component: PathBuf,
+}
+
+fn parse_listen(s: &str) -> Result<Listen, String> {
+    s.parse()
+}
+
+fn parse_allowed(s: &str) -> Result<AllowedHost, String> {
+    s.parse()
+}
+
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("{s:?}: a timeout must be longer than 0")),
+        d => Ok(d),
+    }
+}
+
+/// Runs `wasm9p http` until SIGINT or SIGTERM.
+pub fn http(args: HttpArgs) -> ExitCode {
+    let Ok(memory) = usize::try_from(args.memory_limit) else {
+        return fail(EXIT_USAGE, "--memory-limit: too large for this machine");
+    };
+    let table = match args.namespace.table() {
+        Ok(table) => table,
+        Err(code) => return code,
+    };
+    let cache = match module_cache_for(args.module_cache.as_deref(), args.no_module_cache) {
+        Ok(cache) => cache,
+        Err(code) => return code,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(1, &format!("cannot start the runtime: {e}")),
+    };
+    let mounts = match runtime.block_on(table.module_cache(cache.clone()).build()) {
+        Ok(mounts) => Arc::new(mounts),
+        Err(e) => return fail(EXIT_USAGE, &e.to_string()),
+    };
+    let mut builder = HttpHandler::builder(&args.component, Arc::clone(&mounts))
+        .module_cache(cache.clone())
+        .tier(args.tier)
+        .env(&args.env)
+        .allow_outgoing(args.allow_outgoing.clone())
+        .limits(HttpLimits {
+            memory: Some(memory),
+            timeout: args.timeout,
+            max_request_body: args.max_request_body,
+            max_response_body: args.max_response_body,
+            max_instances: args.max_instances as usize,
+            queue: args.queue as usize,
+        })
+        .notes(Arc::new(say))
+        .progress(Arc::new(report_progress(cache)));
+    if let Ok(exe) = std::env::current_exe() {
+        builder = builder.hand_off_compiles_to(exe);
+    }
+    let handler = match builder.build() {
+        Ok(handler) => handler,
+        Err(e) => return setup_failed(e),
+    };
+    let served = runtime.block_on(async {
+        let listener = args.listen.bind().await.map_err(|e| {
+            (
+                EXIT_USAGE,
+                format!("cannot listen on {:?}: {e}", args.listen),
+            )
+        })?;
+        let stop =
+            super::Shutdown::register().map_err(|e| (1, format!("cannot handle signals: {e}")))?;
+        // Scripts wait for this line.
+        say(&format!(
+            "serving {} on {}",
+            args.component.display(),
+            listener.local_addr()
+        ));
+        crate::http::serve(listener, handler.clone(), stop.wait()).await;
+        Ok::<(), (u8, String)>(())
+    });
+    if let Err((code, line)) = served {
+        return fail(code, &line);
+    }
+    args.namespace.report_stats(handler.stats_now());
+    handler.finish();
+    // The mounts (and their sessions) go before the runtime that serves them.
+    drop(handler);
+    drop(mounts);
+    say("stopped");
+    ExitCode::SUCCESS
+}

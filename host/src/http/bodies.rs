@@ -1,0 +1,149 @@
+//! Bounds on request and response bodies, as bodies that stop past their bound.
+//!
+//! A request body longer than its bound ends, for the guest, in an error
+//! (`HTTP-request-body-size`) and marks the request, so that the server answers 413
+//! whatever the guest made of it. A response body is streamed as the guest writes it;
+//! past its bound the stream ends in an error and hyper cuts the connection (a
+//! response that says its length up front is refused before its head is sent, see
+//! `super::proxy`).
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, SizeHint};
+use wasmtime_wasi_http::Error;
+
+/// The body type of every response: the guest's, or one of ours.
+pub type ResponseBody = UnsyncBoxBody<Bytes, Error>;
+
+/// A whole response body of `text`.
+pub(crate) fn full(text: impl Into<Bytes>) -> ResponseBody {
+    http_body_util::Full::new(text.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// `inner`, ending in an error once more than `limit` bytes came through; `over` is
+/// set when it did.
+pub(crate) struct Bounded<B> {
+    inner: B,
+    left: u64,
+    limit: u64,
+    over: Arc<AtomicBool>,
+    request: bool,
+}
+
+impl<B> Bounded<B> {
+    /// A request body of at most `limit` bytes.
+    pub(crate) fn request(inner: B, limit: u64, over: Arc<AtomicBool>) -> Bounded<B> {
+        Bounded {
+            inner,
+            left: limit,
+            limit,
+            over,
+            request: true,
+        }
+    }
+
+    /// A response body of at most `limit` bytes.
+    pub(crate) fn response(inner: B, limit: u64) -> Bounded<B> {
+        Bounded {
+            inner,
+            left: limit,
+            limit,
+            over: Arc::default(),
+            request: false,
+        }
+    }
+
+    fn too_long(&self) -> Error {
+        self.over.store(true, Ordering::Relaxed);
+        if self.request {
+            Error::HttpRequestBodySize(Some(self.limit))
+        } else {
+            Error::HttpResponseBodySize(Some(self.limit))
+        }
+    }
+}
+
+impl<B> Body for Bounded<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<Error>,
+{
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        if self.over.load(Ordering::Relaxed) {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let len = frame.data_ref().map_or(0, |d| d.len() as u64);
+                if len > self.left {
+                    let error = self.too_long();
+                    return Poll::Ready(Some(Err(error)));
+                }
+                self.left -= len;
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            other => other.map(|o| o.map(|r| r.map_err(Into::into))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn collect(body: Bounded<http_body_util::Full<Bytes>>) -> Result<Bytes, Error> {
+        body.collect().await.map(|c| c.to_bytes())
+    }
+
+    #[tokio::test]
+    async fn a_body_within_its_bound_passes_whole_and_one_past_it_errs_and_says_so() {
+        let over = Arc::new(AtomicBool::new(false));
+        let within = Bounded::request(
+            http_body_util::Full::new(Bytes::from_static(b"12345")),
+            5,
+            Arc::clone(&over),
+        );
+        assert_eq!(collect(within).await.unwrap(), Bytes::from_static(b"12345"));
+        assert!(!over.load(Ordering::Relaxed));
+
+        let past = Bounded::request(
+            http_body_util::Full::new(Bytes::from_static(b"123456")),
+            5,
+            Arc::clone(&over),
+        );
+        assert!(matches!(
+            collect(past).await,
+            Err(Error::HttpRequestBodySize(Some(5)))
+        ));
+        assert!(over.load(Ordering::Relaxed));
+
+        let response = Bounded::response(http_body_util::Full::new(Bytes::from(vec![0; 10])), 9);
+        assert!(matches!(
+            collect(response).await,
+            Err(Error::HttpResponseBodySize(Some(9)))
+        ));
+    }
+}

@@ -1,0 +1,546 @@
+//! Serverless: `wasi:http/proxy` components served per request, each request in a fresh
+//! instance, every instance on one shared, cached namespace.
+//!
+//! [`HttpHandler`] is what `wasm9p http` serves and what a serverless runtime embeds:
+//! one component, pre-instantiated once, and a [`MountTable`] that many handlers (many
+//! components, many tenants) may share. [`HttpHandler::handle`] takes a hyper request
+//! and gives its response; [`serve`] runs it on a listener of its own, with a graceful
+//! stop.
+//!
+//! Per request, in order:
+//! - **Admission** (`admission`): at most `max_instances` instances at once; past them
+//!   a request waits, if fewer than `queue` wait already, until one is free or its
+//!   deadline; otherwise 503.
+//! - **The instance**: a fresh store on the engine of the tier the program has reached
+//!   (baseline code until the optimized code is ready, `crate::engine`'s tiers), on
+//!   wasmtime's pooling allocator, instantiated from the one `ProxyPre`. It sees the
+//!   table's namespace through our `wasi:filesystem`: the same preopens (resolved once,
+//!   on the first request) for every request, and every request shares the mounts'
+//!   caches; `ro` mounts stay read-only.
+//! - **Limits**, each answered with a 5xx (4xx for the client's own body) and one line
+//!   of text, the server going on:
+//!   - memory per instance: our [`crate::limits::MemoryLimiter`], 500;
+//!   - a timeout from the request's arrival: guest code is stopped by the epoch that
+//!     one ticker thread advances for the whole process (`crate::interrupt`), and a
+//!     guest waiting (on a 9P reply, a body) by a tokio timer; 504;
+//!   - the request body: 413 past `max_request_body` (said up front by its length, or
+//!     found as it streams);
+//!   - the response body: 502 when its declared length is past `max_response_body`,
+//!     else the stream is cut there (its head is already sent);
+//!   - a trap, or a handler that returns without a response: 500.
+//! - **Outgoing HTTP** (`outgoing`): refused unless its host is allowed.
+//!
+//! What is not here yet: the WASI 0.3 handler (`wasi:http/handler@0.3`); a component
+//! exporting only that is refused at load.
+
+mod admission;
+mod bodies;
+mod outgoing;
+mod proxy;
+mod serve;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Body;
+use hyper::{Request, Response, StatusCode};
+use wasm9p_guest_fs::namespace::Location;
+use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
+use wasmtime_wasi_http::p2::bindings::ProxyPre;
+use wasmtime_wasi_http::WasiHttpView;
+
+pub use bodies::ResponseBody;
+pub use outgoing::AllowedHost;
+pub use serve::{serve, Listen};
+
+use crate::engine::{Notes, SetupError};
+use crate::limits::MemoryLimitReached;
+use crate::module_cache::{Engines, ModuleCache, Progress, TierChoice};
+use crate::mounts::MountTable;
+use crate::p2::WasiP2Fs;
+use admission::{Admission, Refused};
+use proxy::{RequestState, Setting, TimedOut};
+
+/// The bounds every request is served within.
+#[derive(Clone, Debug)]
+pub struct HttpLimits {
+    /// The most bytes each memory of an instance may take (`None`: wasmtime's own
+    /// bound, 4 GiB).
+    pub memory: Option<usize>,
+    /// From a request's arrival to the end of its instance.
+    pub timeout: Duration,
+    /// The most bytes of a request body.
+    pub max_request_body: u64,
+    /// The most bytes of a response body.
+    pub max_response_body: u64,
+    /// Instances at once.
+    pub max_instances: usize,
+    /// Requests that may wait for an instance.
+    pub queue: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> HttpLimits {
+        HttpLimits {
+            memory: Some(256 << 20),
+            timeout: Duration::from_secs(30),
+            max_request_body: 16 << 20,
+            max_response_body: 1 << 30,
+            max_instances: 64,
+            queue: 1024,
+        }
+    }
+}
+
+/// Makes an [`HttpHandler`] (see [`HttpHandler::builder`]).
+pub struct HttpBuilder {
+    program: PathBuf,
+    mounts: Arc<MountTable>,
+    cache: ModuleCache,
+    tier: TierChoice,
+    limits: HttpLimits,
+    env: Vec<(String, String)>,
+    allowed: Vec<AllowedHost>,
+    hand_off_to: Option<PathBuf>,
+    notes: Notes,
+    progress: Arc<dyn Fn(Progress) + Send + Sync>,
+}
+
+impl HttpBuilder {
+    /// Where compiled code is kept (default: [`ModuleCache::user_default`]).
+    pub fn module_cache(mut self, cache: ModuleCache) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// The compiler tier (default: auto: baseline code first for a big component, new
+    /// requests moving to the optimized code once it is compiled).
+    pub fn tier(mut self, tier: TierChoice) -> Self {
+        self.tier = tier;
+        self
+    }
+
+    /// The bounds requests are served within (default: [`HttpLimits::default`]).
+    pub fn limits(mut self, limits: HttpLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The environment every instance sees.
+    pub fn env(mut self, env: &[(String, String)]) -> Self {
+        self.env = env.to_vec();
+        self
+    }
+
+    /// Hosts guests may send HTTP requests to (default: none).
+    pub fn allow_outgoing(mut self, hosts: Vec<AllowedHost>) -> Self {
+        self.allowed = hosts;
+        self
+    }
+
+    /// A `wasm9p` executable that finishes an unfinished optimized compile in the
+    /// background at [`HttpHandler::finish`] (default: none).
+    pub fn hand_off_compiles_to(mut self, exe: PathBuf) -> Self {
+        self.hand_off_to = Some(exe);
+        self
+    }
+
+    /// Where notes go (default: `tracing` at info).
+    pub fn notes(mut self, notes: Notes) -> Self {
+        self.notes = notes;
+        self
+    }
+
+    /// Who hears how a first compile goes (default: nobody).
+    pub fn progress(mut self, progress: Arc<dyn Fn(Progress) + Send + Sync>) -> Self {
+        self.progress = progress;
+        self
+    }
+
+    /// Loads the component (through the module cache, on its tiers) and links it as a
+    /// proxy; a failure is one line (a core module, no `wasi:http/incoming-handler`
+    /// export, an import nothing provides).
+    pub fn build(self) -> Result<HttpHandler, SetupError> {
+        if self.limits.max_instances == 0 {
+            return Err(SetupError::Runtime(
+                "max_instances must be at least 1".into(),
+            ));
+        }
+        let engines = engines(&self.limits)?;
+        let path = self.program.clone();
+        let program = crate::engine::TieredProgram::load(
+            &self.cache,
+            &self.program,
+            self.tier,
+            (engines, true),
+            Box::new(move |engine, program| proxy::link(engine, program, &path)),
+            &*self.progress,
+        )?;
+        Ok(HttpHandler {
+            inner: Arc::new(Inner {
+                admission: Admission::new(self.limits.max_instances, self.limits.queue),
+                program,
+                mounts: self.mounts,
+                preopens: tokio::sync::OnceCell::new(),
+                env: self.env,
+                allowed: self.allowed.into(),
+                limits: self.limits,
+                counts: Counts::default(),
+                started: Instant::now(),
+                hand_off_to: self.hand_off_to,
+                notes: self.notes,
+            }),
+        })
+    }
+}
+
+/// The engines of the two tiers for proxies: epoch interruption (the timeout) and the
+/// pooling allocator, sized for `max_instances` at once.
+fn engines(limits: &HttpLimits) -> Result<Engines, SetupError> {
+    let mut pool = wasmtime::PoolingAllocationConfig::new();
+    let instances = u32::try_from(limits.max_instances).unwrap_or(u32::MAX);
+    // A C component with the preview1 adapter has a handful of core instances, two
+    // memories and a few tables; leave room for more.
+    pool.total_component_instances(instances)
+        .total_core_instances(instances.saturating_mul(16))
+        .total_memories(instances.saturating_mul(4))
+        .total_tables(instances.saturating_mul(8))
+        .total_stacks(instances);
+    if let Some(bytes) = limits.memory {
+        // Our limiter refuses past the limit first (a typed trap); the pool's slots
+        // need be no bigger, rounded up to whole pages.
+        pool.max_memory_size(bytes.next_multiple_of(64 << 10));
+    }
+    let mut config = wasmtime::Config::new();
+    config.epoch_interruption(true);
+    config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+    Engines::new(&config)
+        .map_err(|e| SetupError::Runtime(format!("cannot make the engines: {e:#}")))
+}
+
+/// Requests served, by how they ended.
+#[derive(Default)]
+struct Counts {
+    requests: AtomicU64,
+    responses: AtomicU64,
+    busy: AtomicU64,
+    timeouts: AtomicU64,
+    memory_limit: AtomicU64,
+    traps: AtomicU64,
+    body_too_large: AtomicU64,
+    bad_request: AtomicU64,
+}
+
+/// A `wasi:http/proxy` component on a mount table, serving requests (see the module
+/// docs). Cloning it is cheap: every clone serves from the same instances' bounds and
+/// caches.
+#[derive(Clone)]
+pub struct HttpHandler {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    program: crate::engine::TieredProgram<ProxyPre<RequestState>>,
+    mounts: Arc<MountTable>,
+    preopens: tokio::sync::OnceCell<Vec<(Location, String)>>,
+    env: Vec<(String, String)>,
+    allowed: Arc<[AllowedHost]>,
+    limits: HttpLimits,
+    admission: Admission,
+    counts: Counts,
+    started: Instant,
+    hand_off_to: Option<PathBuf>,
+    notes: Notes,
+}
+
+impl HttpHandler {
+    /// A handler for the component at `program` on `mounts` (see [`HttpBuilder`]).
+    pub fn builder(program: impl Into<PathBuf>, mounts: Arc<MountTable>) -> HttpBuilder {
+        HttpBuilder {
+            program: program.into(),
+            mounts,
+            cache: ModuleCache::user_default(),
+            tier: TierChoice::Auto,
+            limits: HttpLimits::default(),
+            env: Vec::new(),
+            allowed: Vec::new(),
+            hand_off_to: None,
+            notes: Arc::new(|line| tracing::info!("{line}")),
+            progress: Arc::new(|_| {}),
+        }
+    }
+
+    /// The bounds it serves within.
+    pub fn limits(&self) -> &HttpLimits {
+        &self.inner.limits
+    }
+
+    /// Serves one request in a fresh instance: the guest's response, or one of ours
+    /// saying in one line why there is none. Call it from a tokio runtime (hyper's
+    /// `service_fn`, typically).
+    pub async fn handle<B>(&self, request: Request<B>) -> Response<ResponseBody>
+    where
+        B: Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: Into<wasmtime_wasi_http::Error>,
+    {
+        let inner = &self.inner;
+        inner.counts.requests.fetch_add(1, Ordering::Relaxed);
+        let response = inner.respond(request).await;
+        inner.counts.responses.fetch_add(1, Ordering::Relaxed);
+        response
+    }
+
+    /// The `--stats` JSON as of now: the mounts' (with `guests` the requests served),
+    /// the program's tiers, and `http`, the requests by how they ended.
+    pub fn stats_now(&self) -> serde_json::Value {
+        let inner = &self.inner;
+        let c = &inner.counts;
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let wall_ms = inner.started.elapsed().as_millis() as u64;
+        let mut stats = inner.mounts.stats_json(n(&c.responses), wall_ms);
+        stats["tier"] = inner.program.stats_json();
+        stats["http"] = serde_json::json!({
+            "requests": n(&c.requests),
+            "responses": n(&c.responses),
+            "refused_busy": n(&c.busy),
+            "timeouts": n(&c.timeouts),
+            "memory_limit": n(&c.memory_limit),
+            "traps": n(&c.traps),
+            "body_too_large": n(&c.body_too_large),
+            "bad_request": n(&c.bad_request),
+            "in_flight": inner.admission.in_flight(),
+            "queued": inner.admission.queued(),
+        });
+        stats
+    }
+
+    /// Waits for what the program still has to store, and hands an unfinished
+    /// optimized compile on (see [`HttpBuilder::hand_off_compiles_to`]).
+    pub fn finish(&self) {
+        self.inner
+            .program
+            .finish(self.inner.hand_off_to.as_deref(), &self.inner.notes);
+    }
+}
+
+/// One of our own responses: `status` and one line of text.
+fn ours(status: StatusCode, line: &str) -> Response<ResponseBody> {
+    let mut response = Response::new(bodies::full(format!("{line}\n")));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// The length a message says its body has, if it says one that parses.
+fn declared_length(headers: &hyper::HeaderMap) -> Option<u64> {
+    headers
+        .get(hyper::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+impl Inner {
+    async fn respond<B>(&self, request: Request<B>) -> Response<ResponseBody>
+    where
+        B: Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: Into<wasmtime_wasi_http::Error>,
+    {
+        let limits = &self.limits;
+        let deadline = Instant::now() + limits.timeout;
+        if let Some(length) = declared_length(request.headers()) {
+            if length > limits.max_request_body {
+                self.counts.body_too_large.fetch_add(1, Ordering::Relaxed);
+                return ours(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    &format!(
+                        "the request body of {length} bytes is past the bound of {} bytes",
+                        limits.max_request_body
+                    ),
+                );
+            }
+        }
+        let admitted = match self.admission.enter(deadline).await {
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                self.counts.busy.fetch_add(1, Ordering::Relaxed);
+                let line = match refused {
+                    Refused::QueueFull => format!(
+                        "busy: {} instances running and {} requests waiting",
+                        limits.max_instances, limits.queue
+                    ),
+                    Refused::Waited => format!(
+                        "busy: no instance was free within the timeout of {:?}",
+                        limits.timeout
+                    ),
+                };
+                return ours(StatusCode::SERVICE_UNAVAILABLE, &line);
+            }
+        };
+        let on = self.program.next();
+        let pre = on.runner.clone();
+        let preopens = self
+            .preopens
+            .get_or_init(|| WasiP2Fs::preopens_of(self.mounts.namespace()))
+            .await;
+        let fs = WasiP2Fs::with_preopens(Arc::clone(self.mounts.namespace()), preopens.clone());
+        let outgoing = outgoing::Outgoing {
+            allowed: Arc::clone(&self.allowed),
+        };
+        let state = proxy::state(fs, &self.env, outgoing);
+        let setting = Setting {
+            memory_limit: limits.memory,
+            deadline,
+        };
+        let mut store = proxy::store(pre.engine(), state, &setting, limits.timeout);
+        let over = proxy::BodyOver::default();
+        let request = request
+            .map(|b| bodies::Bounded::request(b, limits.max_request_body, Arc::clone(&over)));
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let resources = store
+            .data_mut()
+            .http()
+            .new_incoming_request(Scheme::Http, request)
+            .and_then(|request| {
+                let out = store.data_mut().http().new_response_outparam(sender)?;
+                Ok((request, out))
+            });
+        let (request, out) = match resources {
+            Ok(resources) => resources,
+            Err(e) => {
+                self.counts.bad_request.fetch_add(1, Ordering::Relaxed);
+                return ours(StatusCode::BAD_REQUEST, &format!("{e:#}"));
+            }
+        };
+        let timeout = limits.timeout;
+        let task = tokio::spawn(async move {
+            // The instance's place is held until it is gone.
+            let _admitted = admitted;
+            let run = async {
+                let proxy = pre.instantiate_async(&mut store).await?;
+                proxy
+                    .wasi_http_incoming_handler()
+                    .call_handle(&mut store, request, out)
+                    .await
+            };
+            let result = match tokio::time::timeout_at(deadline.into(), run).await {
+                Ok(result) => result,
+                Err(_) => Err(wasmtime::Error::new(TimedOut(timeout))),
+            };
+            store.data().wasi.fs.close_all().await;
+            result
+        });
+        // The task ends by the deadline (the epoch stops guest code, the timer a wait);
+        // the margin is for a task that cannot be stopped sooner.
+        let margin = deadline + Duration::from_secs(1);
+        let answer = match tokio::time::timeout_at(margin.into(), receiver).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                task.abort();
+                self.counts.timeouts.fetch_add(1, Ordering::Relaxed);
+                return ours(StatusCode::GATEWAY_TIMEOUT, &TimedOut(timeout).to_string());
+            }
+        };
+        if proxy::went_over(&over) {
+            return self.request_body_too_large();
+        }
+        match answer {
+            Ok(Ok(response)) => self.checked(response),
+            Ok(Err(code)) => {
+                self.counts.traps.fetch_add(1, Ordering::Relaxed);
+                ours(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("the component answered with an error: {code:?}"),
+                )
+            }
+            // No response: the task tells why.
+            Err(_) => {
+                let ended = task.await;
+                if proxy::went_over(&over) {
+                    return self.request_body_too_large();
+                }
+                self.without_response(ended)
+            }
+        }
+    }
+
+    fn request_body_too_large(&self) -> Response<ResponseBody> {
+        self.counts.body_too_large.fetch_add(1, Ordering::Relaxed);
+        ours(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!(
+                "the request body is past the bound of {} bytes",
+                self.limits.max_request_body
+            ),
+        )
+    }
+
+    /// The guest's response, its body bounded; refused when it says a length past the
+    /// bound.
+    fn checked(&self, response: Response<ResponseBody>) -> Response<ResponseBody> {
+        let bound = self.limits.max_response_body;
+        if let Some(length) = declared_length(response.headers()).filter(|n| *n > bound) {
+            self.counts.body_too_large.fetch_add(1, Ordering::Relaxed);
+            return ours(
+                StatusCode::BAD_GATEWAY,
+                &format!(
+                    "the component's response body of {length} bytes is past the bound of \
+                     {bound} bytes"
+                ),
+            );
+        }
+        response.map(|body| bodies::Bounded::response(body, bound).boxed_unsync())
+    }
+
+    /// Our answer for a guest that ended without giving a response.
+    fn without_response(
+        &self,
+        ended: Result<wasmtime::Result<()>, tokio::task::JoinError>,
+    ) -> Response<ResponseBody> {
+        let counts = &self.counts;
+        let error = match ended {
+            Ok(Ok(())) => {
+                counts.traps.fetch_add(1, Ordering::Relaxed);
+                return ours(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the component returned without setting a response",
+                );
+            }
+            Ok(Err(error)) => error,
+            Err(e) => {
+                counts.traps.fetch_add(1, Ordering::Relaxed);
+                return ours(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("the request's task failed: {e}"),
+                );
+            }
+        };
+        if let Some(reached) = MemoryLimitReached::in_error(&error) {
+            counts.memory_limit.fetch_add(1, Ordering::Relaxed);
+            return ours(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("memory limit: {reached}"),
+            );
+        }
+        if let Some(timed_out) = error.downcast_ref::<TimedOut>() {
+            counts.timeouts.fetch_add(1, Ordering::Relaxed);
+            return ours(StatusCode::GATEWAY_TIMEOUT, &timed_out.to_string());
+        }
+        counts.traps.fetch_add(1, Ordering::Relaxed);
+        let cause = error.root_cause().to_string();
+        let line = format!(
+            "the component trapped: {}",
+            cause.lines().next().unwrap_or_default()
+        );
+        tracing::warn!("{line}");
+        ours(StatusCode::INTERNAL_SERVER_ERROR, &line)
+    }
+}
