@@ -21,8 +21,9 @@ use wasmtime_wasi_http::Error;
 /// The body type of every response: the guest's, or one of ours.
 pub type ResponseBody = UnsyncBoxBody<Bytes, Error>;
 
-/// A whole response body of `text`.
-pub(crate) fn full(text: impl Into<Bytes>) -> ResponseBody {
+/// A whole response body of `text` (for an embedder's own responses beside the
+/// handler's).
+pub fn text_body(text: impl Into<Bytes>) -> ResponseBody {
     http_body_util::Full::new(text.into())
         .map_err(|never| match never {})
         .boxed_unsync()

@@ -53,7 +53,7 @@ use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::WasiHttpView;
 
-pub use bodies::ResponseBody;
+pub use bodies::{text_body, ResponseBody};
 pub use outgoing::AllowedHost;
 pub use serve::{serve, Listen};
 
@@ -329,7 +329,7 @@ impl HttpHandler {
 
 /// One of our own responses: `status` and one line of text.
 fn ours(status: StatusCode, line: &str) -> Response<ResponseBody> {
-    let mut response = Response::new(bodies::full(format!("{line}\n")));
+    let mut response = Response::new(text_body(format!("{line}\n")));
     *response.status_mut() = status;
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,

@@ -5,9 +5,11 @@
 //! malformed or the timing counted).
 //!
 //! By scenario: here, hello, static files, the limits, the queue, SIGTERM and bad
-//! input; `client`, the plain client.
+//! input; `embedded`, the library as a runtime embeds it and `examples/http_embed.rs`;
+//! `client`, the plain client.
 
 mod client;
+mod embedded;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
