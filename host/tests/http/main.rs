@@ -481,3 +481,87 @@ fn bad_input_gets_one_line_and_exit_2_and_a_malformed_request_gets_400() {
     assert_eq!(malformed.status, 400);
     assert_eq!(server.get("/").status, 200);
 }
+
+#[test]
+fn a_9p_server_restarted_under_load_leaves_no_request_past_its_timeout() {
+    let work = tempfile::tempdir().unwrap();
+    let site = work.path().join("site");
+    std::fs::create_dir(&site).unwrap();
+    std::fs::write(site.join("index.html"), b"<p>up</p>\n").unwrap();
+    let socket = work.path().join("9p.sock");
+    let listen = format!("unix:{}", socket.display());
+    let serve = || {
+        wasm9p_tests::spawn_serve(
+            BIN,
+            ["--listen", &listen, "--export", site.to_str().unwrap()],
+        )
+        .0
+    };
+    let mut nine_p = serve();
+    // cache=none: every request reaches the 9P server.
+    let mount = format!("type=9p,source={listen},target=/,cache=none,reconnect=on");
+    let timeout = Duration::from_secs(3);
+    let server = Server::start(&static_files(), &["--mount", &mount, "--timeout", "3s"]);
+
+    let started = Instant::now();
+    let load = Duration::from_secs(7);
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let addr = server.addr.clone();
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                while started.elapsed() < load {
+                    let at = started.elapsed();
+                    let status = get(&addr, "/index.html", &[]).status;
+                    seen.push((at, started.elapsed() - at, status));
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                seen
+            })
+        })
+        .collect();
+    // Down for a second in the middle of the load, then up again on the same socket.
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = nine_p.kill();
+    let _ = nine_p.wait();
+    std::thread::sleep(Duration::from_secs(1));
+    let _restarted = KillOnDrop(serve());
+
+    let seen: Vec<_> = clients
+        .into_iter()
+        .flat_map(|c| c.join().unwrap())
+        .collect();
+    assert!(seen.len() > 40, "too little load: {}", seen.len());
+    // The outage was met: requests waited for the server to come back.
+    assert!(
+        seen.iter()
+            .any(|(_, took, _)| *took > Duration::from_millis(500)),
+        "no request met the outage"
+    );
+    for (at, took, status) in &seen {
+        // Our timeout, and a margin for the client's own connect and read.
+        assert!(
+            *took < timeout + Duration::from_secs(2),
+            "a request at {at:?} took {took:?} ({status})"
+        );
+    }
+    let last_second: Vec<_> = seen
+        .iter()
+        .filter(|(at, _, _)| *at > load - Duration::from_secs(1))
+        .collect();
+    assert!(!last_second.is_empty());
+    assert!(
+        last_second.iter().all(|(_, _, status)| *status == 200),
+        "{last_second:?}"
+    );
+}
+
+/// A child process killed when dropped.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
