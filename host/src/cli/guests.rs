@@ -105,6 +105,25 @@ pub struct GuestArgs {
     /// An environment variable for the guest (repeatable).
     #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub code: CodeArgs,
+    /// Let a component guest mount file systems at run time (`wasm9p:fs/mounts`) at
+    /// PREFIX or below, from SOURCES: comma-separated 9p server addresses,
+    /// `export:DIR`, `plugin:FILE`, `bind:DIR` (without SOURCES: 9p servers by address
+    /// only). Repeatable.
+    #[arg(long = "allow-mount", value_name = "PREFIX[:SOURCES]", value_parser = parse_grant)]
+    pub allow_mount: Vec<MountGrant>,
+    /// Run guests on engines that stop a cancelled guest at once (set by `wasm9p
+    /// daemon --prompt-cancel`; not an option of `run` or `batch`).
+    #[arg(skip)]
+    pub interruptible: bool,
+}
+
+/// Where compiled code is kept and which tier runs it, as every command that runs
+/// guests takes them.
+#[derive(Debug, Args)]
+pub struct CodeArgs {
     /// Where compiled modules are kept (default: $WASM9P_CACHE_DIR, else
     /// $XDG_CACHE_HOME/wasm9p/modules, else ~/.cache/wasm9p/modules).
     #[arg(long, value_name = "DIR", conflicts_with = "no_module_cache")]
@@ -112,22 +131,24 @@ pub struct GuestArgs {
     /// Compile the module every time instead.
     #[arg(long)]
     pub no_module_cache: bool,
-    /// Let a component guest mount file systems at run time (`wasm9p:fs/mounts`) at
-    /// PREFIX or below, from SOURCES: comma-separated 9p server addresses,
-    /// `export:DIR`, `plugin:FILE`, `bind:DIR` (without SOURCES: 9p servers by address
-    /// only). Repeatable.
-    #[arg(long = "allow-mount", value_name = "PREFIX[:SOURCES]", value_parser = parse_grant)]
-    pub allow_mount: Vec<MountGrant>,
     /// The compiler tier guests run on: auto (the optimized code when it is cached;
     /// else, for a module of 4 MiB or more ($WASM9P_TIER_FROM bytes), Winch's code at
     /// once while Cranelift's is compiled in the background, new guests switching to
     /// it when it is ready), baseline (Winch only) or optimized (wait for Cranelift).
     #[arg(long, value_name = "TIER", default_value = "auto", value_parser = parse_tier)]
     pub tier: TierChoice,
-    /// Run guests on engines that stop a cancelled guest at once (set by `wasm9p
-    /// daemon --prompt-cancel`; not an option of `run` or `batch`).
-    #[arg(skip)]
-    pub interruptible: bool,
+}
+
+impl CodeArgs {
+    /// The module cache these ask for (default: the user's), with
+    /// `$WASM9P_TIER_FROM` applied.
+    pub(crate) fn cache(&self) -> Result<ModuleCache, ExitCode> {
+        tier_from_env(match (&self.module_cache, self.no_module_cache) {
+            (_, true) => ModuleCache::disabled(),
+            (Some(dir), false) => ModuleCache::at(dir),
+            (None, false) => ModuleCache::user_default(),
+        })
+    }
 }
 
 fn parse_grant(s: &str) -> Result<MountGrant, String> {
@@ -159,28 +180,15 @@ impl GuestArgs {
     /// The engine these arguments ask for, running the program at `path`, or the
     /// exit code of a setup failure (already reported).
     pub(crate) fn engine(&self, path: &Path) -> Result<GuestEngine, ExitCode> {
-        let cache = module_cache_for(self.module_cache.as_deref(), self.no_module_cache)?;
+        let cache = self.code.cache()?;
         engine_for(path, cache)
             .mounts(self.namespace.table()?)
-            .tier(self.tier)
+            .tier(self.code.tier)
             .interruptible(self.interruptible)
             .allow_mounts(self.allow_mount.clone())
             .build()
             .map_err(setup_failed)
     }
-}
-
-/// The module cache `--module-cache DIR` / `--no-module-cache` ask for (default: the
-/// user's), with `$WASM9P_TIER_FROM` applied.
-pub(crate) fn module_cache_for(
-    dir: Option<&Path>,
-    disabled: bool,
-) -> Result<ModuleCache, ExitCode> {
-    tier_from_env(match (dir, disabled) {
-        (_, true) => ModuleCache::disabled(),
-        (Some(dir), false) => ModuleCache::at(dir),
-        (None, false) => ModuleCache::user_default(),
-    })
 }
 
 /// A guest's exit code as the commands give it, and the one line that says why it

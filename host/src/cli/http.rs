@@ -16,10 +16,9 @@ use std::time::Duration;
 use clap::Args;
 
 use super::engines::{report_progress, setup_failed};
-use super::guests::{module_cache_for, NamespaceArgs};
+use super::guests::{CodeArgs, NamespaceArgs};
 use super::shared::{fail, parse_bytes, parse_duration, parse_env, say, EXIT_USAGE};
 use crate::http::{AllowedHost, HttpHandler, HttpLimits, Listen};
-use crate::module_cache::TierChoice;
 
 /// `wasm9p http`.
 #[derive(Debug, Args)]
@@ -34,18 +33,9 @@ pub struct HttpArgs {
     /// An environment variable every instance sees (repeatable).
     #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
-    /// Where compiled code is kept (default: $WASM9P_CACHE_DIR, else
-    /// $XDG_CACHE_HOME/wasm9p/modules, else ~/.cache/wasm9p/modules).
-    #[arg(long, value_name = "DIR", conflicts_with = "no_module_cache")]
-    pub module_cache: Option<PathBuf>,
-    /// Compile the component every time instead.
-    #[arg(long)]
-    pub no_module_cache: bool,
-    /// The compiler tier: auto (Winch's code at once for a big component while
-    /// Cranelift's is compiled, new requests moving to it when ready), baseline or
-    /// optimized.
-    #[arg(long, value_name = "TIER", default_value = "auto", value_parser = super::engines::parse_tier)]
-    pub tier: TierChoice,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub code: CodeArgs,
     /// The most memory each instance may take (K, M or G); past it the request gets a
     /// 500 saying so.
     #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_bytes)]
@@ -99,7 +89,7 @@ pub fn http(args: HttpArgs) -> ExitCode {
         Ok(table) => table,
         Err(code) => return code,
     };
-    let cache = match module_cache_for(args.module_cache.as_deref(), args.no_module_cache) {
+    let cache = match args.code.cache() {
         Ok(cache) => cache,
         Err(code) => return code,
     };
@@ -116,7 +106,7 @@ pub fn http(args: HttpArgs) -> ExitCode {
     };
     let mut builder = HttpHandler::builder(&args.component, Arc::clone(&mounts))
         .module_cache(cache.clone())
-        .tier(args.tier)
+        .tier(args.code.tier)
         .env(&args.env)
         .allow_outgoing(args.allow_outgoing.clone())
         .limits(HttpLimits {

@@ -27,7 +27,7 @@ mod worker;
 
 pub use cache::{cache, CacheAction, CacheArgs, StoreChoice};
 pub use compile::{compile, CompileArgs};
-pub use guests::{batch, parse_commands, BatchArgs, GuestArgs, Job, NamespaceArgs};
+pub use guests::{batch, parse_commands, BatchArgs, CodeArgs, GuestArgs, Job, NamespaceArgs};
 pub use http::{http, HttpArgs};
 pub use mount::{mount, MountArgs};
 pub use run::{run, RunArgs};
