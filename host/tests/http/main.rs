@@ -61,7 +61,12 @@ impl Server {
     /// Starts `wasm9p http COMPONENT --listen tcp:127.0.0.1:0 ARGS...` and waits for
     /// its "serving" line.
     fn start(component: &Path, args: &[&str]) -> Server {
-        let mut child = wasm9p()
+        Server::start_with(wasm9p(), component, args)
+    }
+
+    /// [`Server::start`] from a command of the caller's (its environment).
+    fn start_with(mut command: Command, component: &Path, args: &[&str]) -> Server {
+        let mut child = command
             .arg("http")
             .arg(component)
             .args(["--listen", "tcp:127.0.0.1:0"])
@@ -564,4 +569,44 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+#[test]
+fn a_cold_server_starts_on_the_baseline_tier_and_moves_new_requests_to_the_optimized() {
+    let work = tempfile::tempdir().unwrap();
+    let stats = work.path().join("stats.json");
+    let modules = work.path().join("modules");
+    // Every component counts as big: nothing is cached, so it starts on Winch's code.
+    let mut child = wasm9p();
+    child.env("WASM9P_TIER_FROM", "1");
+    let server = Server::start_with(
+        child,
+        &hello(),
+        &[
+            "--no-mounts",
+            "--module-cache",
+            modules.to_str().unwrap(),
+            &format!("--stats={}", stats.display()),
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut served = 0;
+    while Instant::now() < deadline && served < 400 {
+        assert_eq!(server.get("/").status, 200);
+        served += 1;
+        if served % 50 == 0 {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let (status, stderr) = server.stop();
+    assert!(status.success(), "{stderr}");
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let tier = &stats["tier"];
+    assert_eq!(tier["started_on"], "baseline", "{stats}");
+    assert!(tier["guests"]["baseline"].as_u64().unwrap() >= 1, "{stats}");
+    assert!(
+        tier["guests"]["optimized"].as_u64().unwrap() >= 1,
+        "{stats}"
+    );
 }
