@@ -7,8 +7,12 @@
  *   /sleep?MS      waits MS milliseconds on a clock, then 200 (the queue, SIGTERM)
  *   /echo          reads the request body, answers its length (the body bound)
  *   /fetch?HOST:PORT  sends GET http://HOST:PORT/ and answers "fetched STATUS", or 502
- *                  "denied" when the host refuses it (the outgoing allow list) */
+ *                  "denied" when the host refuses it (the outgoing allow list)
+ *   /write?NAME    creates /NAME in the namespace: "written", or the error's name */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 
 #include "../../../examples/http/respond.h"
@@ -107,6 +111,19 @@ static void fetch(const char *authority, outparam_t out) {
   respond_text(out, status, text);
 }
 
+static void write_file(const char *name, outparam_t out) {
+  char path[300];
+  snprintf(path, sizeof path, "/%s", name);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    respond_text(out, 500, errno == EROFS ? "EROFS\n" : "failed\n");
+    return;
+  }
+  bool ok = write(fd, "from a request\n", 15) == 15;
+  close(fd);
+  respond_text(out, ok ? 200 : 500, ok ? "written\n" : "failed\n");
+}
+
 void exports_wasi_http_incoming_handler_handle(request_t request, outparam_t out) {
   guest_string_t target = {0};
   wasi_http_types_method_incoming_request_path_with_query(wasi_http_types_borrow_incoming_request(request), &target);
@@ -120,6 +137,8 @@ void exports_wasi_http_incoming_handler_handle(request_t request, outparam_t out
   } else if (starts(&target, "/sleep")) {
     sleep_ms(strtoull(q, NULL, 10));
     respond_text(out, 200, "slept\n");
+  } else if (starts(&target, "/write")) {
+    write_file(q, out);
   } else if (starts(&target, "/fetch")) {
     fetch(q, out);
   } else {

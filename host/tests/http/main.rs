@@ -610,3 +610,29 @@ fn a_cold_server_starts_on_the_baseline_tier_and_moves_new_requests_to_the_optim
         "{stats}"
     );
 }
+
+#[test]
+fn an_instance_writes_through_its_mount_and_a_ro_mount_refuses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let rw = format!(
+        "type=9p,export={},target=/,cache=loose",
+        dir.path().display()
+    );
+    let writable = Server::start(&limits(), &["--mount", &rw]);
+    let response = writable.get("/write?made.txt");
+    assert_eq!(
+        (response.status, response.text()),
+        (200, "written\n".into())
+    );
+    drop(writable);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("made.txt")).unwrap(),
+        "from a request\n"
+    );
+
+    let ro = format!("{rw},ro");
+    let read_only = Server::start(&limits(), &["--mount", &ro]);
+    let response = read_only.get("/write?refused.txt");
+    assert_eq!((response.status, response.text()), (500, "EROFS\n".into()));
+    assert!(!dir.path().join("refused.txt").exists());
+}
