@@ -636,3 +636,28 @@ fn an_instance_writes_through_its_mount_and_a_ro_mount_refuses_it() {
     assert_eq!((response.status, response.text()), (500, "EROFS\n".into()));
     assert!(!dir.path().join("refused.txt").exists());
 }
+
+#[test]
+fn a_response_body_past_its_bound_is_refused_before_its_head_and_the_next_succeeds() {
+    let site = tempfile::tempdir().unwrap();
+    std::fs::write(site.path().join("big.txt"), vec![b'x'; 4096]).unwrap();
+    std::fs::write(site.path().join("small.txt"), vec![b'y'; 500]).unwrap();
+    let mount = format!(
+        "type=9p,export={},target=/,cache=loose",
+        site.path().display()
+    );
+    let server = Server::start(
+        &static_files(),
+        &["--mount", &mount, "--max-response-body", "1K"],
+    );
+    let big = server.get("/big.txt");
+    assert_eq!(big.status, 502, "{}", big.text());
+    assert!(
+        big.text().contains("past the bound of 1024 bytes"),
+        "{}",
+        big.text()
+    );
+    assert_eq!(big.text().lines().count(), 1);
+    let small = server.get("/small.txt");
+    assert_eq!((small.status, small.body.len()), (200, 500));
+}
