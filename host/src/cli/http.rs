@@ -18,7 +18,7 @@ use clap::Args;
 use super::engines::{report_progress, setup_failed};
 use super::guests::{CodeArgs, NamespaceArgs};
 use super::shared::{fail, parse_bytes, parse_duration, parse_env, say, EXIT_USAGE};
-use crate::http::{AllowedHost, HttpHandler, HttpLimits, Listen};
+use crate::http::{AllowedHost, HttpHandler, HttpLimits, Listen, MAX_INSTANCES, MAX_MEMORY};
 
 /// `wasm9p http`.
 #[derive(Debug, Args)]
@@ -38,7 +38,7 @@ pub struct HttpArgs {
     pub code: CodeArgs,
     /// The most memory each instance may take (K, M or G); past it the request gets a
     /// 500 saying so.
-    #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_bytes)]
+    #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_memory)]
     pub memory_limit: u64,
     /// The longest a request may take, from its arrival to its instance's end (Nms,
     /// Ns, Nm); past it, a 504.
@@ -51,8 +51,8 @@ pub struct HttpArgs {
     /// longer stream is cut.
     #[arg(long, value_name = "BYTES", default_value = "1G", value_parser = parse_bytes)]
     pub max_response_body: u64,
-    /// Instances running at once.
-    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    /// Instances running at once (at most 2048).
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=MAX_INSTANCES as i64))]
     pub max_instances: u32,
     /// Requests that may wait for an instance; past them, a 503.
     #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
@@ -71,6 +71,16 @@ fn parse_listen(s: &str) -> Result<Listen, String> {
 
 fn parse_allowed(s: &str) -> Result<AllowedHost, String> {
     s.parse()
+}
+
+fn parse_memory(s: &str) -> Result<u64, String> {
+    match parse_bytes(s)? {
+        0 => Err(format!("{s:?}: a memory limit must be more than 0")),
+        n if n > MAX_MEMORY as u64 => {
+            Err(format!("{s:?}: at most 4G (a 32-bit memory's whole range)"))
+        }
+        n => Ok(n),
+    }
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {

@@ -65,6 +65,14 @@ use crate::p2::WasiP2Fs;
 use admission::{Admission, Refused};
 use proxy::{RequestState, Setting, TimedOut};
 
+/// The most instances at once: each reserves address space for its memories in both
+/// tiers' pools (4 GiB and a guard each, 4 memories an instance), and 2048 of them take
+/// half of the 128 TiB a process has.
+pub const MAX_INSTANCES: usize = 2048;
+
+/// The largest memory limit: a 32-bit memory's whole range.
+pub const MAX_MEMORY: usize = 4 << 30;
+
 /// The bounds every request is served within.
 #[derive(Clone, Debug)]
 pub struct HttpLimits {
@@ -77,7 +85,7 @@ pub struct HttpLimits {
     pub max_request_body: u64,
     /// The most bytes of a response body.
     pub max_response_body: u64,
-    /// Instances at once.
+    /// Instances at once (at most [`MAX_INSTANCES`]).
     pub max_instances: usize,
     /// Requests that may wait for an instance.
     pub queue: usize,
@@ -165,10 +173,16 @@ impl HttpBuilder {
     /// proxy; a failure is one line (a core module, no `wasi:http/incoming-handler`
     /// export, an import nothing provides).
     pub fn build(self) -> Result<HttpHandler, SetupError> {
-        if self.limits.max_instances == 0 {
-            return Err(SetupError::Runtime(
-                "max_instances must be at least 1".into(),
-            ));
+        if !(1..=MAX_INSTANCES).contains(&self.limits.max_instances) {
+            return Err(SetupError::Program(format!(
+                "max_instances must be between 1 and {MAX_INSTANCES}"
+            )));
+        }
+        if self.limits.memory.is_some_and(|m| m > MAX_MEMORY) {
+            return Err(SetupError::Program(format!(
+                "a memory limit past {MAX_MEMORY} bytes (a 32-bit memory's whole range) \
+                 is no limit: leave it out"
+            )));
         }
         let engines = engines(&self.limits)?;
         let path = self.program.clone();

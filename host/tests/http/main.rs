@@ -459,6 +459,22 @@ fn bad_input_gets_one_line_and_exit_2_and_a_malformed_request_gets_400() {
         ),
         (
             vec![
+                hello().display().to_string(),
+                "--max-instances".into(),
+                "100000".into(),
+            ],
+            "max-instances",
+        ),
+        (
+            vec![
+                hello().display().to_string(),
+                "--memory-limit".into(),
+                "100G".into(),
+            ],
+            "at most 4G",
+        ),
+        (
+            vec![
                 work.path().join("absent.wasm").display().to_string(),
                 "--no-mounts".into(),
             ],
