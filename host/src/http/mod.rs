@@ -223,7 +223,14 @@ fn engines(limits: &HttpLimits) -> Result<Engines, SetupError> {
         .total_core_instances(instances.saturating_mul(16))
         .total_memories(instances.saturating_mul(4))
         .total_tables(instances.saturating_mul(8))
-        .total_stacks(instances);
+        .total_stacks(instances)
+        // A slot given back is reset with memset up to these sizes (the memory a small
+        // component touches), not with madvise, and what is decommitted goes in
+        // batches: each madvise flushes every core's TLB, which under load cost more
+        // than the requests themselves.
+        .linear_memory_keep_resident(1 << 20)
+        .table_keep_resident(64 << 10)
+        .decommit_batch_size(16);
     if let Some(bytes) = limits.memory {
         // Our limiter refuses past the limit first (a typed trap); the pool's slots
         // need be no bigger, rounded up to whole pages.
