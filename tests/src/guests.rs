@@ -79,10 +79,24 @@ pub fn build_c_http(src: &Path, out: &Path) -> Result<(), String> {
     build_c_component_of(&wit, src, "guest", true, out)
 }
 
+/// Builds a WASI 0.3 HTTP component written in C (world `guest` of
+/// `examples/http/wit-0.3`, exporting `wasi:http/handler@0.3.0`) into `out`.
+pub fn build_c_http_p3(src: &Path, out: &Path) -> Result<(), String> {
+    let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/http/wit-0.3");
+    build_c_component_of(&wit, src, "guest", true, out)
+}
+
 /// [`build_c_http`] into the tests' guest directory; each call gets its own file.
 pub fn c_http(src: &Path) -> PathBuf {
     let out = output_for(src, "-http");
     build_c_http(src, &out).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+    out
+}
+
+/// [`build_c_http_p3`] into the tests' guest directory; each call gets its own file.
+pub fn c_http_p3(src: &Path) -> PathBuf {
+    let out = output_for(src, "-http-p3");
+    build_c_http_p3(src, &out).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
     out
 }
 

@@ -111,6 +111,40 @@ where
     }
 }
 
+/// A response body that tells `gone` when hyper is done with it: sent whole, or
+/// dropped because the client went away (a WASI 0.3 guest writes its body while its
+/// store runs, and the store runs until then).
+pub(crate) struct Watched {
+    inner: ResponseBody,
+    _gone: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Watched {
+    pub(crate) fn new(inner: ResponseBody, gone: tokio::sync::oneshot::Sender<()>) -> Watched {
+        Watched { inner, _gone: gone }
+    }
+}
+
+impl Body for Watched {
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,5 +180,19 @@ mod tests {
             collect(response).await,
             Err(Error::HttpResponseBodySize(Some(9)))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_watched_body_says_it_is_gone_once_dropped_and_not_before() {
+        let (sent, mut gone) = tokio::sync::oneshot::channel();
+        let body = Watched::new(text_body("abc"), sent);
+        assert!(gone
+            .try_recv()
+            .is_err_and(|e| e == tokio::sync::oneshot::error::TryRecvError::Empty));
+        assert_eq!(
+            body.collect().await.unwrap().to_bytes(),
+            Bytes::from_static(b"abc")
+        );
+        assert!(gone.await.is_err(), "the sender went with the body");
     }
 }

@@ -1,5 +1,7 @@
-//! Serverless: `wasi:http/proxy` components served per request, each request in a fresh
-//! instance, every instance on one shared, cached namespace.
+//! Serverless: HTTP components served per request, each request in a fresh instance,
+//! every instance on one shared, cached namespace. A component is a `wasi:http/proxy`
+//! of WASI 0.2 (it exports `wasi:http/incoming-handler@0.2.x`) or a WASI 0.3 service
+//! (`wasi:http/handler@0.3.x`, async); `instance` runs either.
 //!
 //! [`HttpHandler`] is what `wasm9p http` serves and what a serverless runtime embeds:
 //! one component, pre-instantiated once, and a [`MountTable`] that many handlers (many
@@ -13,7 +15,7 @@
 //!   deadline; otherwise 503.
 //! - **The instance**: a fresh store on the engine of the tier the program has reached
 //!   (baseline code until the optimized code is ready, `crate::engine`'s tiers), on
-//!   wasmtime's pooling allocator, instantiated from the one `ProxyPre`. It sees the
+//!   wasmtime's pooling allocator, instantiated from the one pre-instance. It sees the
 //!   table's namespace through our `wasi:filesystem`: the same preopens (resolved once,
 //!   on the first request) for every request, and every request shares the mounts'
 //!   caches; `ro` mounts stay read-only.
@@ -29,12 +31,10 @@
 //!     else the stream is cut there (its head is already sent);
 //!   - a trap, or a handler that returns without a response: 500.
 //! - **Outgoing HTTP** (`outgoing`): refused unless its host is allowed.
-//!
-//! What is not here yet: the WASI 0.3 handler (`wasi:http/handler@0.3`); a component
-//! exporting only that is refused at load.
 
 mod admission;
 mod bodies;
+mod instance;
 mod outgoing;
 mod proxy;
 mod serve;
@@ -49,9 +49,6 @@ use http_body_util::BodyExt;
 use hyper::body::Body;
 use hyper::{Request, Response, StatusCode};
 use wasm9p_guest_fs::namespace::Location;
-use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
-use wasmtime_wasi_http::p2::bindings::ProxyPre;
-use wasmtime_wasi_http::WasiHttpView;
 
 pub use bodies::{text_body, ResponseBody};
 pub use outgoing::AllowedHost;
@@ -63,7 +60,7 @@ use crate::module_cache::{Engines, ModuleCache, Progress, TierChoice};
 use crate::mounts::MountTable;
 use crate::p2::WasiP2Fs;
 use admission::{Admission, Refused};
-use proxy::{RequestState, Setting, TimedOut};
+use proxy::{Setting, TimedOut};
 
 /// The most instances at once: each reserves address space for its memories in both
 /// tiers' pools (4 GiB and a guard each, 4 memories an instance), and 2048 of them take
@@ -265,7 +262,7 @@ pub struct HttpHandler {
 }
 
 struct Inner {
-    program: crate::engine::TieredProgram<ProxyPre<RequestState>>,
+    program: crate::engine::TieredProgram<proxy::Linked>,
     mounts: Arc<MountTable>,
     preopens: tokio::sync::OnceCell<Vec<(Location, String)>>,
     env: Vec<(String, String)>,
@@ -421,48 +418,23 @@ impl Inner {
             memory_limit: limits.memory,
             deadline,
         };
-        let mut store = proxy::store(pre.engine(), state, &setting, limits.timeout);
+        let store = proxy::store(pre.engine(), state, &setting, limits.timeout);
         let over = proxy::BodyOver::default();
         let request = request
             .map(|b| bodies::Bounded::request(b, limits.max_request_body, Arc::clone(&over)));
-        let (sender, receiver) = tokio::sync::oneshot::channel();
-        let resources = store
-            .data_mut()
-            .http()
-            .new_incoming_request(Scheme::Http, request)
-            .and_then(|request| {
-                let out = store.data_mut().http().new_response_outparam(sender)?;
-                Ok((request, out))
-            });
-        let (request, out) = match resources {
-            Ok(resources) => resources,
-            Err(e) => {
+        let started = instance::start(pre, store, request, deadline, limits.timeout, admitted);
+        let instance::Started { answer, task } = match started {
+            Ok(started) => started,
+            Err(line) => {
                 self.counts.bad_request.fetch_add(1, Ordering::Relaxed);
-                return ours(StatusCode::BAD_REQUEST, &format!("{e:#}"));
+                return ours(StatusCode::BAD_REQUEST, &line);
             }
         };
         let timeout = limits.timeout;
-        let task = tokio::spawn(async move {
-            // The instance's place is held until it is gone.
-            let _admitted = admitted;
-            let run = async {
-                let proxy = pre.instantiate_async(&mut store).await?;
-                proxy
-                    .wasi_http_incoming_handler()
-                    .call_handle(&mut store, request, out)
-                    .await
-            };
-            let result = match tokio::time::timeout_at(deadline.into(), run).await {
-                Ok(result) => result,
-                Err(_) => Err(wasmtime::Error::new(TimedOut(timeout))),
-            };
-            store.data().wasi.fs.close_all().await;
-            result
-        });
         // The task ends by the deadline (the epoch stops guest code, the timer a wait);
         // the margin is for a task that cannot be stopped sooner.
         let margin = deadline + Duration::from_secs(1);
-        let answer = match tokio::time::timeout_at(margin.into(), receiver).await {
+        let answer = match tokio::time::timeout_at(margin.into(), answer).await {
             Ok(answer) => answer,
             Err(_) => {
                 task.abort();
@@ -479,7 +451,7 @@ impl Inner {
                 self.counts.traps.fetch_add(1, Ordering::Relaxed);
                 ours(
                     StatusCode::INTERNAL_SERVER_ERROR,
-                    &format!("the component answered with an error: {code:?}"),
+                    &format!("the component answered with an error: {code}"),
                 )
             }
             // No response: the task tells why.

@@ -1,5 +1,6 @@
-//! One request in one fresh instance: the store's data, how a `wasi:http/proxy`
-//! component is linked, and how its run ends (a response, or why there is none).
+//! One request in one fresh instance: the store's data, how a component is linked
+//! (a `wasi:http/proxy` of WASI 0.2, or a WASI 0.3 `wasi:http/service`), and how its
+//! run ends (a response, or why there is none).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,6 +11,7 @@ use wasmtime::component::{types::ComponentItem, Component, Linker, ResourceTable
 use wasmtime::{Engine, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
+use wasmtime_wasi_http::p3::bindings::ServicePre;
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::outgoing::Outgoing;
@@ -48,56 +50,93 @@ impl WasiHttpView for RequestState {
     }
 }
 
-/// The interface a proxy exports, by name without its version.
+/// The interface a WASI 0.2 proxy exports, by name without its version.
 const INCOMING_HANDLER: &str = "wasi:http/incoming-handler";
 
-/// Links the program at `path` as a `wasi:http/proxy`: all of WASI 0.2 with our
-/// file system, and `wasi:http`. A core module, or a component without the handler,
-/// is refused in one line naming what is missing.
-pub(crate) fn link(
-    engine: &Engine,
-    program: Program,
-    path: &Path,
-) -> Result<ProxyPre<RequestState>, SetupError> {
+/// The interface a WASI 0.3 service exports, by name without its version.
+const HANDLER: &str = "wasi:http/handler";
+
+/// What `wasm9p http` serves, said in the lines that refuse anything else.
+const SERVED: &str = "wasi:http/incoming-handler@0.2.x or wasi:http/handler@0.3.x";
+
+/// A component linked once, instantiated per request.
+#[derive(Clone)]
+pub(crate) enum Linked {
+    /// A `wasi:http/proxy` of WASI 0.2: `incoming-handler.handle(request, outparam)`.
+    P2(ProxyPre<RequestState>),
+    /// A WASI 0.3 `wasi:http/service`: `handler.handle(request) -> response`, async.
+    P3(ServicePre<RequestState>),
+}
+
+impl Linked {
+    /// The engine its code was compiled for.
+    pub(crate) fn engine(&self) -> &Engine {
+        match self {
+            Linked::P2(pre) => pre.engine(),
+            Linked::P3(pre) => pre.engine(),
+        }
+    }
+}
+
+/// Links the program at `path`: a 0.2 proxy with all of WASI 0.2 (our file system)
+/// and `wasi:http` 0.2; a 0.3 service with all of WASI 0.2 and 0.3 (our file system
+/// in both: a component built with the preview1 adapter imports 0.2's) and
+/// `wasi:http` 0.3. A core module, or a component without either handler, is refused
+/// in one line naming what is missing.
+pub(crate) fn link(engine: &Engine, program: Program, path: &Path) -> Result<Linked, SetupError> {
     let component = match program {
         Program::Component(component) => component,
         Program::Module(_) => {
             return Err(SetupError::Program(format!(
-                "{} is a core module; wasm9p http serves components that export \
-                 {INCOMING_HANDLER}@0.2.x",
+                "{} is a core module; wasm9p http serves components that export {SERVED}",
                 path.display()
             )))
         }
     };
-    check_exports(engine, &component, path)?;
     let mut linker = Linker::new(engine);
-    let linked = crate::p2::add_to_linker(&mut linker)
-        .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker))
-        .and_then(|()| linker.instantiate_pre(&component))
-        .and_then(ProxyPre::new);
+    let linked = match handler_of(engine, &component, path)? {
+        Handler::P2 => crate::p2::add_to_linker(&mut linker)
+            .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker))
+            .and_then(|()| linker.instantiate_pre(&component))
+            .and_then(ProxyPre::new)
+            .map(Linked::P2),
+        Handler::P3 => crate::p3::add_to_linker(&mut linker)
+            .and_then(|()| wasmtime_wasi_http::p3::add_to_linker(&mut linker))
+            .and_then(|()| linker.instantiate_pre(&component))
+            .and_then(ServicePre::new)
+            .map(Linked::P3),
+    };
     linked.map_err(|e| crate::engine::link_error(path, e))
 }
 
-/// The component exports `wasi:http/incoming-handler@0.2.x`, or the one line that says
-/// it does not, and what it exports instead.
-fn check_exports(engine: &Engine, component: &Component, path: &Path) -> Result<(), SetupError> {
+/// Which handler a component exports.
+enum Handler {
+    P2,
+    P3,
+}
+
+/// The handler `component` exports (the 0.2 one when it has both), or the one line
+/// that says it has neither, and what it exports instead.
+fn handler_of(engine: &Engine, component: &Component, path: &Path) -> Result<Handler, SetupError> {
     let exports: Vec<String> = component
         .component_type()
         .exports(engine)
         .filter(|(_, item)| matches!(item.ty, ComponentItem::ComponentInstance(_)))
         .map(|(name, _)| name.to_owned())
         .collect();
-    let handler = format!("{INCOMING_HANDLER}@0.2.");
-    if exports.iter().any(|name| name.starts_with(&handler)) {
-        return Ok(());
+    let exported = |prefix: String| exports.iter().any(|name| name.starts_with(&prefix));
+    if exported(format!("{INCOMING_HANDLER}@0.2.")) {
+        return Ok(Handler::P2);
+    }
+    if exported(format!("{HANDLER}@0.3.")) {
+        return Ok(Handler::P3);
     }
     let has = match exports.is_empty() {
         true => "no interface".to_owned(),
         false => exports.join(", "),
     };
     Err(SetupError::Program(format!(
-        "{} does not export {INCOMING_HANDLER}@0.2.x (a wasi:http/proxy component); it \
-         exports {has}",
+        "{} exports no HTTP handler ({SERVED}); it exports {has}",
         path.display()
     )))
 }

@@ -5,11 +5,12 @@
 //! malformed or the timing counted).
 //!
 //! By scenario: here, hello, static files, the limits, the queue, SIGTERM and bad
-//! input; `embedded`, the library as a runtime embeds it and `examples/http_embed.rs`;
-//! `client`, the plain client.
+//! input; `p3`, WASI 0.3 components; `embedded`, the library as a runtime embeds it
+//! and `examples/http_embed.rs`; `client`, the plain client.
 
 mod client;
 mod embedded;
+mod p3;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -423,7 +424,7 @@ fn bad_input_gets_one_line_and_exit_2_and_a_malformed_request_gets_400() {
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
             vec![command.display().to_string(), "--no-mounts".into()],
-            "does not export wasi:http/incoming-handler",
+            "exports no HTTP handler (wasi:http/incoming-handler@0.2.x or wasi:http/handler@0.3.x)",
         ),
         (
             vec![

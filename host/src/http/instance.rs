@@ -1,0 +1,201 @@
+//! One request run in its own instance, on a task of its own: a WASI 0.2 proxy's
+//! `incoming-handler.handle`, or a WASI 0.3 service's `handler.handle`.
+//!
+//! Either way the caller gets two things: the answer, as soon as the guest gives its
+//! response (or an error code), and the task, whose result says why there is none
+//! when the guest ended without one. The task holds the instance's place
+//! (`Admitted`) until the instance is gone, and ends by the deadline.
+//!
+//! The two differ in when an instance is done:
+//! - a 0.2 proxy writes its body through `wasi:io` streams within its call; the
+//!   instance is done when `handle` returns;
+//! - a 0.3 service returns its response with a body stream it goes on writing after
+//!   it returned, which only happens while the store's event loop runs. So the loop
+//!   runs until hyper has sent the body (or dropped it: the client went away), then
+//!   the instance is dropped, whatever tasks the guest still has.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Body;
+use hyper::{Request, Response};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use wasmtime::Store;
+use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
+use wasmtime_wasi_http::WasiHttpView;
+
+use super::admission::Admitted;
+use super::bodies::{ResponseBody, Watched};
+use super::proxy::{Linked, RequestState, TimedOut};
+
+/// The guest's response, or the error code it answered with instead (as a line).
+pub(crate) type Answer = Result<Response<ResponseBody>, String>;
+
+/// The answer to come: an error when the guest ended without one.
+pub(crate) type Answering =
+    Pin<Box<dyn Future<Output = Result<Answer, oneshot::error::RecvError>> + Send>>;
+
+/// A request started on its instance.
+pub(crate) struct Started {
+    pub(crate) answer: Answering,
+    pub(crate) task: JoinHandle<wasmtime::Result<()>>,
+}
+
+/// Starts `request` on a fresh instance of `linked` in `store`, on a task of its own
+/// that ends by `deadline`. Fails, before anything runs, only on a request the
+/// guest's types cannot carry (the line says why).
+pub(crate) fn start<B>(
+    linked: Linked,
+    mut store: Store<RequestState>,
+    request: Request<B>,
+    deadline: Instant,
+    timeout: std::time::Duration,
+    admitted: Admitted,
+) -> Result<Started, String>
+where
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<wasmtime_wasi_http::Error>,
+{
+    let ended = move |result: Option<wasmtime::Result<()>>| match result {
+        Some(result) => result,
+        None => Err(wasmtime::Error::new(TimedOut(timeout))),
+    };
+    match linked {
+        Linked::P2(pre) => {
+            let (sender, receiver) = oneshot::channel();
+            let request = store
+                .data_mut()
+                .http()
+                .new_incoming_request(Scheme::Http, request)
+                .map_err(|e| format!("{e:#}"))?;
+            let out = store
+                .data_mut()
+                .http()
+                .new_response_outparam(sender)
+                .map_err(|e| format!("{e:#}"))?;
+            let task = tokio::spawn(async move {
+                // The instance's place is held until it is gone.
+                let _admitted = admitted;
+                let run = async {
+                    let proxy = pre.instantiate_async(&mut store).await?;
+                    proxy
+                        .wasi_http_incoming_handler()
+                        .call_handle(&mut store, request, out)
+                        .await
+                };
+                let result = tokio::time::timeout_at(deadline.into(), run).await.ok();
+                store.data().wasi.fs.close_all().await;
+                ended(result)
+            });
+            let answer = Box::pin(async move {
+                let answer = receiver.await?;
+                Ok(answer.map_err(|code| format!("{code:?}")))
+            });
+            Ok(Started { answer, task })
+        }
+        Linked::P3(pre) => {
+            let (sender, receiver) = oneshot::channel();
+            let request = with_scheme_and_authority(request);
+            let hooks = store.data_mut().http().hooks;
+            let (request, request_io) = wasmtime_wasi_http::p3::Request::from_http(hooks, request);
+            let task = tokio::spawn(async move {
+                let _admitted = admitted;
+                let run = async {
+                    let service = pre.instantiate_async(&mut store).await?;
+                    store
+                        .run_concurrent(async move |accessor| {
+                            let response = match service.handle(accessor, request).await? {
+                                Ok(response) => response,
+                                Err(code) => {
+                                    let _ = sender.send(Err(format!("{code:?}")));
+                                    return Ok(());
+                                }
+                            };
+                            let response = accessor
+                                .with(|mut store| response.into_http(&mut store, request_io))?;
+                            let (sent, body_gone) = oneshot::channel();
+                            let response =
+                                response.map(|body| Watched::new(body, sent).boxed_unsync());
+                            if sender.send(Ok(response)).is_ok() {
+                                // The guest writes its body while the loop runs.
+                                let _ = body_gone.await;
+                            }
+                            wasmtime::Result::<()>::Ok(())
+                        })
+                        .await?
+                };
+                let result = tokio::time::timeout_at(deadline.into(), run).await.ok();
+                store.data().wasi.fs.close_all().await;
+                ended(result)
+            });
+            Ok(Started {
+                answer: Box::pin(receiver),
+                task,
+            })
+        }
+    }
+}
+
+/// `request` with the scheme `http` and, from its Host header, an authority, when its
+/// target gives neither (a server's requests carry a path only), as a 0.2 proxy's
+/// incoming request has them.
+fn with_scheme_and_authority<B>(request: Request<B>) -> Request<B> {
+    if request.uri().scheme().is_some() {
+        return request;
+    }
+    let (mut parts, body) = request.into_parts();
+    let host = parts
+        .headers
+        .get(hyper::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.parse::<http::uri::Authority>().ok());
+    let Some(authority) = host.or_else(|| parts.uri.authority().cloned()) else {
+        // Without an authority a scheme makes no valid URI: the target as it came.
+        return Request::from_parts(parts, body);
+    };
+    let path = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    if let Ok(uri) = http::Uri::builder()
+        .scheme(http::uri::Scheme::HTTP)
+        .authority(authority)
+        .path_and_query(path)
+        .build()
+    {
+        parts.uri = uri;
+    }
+    Request::from_parts(parts, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(uri: &str, host: Option<&str>) -> String {
+        let mut request = Request::builder().uri(uri);
+        if let Some(host) = host {
+            request = request.header("host", host);
+        }
+        with_scheme_and_authority(request.body(()).unwrap())
+            .uri()
+            .to_string()
+    }
+
+    #[test]
+    fn a_servers_request_gets_the_scheme_and_its_host_as_authority() {
+        assert_eq!(
+            target("/a?b=c", Some("example.org:8080")),
+            "http://example.org:8080/a?b=c"
+        );
+        assert_eq!(target("http://x.org/p", Some("y.org")), "http://x.org/p");
+        // No Host (HTTP/1.0) or a bad one: the path as it came.
+        assert_eq!(target("/a", None), "/a");
+        assert_eq!(target("/a", Some("bad host")), "/a");
+    }
+}
