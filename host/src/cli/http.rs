@@ -61,7 +61,8 @@ pub struct HttpArgs {
     /// Without any, outgoing requests are refused.
     #[arg(long = "allow-outgoing", value_name = "HOST[:PORT]", value_parser = parse_allowed)]
     pub allow_outgoing: Vec<AllowedHost>,
-    /// The component: it exports wasi:http/incoming-handler@0.2.x.
+    /// The component: it exports wasi:http/incoming-handler@0.2.x or
+    /// wasi:http/handler@0.3.x.
     pub component: PathBuf,
 }
 

@@ -253,7 +253,7 @@ struct Counts {
     bad_request: AtomicU64,
 }
 
-/// A `wasi:http/proxy` component on a mount table, serving requests (see the module
+/// An HTTP component (0.2 proxy or 0.3 service) on a mount table, serving requests (see the module
 /// docs). Cloning it is cheap: every clone serves from the same instances' bounds and
 /// caches.
 #[derive(Clone)]
