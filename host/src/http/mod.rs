@@ -253,9 +253,9 @@ struct Counts {
     bad_request: AtomicU64,
 }
 
-/// An HTTP component (0.2 proxy or 0.3 service) on a mount table, serving requests (see the module
-/// docs). Cloning it is cheap: every clone serves from the same instances' bounds and
-/// caches.
+/// An HTTP component (a 0.2 proxy or a 0.3 service) on a mount table, serving
+/// requests (see the module docs). Cloning it is cheap: every clone serves from the
+/// same instances' bounds and caches.
 #[derive(Clone)]
 pub struct HttpHandler {
     inner: Arc<Inner>,
