@@ -16,6 +16,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -31,6 +33,38 @@ use wasmtime_wasi_http::WasiHttpView;
 use super::admission::Admitted;
 use super::bodies::{ResponseBody, Watched};
 use super::proxy::{Linked, RequestState, TimedOut};
+
+/// What the instances did, for `--stats`.
+#[derive(Default)]
+pub(crate) struct InstanceCounts {
+    /// Instances made.
+    pub(crate) made: AtomicU64,
+    /// The time their instantiation took, summed, in nanoseconds.
+    pub(crate) making_ns: AtomicU64,
+    /// Responses whose head was sent and whose body the deadline cut.
+    pub(crate) bodies_cut: AtomicU64,
+}
+
+impl InstanceCounts {
+    async fn instantiated<F: Future>(&self, instantiate: F) -> F::Output {
+        let started = Instant::now();
+        let made = instantiate.await;
+        let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.made.fetch_add(1, Ordering::Relaxed);
+        self.making_ns.fetch_add(ns, Ordering::Relaxed);
+        made
+    }
+
+    /// The task's result; a timeout after the guest answered is a body cut.
+    fn ended(&self, answered: &AtomicBool, result: &wasmtime::Result<()>) {
+        let timed_out = result
+            .as_ref()
+            .is_err_and(|e| e.downcast_ref::<TimedOut>().is_some());
+        if timed_out && answered.load(Ordering::Relaxed) {
+            self.bodies_cut.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
 
 /// The guest's response, or the error code it answered with instead (as a line).
 pub(crate) type Answer = Result<Response<ResponseBody>, String>;
@@ -55,18 +89,26 @@ pub(crate) fn start<B>(
     deadline: Instant,
     timeout: std::time::Duration,
     admitted: Admitted,
+    counts: Arc<InstanceCounts>,
 ) -> Result<Started, String>
 where
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<wasmtime_wasi_http::Error>,
 {
-    let ended = move |result: Option<wasmtime::Result<()>>| match result {
-        Some(result) => result,
-        None => Err(wasmtime::Error::new(TimedOut(timeout))),
+    let answered = Arc::new(AtomicBool::new(false));
+    let ended = {
+        let answered = Arc::clone(&answered);
+        let counts = Arc::clone(&counts);
+        move |result: Option<wasmtime::Result<()>>| {
+            let result = result.unwrap_or_else(|| Err(wasmtime::Error::new(TimedOut(timeout))));
+            counts.ended(&answered, &result);
+            result
+        }
     };
     match linked {
         Linked::P2(pre) => {
             let (sender, receiver) = oneshot::channel();
+            let set = Arc::clone(&answered);
             let request = store
                 .data_mut()
                 .http()
@@ -75,13 +117,18 @@ where
             let out = store
                 .data_mut()
                 .http()
-                .new_response_outparam(sender)
+                .new_response_outparam_from_callback(move |response| {
+                    set.store(true, Ordering::Relaxed);
+                    let _ = sender.send(response);
+                })
                 .map_err(|e| format!("{e:#}"))?;
             let task = tokio::spawn(async move {
                 // The instance's place is held until it is gone.
                 let _admitted = admitted;
                 let run = async {
-                    let proxy = pre.instantiate_async(&mut store).await?;
+                    let proxy = counts
+                        .instantiated(pre.instantiate_async(&mut store))
+                        .await?;
                     proxy
                         .wasi_http_incoming_handler()
                         .call_handle(&mut store, request, out)
@@ -105,7 +152,9 @@ where
             let task = tokio::spawn(async move {
                 let _admitted = admitted;
                 let run = async {
-                    let service = pre.instantiate_async(&mut store).await?;
+                    let service = counts
+                        .instantiated(pre.instantiate_async(&mut store))
+                        .await?;
                     store
                         .run_concurrent(async move |accessor| {
                             let response = match service.handle(accessor, request).await? {
@@ -120,6 +169,7 @@ where
                             let (sent, body_gone) = oneshot::channel();
                             let response =
                                 response.map(|body| Watched::new(body, sent).boxed_unsync());
+                            answered.store(true, Ordering::Relaxed);
                             if sender.send(Ok(response)).is_ok() {
                                 // The guest writes its body while the loop runs.
                                 let _ = body_gone.await;

@@ -201,6 +201,7 @@ impl HttpBuilder {
                 allowed: self.allowed.into(),
                 limits: self.limits,
                 counts: Counts::default(),
+                instances: Arc::default(),
                 started: Instant::now(),
                 hand_off_to: self.hand_off_to,
                 notes: self.notes,
@@ -270,6 +271,7 @@ struct Inner {
     limits: HttpLimits,
     admission: Admission,
     counts: Counts,
+    instances: Arc<instance::InstanceCounts>,
     started: Instant,
     hand_off_to: Option<PathBuf>,
     notes: Notes,
@@ -313,7 +315,9 @@ impl HttpHandler {
     }
 
     /// The `--stats` JSON as of now: the mounts' (with `guests` the requests served),
-    /// the program's tiers, and `http`, the requests by how they ended.
+    /// the program's tiers, and `http`: the requests by how they ended (`bodies_cut`:
+    /// answered, then their body cut at the deadline), the instances made and the
+    /// mean time one took to make.
     pub fn stats_now(&self) -> serde_json::Value {
         let inner = &self.inner;
         let c = &inner.counts;
@@ -330,6 +334,11 @@ impl HttpHandler {
             "traps": n(&c.traps),
             "body_too_large": n(&c.body_too_large),
             "bad_request": n(&c.bad_request),
+            "bodies_cut": n(&inner.instances.bodies_cut),
+            "instances": n(&inner.instances.made),
+            "instantiate_us_avg": n(&inner.instances.making_ns)
+                .checked_div(n(&inner.instances.made))
+                .map_or(0, |ns| ns / 1000),
             "in_flight": inner.admission.in_flight(),
             "queued": inner.admission.queued(),
         });
@@ -422,7 +431,15 @@ impl Inner {
         let over = proxy::BodyOver::default();
         let request = request
             .map(|b| bodies::Bounded::request(b, limits.max_request_body, Arc::clone(&over)));
-        let started = instance::start(pre, store, request, deadline, limits.timeout, admitted);
+        let started = instance::start(
+            pre,
+            store,
+            request,
+            deadline,
+            limits.timeout,
+            admitted,
+            Arc::clone(&self.instances),
+        );
         let instance::Started { answer, task } = match started {
             Ok(started) => started,
             Err(line) => {

@@ -95,9 +95,18 @@ fn a_wasi_0_3_component_streams_the_exports_files_on_9p_from_its_cache() {
 #[test]
 fn a_wasi_0_3_component_past_each_limit_answers_its_5xx_and_a_stalled_body_is_cut_at_the_deadline()
 {
+    let work = tempfile::tempdir().unwrap();
+    let stats = work.path().join("stats.json");
     let server = Server::start(
         &limits(),
-        &["--no-mounts", "--timeout", "2s", "--memory-limit", "32M"],
+        &[
+            "--no-mounts",
+            "--timeout",
+            "2s",
+            "--memory-limit",
+            "32M",
+            &format!("--stats={}", stats.display()),
+        ],
     );
     let cases = [
         (
