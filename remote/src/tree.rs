@@ -10,9 +10,10 @@
 //!   from the link's directory: an absolute target leaves it, as does a `..` above
 //!   the root (the guest's namespace would stop it there anyway; the action is wrong);
 //! - every directory digest is one of the messages given (fetched and verified);
-//! - it is at most [`MAX_DEPTH`] deep and has at most [`MAX_NODES`] nodes (a small
-//!   message naming one subdirectory many times must not make the worker build a
-//!   tree without bound).
+//! - it is at most [`MAX_DEPTH`] deep, has at most [`MAX_NODES`] nodes, and the paths
+//!   of its nodes take at most [`MAX_PATH_BYTES`] together (a small message naming one
+//!   subdirectory many times, under long names, must not make the worker build a tree
+//!   without bound: each node keeps its path).
 //!
 //! A directory's listing is complete by construction (a name not listed does not
 //! exist); a file is known by its digest, its bytes fetched only when read.
@@ -33,6 +34,26 @@ pub const MAX_SYMLINKS: usize = 40;
 pub const MAX_DEPTH: usize = 256;
 /// Most nodes (files, directories, symlinks) an input root may have.
 pub const MAX_NODES: usize = 1 << 20;
+/// Most bytes the paths of an input root's nodes may take together.
+pub const MAX_PATH_BYTES: usize = 256 << 20;
+
+/// The bounds a tree is built within.
+#[derive(Clone, Copy, Debug)]
+pub struct TreeBounds {
+    /// Most nodes.
+    pub nodes: usize,
+    /// Most bytes of all the nodes' paths together.
+    pub path_bytes: usize,
+}
+
+impl Default for TreeBounds {
+    fn default() -> TreeBounds {
+        TreeBounds {
+            nodes: MAX_NODES,
+            path_bytes: MAX_PATH_BYTES,
+        }
+    }
+}
 
 /// Where a node is in the tree's list.
 pub type Index = usize;
@@ -105,9 +126,10 @@ pub enum TreeError {
         #[source]
         source: BadDigest,
     },
-    /// Too deep or too many nodes.
+    /// Too deep, too many nodes, or paths too long in all.
     #[error(
-        "the input root is larger than a worker takes ({MAX_NODES} nodes, {MAX_DEPTH} levels)"
+        "the input root is larger than a worker takes ({MAX_NODES} nodes, {MAX_DEPTH} levels, \
+         {MAX_PATH_BYTES} bytes of paths)"
     )]
     TooLarge,
 }
@@ -116,7 +138,8 @@ pub enum TreeError {
 #[derive(Clone, Debug)]
 pub struct InputTree {
     nodes: Vec<(TreeNode, String)>,
-    max_nodes: usize,
+    bounds: TreeBounds,
+    path_bytes: usize,
 }
 
 impl InputTree {
@@ -126,18 +149,19 @@ impl InputTree {
         root: Digest,
         directories: &HashMap<Digest, v2::Directory>,
     ) -> Result<InputTree, TreeError> {
-        Self::build_bounded(root, directories, MAX_NODES)
+        Self::build_bounded(root, directories, TreeBounds::default())
     }
 
-    /// As [`InputTree::build`], with at most `max_nodes` nodes.
+    /// As [`InputTree::build`], within `bounds`.
     pub fn build_bounded(
         root: Digest,
         directories: &HashMap<Digest, v2::Directory>,
-        max_nodes: usize,
+        bounds: TreeBounds,
     ) -> Result<InputTree, TreeError> {
         let mut tree = InputTree {
             nodes: Vec::new(),
-            max_nodes,
+            bounds,
+            path_bytes: 0,
         };
         tree.add_dir(root, String::new(), 0, directories)?;
         Ok(tree)
@@ -238,9 +262,11 @@ impl InputTree {
     }
 
     fn push(&mut self, node: TreeNode, path: String) -> Result<Index, TreeError> {
-        if self.nodes.len() >= self.max_nodes {
+        let path_bytes = self.path_bytes.saturating_add(path.len());
+        if self.nodes.len() >= self.bounds.nodes || path_bytes > self.bounds.path_bytes {
             return Err(TreeError::TooLarge);
         }
+        self.path_bytes = path_bytes;
         self.nodes.push((node, path));
         Ok(self.nodes.len() - 1)
     }
@@ -590,7 +616,56 @@ mod tests {
             };
         }
         let root = cas.put(dir);
-        let bounded = InputTree::build_bounded(root, &cas.0, 10_000);
+        let bounds = TreeBounds {
+            nodes: 10_000,
+            ..TreeBounds::default()
+        };
+        let bounded = InputTree::build_bounded(root, &cas.0, bounds);
         assert_eq!(bounded.unwrap_err(), TreeError::TooLarge);
+    }
+
+    #[test]
+    fn long_names_reached_by_many_paths_are_bounded_by_the_bytes_of_their_paths() {
+        let mut cas = Cas::default();
+        // 16 long names a level, 5 levels: 1,118,481 nodes of paths up to 1.3 KB each,
+        // 1.4 GB of paths, from six messages (within the node bound of 2^21).
+        let long = |i: usize| format!("{i:x}{}", "n".repeat(250));
+        let mut dir = v2::Directory::default();
+        for _ in 0..5 {
+            let d = cas.put(dir);
+            dir = v2::Directory {
+                directories: (0..16)
+                    .map(|i| v2::DirectoryNode {
+                        name: long(i),
+                        digest: Some(d.to_proto()),
+                    })
+                    .collect(),
+                ..Default::default()
+            };
+        }
+        let root = cas.put(dir);
+        let bounds = TreeBounds {
+            nodes: 1 << 21,
+            path_bytes: 8 << 20,
+        };
+        let bounded = InputTree::build_bounded(root, &cas.0, bounds);
+        assert_eq!(bounded.unwrap_err(), TreeError::TooLarge);
+        // Within the bounds, the same shape two levels shallower is taken whole.
+        let empty = cas.put(v2::Directory::default());
+        let small = cas.put(v2::Directory {
+            directories: (0..16)
+                .map(|i| v2::DirectoryNode {
+                    name: long(i),
+                    digest: Some(empty.to_proto()),
+                })
+                .collect(),
+            ..Default::default()
+        });
+        assert_eq!(
+            InputTree::build_bounded(small, &cas.0, bounds)
+                .unwrap()
+                .len(),
+            17
+        );
     }
 }
