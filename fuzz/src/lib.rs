@@ -378,3 +378,4 @@ pub mod server {
 pub mod client;
 pub mod namespace;
 pub mod nodes;
+pub mod trees;

@@ -253,3 +253,39 @@ fn namespace_seeds_replay() {
     }
     assert!(ops >= 100, "the seeds decode to operations: {ops}");
 }
+
+/// The tree target's seeds (`wasm9p_fuzz::trees::seeds`): each is answered as it says,
+/// and passes the target's own checks.
+#[test]
+fn tree_seeds_are_current_and_answered_as_named() {
+    let seeds = wasm9p_fuzz::trees::seeds();
+    let bytes = seeds.iter().map(|(n, b, _)| (*n, b.clone())).collect();
+    current_seeds("input_trees", bytes);
+    for (name, input, expected) in seeds {
+        let got = wasm9p_fuzz::trees::build(&input).map_err(|e| {
+            let variant = format!("{e:?}");
+            variant[..variant.find([' ', '{', '(']).unwrap_or(variant.len())].to_owned()
+        });
+        assert_eq!(got, expected.map_err(str::to_owned), "seed {name}");
+        wasm9p_fuzz::trees::trees(&input);
+    }
+}
+
+/// Mutated and pseudo-random input roots: the check agrees with the rules walked
+/// again, and stays within its bounds.
+#[test]
+fn mutated_input_trees_are_answered_as_the_rules_say() {
+    let seeds: Vec<Vec<u8>> = wasm9p_fuzz::trees::seeds()
+        .into_iter()
+        .map(|(_, b, _)| b)
+        .collect();
+    for input in mutants(&seeds, 0x7a3d_c2e1_0b59_f468, 3000) {
+        wasm9p_fuzz::trees::trees(&input);
+    }
+    let mut next = xorshift(0x1d8e_4b2a_6f37_c905);
+    for _ in 0..3000 {
+        let len = (next() % 200) as usize;
+        let input: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        wasm9p_fuzz::trees::trees(&input);
+    }
+}
