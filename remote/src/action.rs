@@ -34,10 +34,11 @@ use prost::Message;
 use crate::apis::v2;
 use crate::cas::Cas;
 use crate::directories::Directories;
-use crate::layer::ActionFs;
+use crate::layer::{ActionFs, FetchWaits};
 use crate::lease::{code, Outcome};
 use crate::outputs::{self, OutputError};
 use crate::store::{ContentStore, Counted, FetchError};
+use crate::timeline::Timeline;
 use crate::tree::InputTree;
 use crate::Digest;
 
@@ -224,9 +225,10 @@ impl<G: Guests> Actions<G> {
             lease: work.id.clone(),
             ..ActionStats::default()
         };
+        let mut timeline = Timeline::start();
         // This action's fetches, counted apart from those of the actions beside it.
         let fetch = Arc::new(Counted::new(self.cas.clone()));
-        let outcome = match self.run_action(work, &fetch, &mut stats) {
+        let outcome = match self.run_action(work, &fetch, &mut stats, &mut timeline) {
             Ok(outcome) | Err(outcome) => outcome,
         };
         (stats.blobs_fetched, stats.bytes_fetched) = fetch.fetched();
@@ -263,6 +265,7 @@ impl<G: Guests> Actions<G> {
         work: &Work,
         fetch: &Arc<Counted<Cas>>,
         stats: &mut ActionStats,
+        timeline: &mut Timeline,
     ) -> Result<Outcome, Failed> {
         let rt = &self.runtime;
         let action = self.action(work)?;
@@ -311,6 +314,7 @@ impl<G: Guests> Actions<G> {
             )));
         }
         let loading = Instant::now();
+        timeline.eager_fetch = loading - timeline.started;
         let program = self
             .guests
             .load(program_digest, &self.store.path(&program_digest))
@@ -357,6 +361,7 @@ impl<G: Guests> Actions<G> {
             stop.clone(),
             timed_out.clone(),
             timeout,
+            fs.fetch_waits(),
         );
         let out = Captured::new(self.output_limit);
         let err = Captured::new(self.output_limit);
@@ -381,6 +386,8 @@ impl<G: Guests> Actions<G> {
             },
         );
         stats.run_ms = running.elapsed().as_millis() as u64;
+        timeline.execution = loading.elapsed();
+        timeline.lazy_fetch = fs.fetch_waits().total();
         drop(watch);
         let ran = ran.map_err(|e| internal(format!("the guest could not be started: {e}")))?;
         let code = ran.ended.exit_code();
@@ -409,6 +416,7 @@ impl<G: Guests> Actions<G> {
                 ),
             ));
         }
+        let uploading = Instant::now();
         let mut collected = outputs::collect(&fs, &command).map_err(output_failed)?;
         if collected.bytes > self.output_limit {
             return Err(Outcome::error(
@@ -422,13 +430,11 @@ impl<G: Guests> Actions<G> {
         collected.result.exit_code = code;
         collected.result.stdout_digest = collected.add_stream(out.take());
         collected.result.stderr_digest = collected.add_stream(err.take());
-        collected.result.execution_metadata = Some(v2::ExecutedActionMetadata {
-            worker: self.name.clone(),
-            ..Default::default()
-        });
         rt.block_on(self.cas.upload(collected.blobs)).map_err(|e| {
             Outcome::error(code::UNAVAILABLE, format!("uploading the outputs: {e}"))
         })?;
+        timeline.upload = uploading.elapsed();
+        collected.result.execution_metadata = Some(timeline.metadata(&self.name));
         let result = Some(prost_types::Any {
             type_url: RESULT_TYPE.into(),
             value: collected.result.encode_to_vec(),
@@ -447,12 +453,15 @@ impl<G: Guests> Actions<G> {
 }
 
 /// Sets `stop` when `cancel` is set (the scheduler took the lease back) or `timeout`
-/// passes (then `timed_out` too); ends when dropped.
+/// passes (then `timed_out` too); ends when dropped. The time the guest waited for
+/// its inputs (`waits`) is not its own: it does not count (as Buildbarn's
+/// `maximum_execution_timeout_compensation`).
 fn watchdog(
     cancel: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     timed_out: Arc<AtomicBool>,
     timeout: Option<Duration>,
+    waits: FetchWaits,
 ) -> impl Drop {
     struct Guard(Arc<AtomicBool>);
     impl Drop for Guard {
@@ -471,7 +480,8 @@ fn watchdog(
                     stop.store(true, Ordering::Relaxed);
                     return;
                 }
-                if timeout.is_some_and(|t| started.elapsed() >= t) {
+                let ran = started.elapsed().saturating_sub(waits.total());
+                if timeout.is_some_and(|t| ran >= t) {
                     timed_out.store(true, Ordering::Relaxed);
                     stop.store(true, Ordering::Relaxed);
                     return;

@@ -42,6 +42,7 @@ pub mod layer;
 pub mod lease;
 pub mod outputs;
 pub mod store;
+pub mod timeline;
 pub mod tree;
 pub mod worker;
 

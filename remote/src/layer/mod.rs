@@ -68,6 +68,24 @@ pub struct LayerStats {
     pub bytes_written: u64,
 }
 
+/// The time a guest waited for the input files it read to be had (fetched, or opened
+/// from the content store), summed; shared with whatever watches the guest.
+#[derive(Clone, Debug, Default)]
+pub struct FetchWaits(Arc<AtomicU64>);
+
+impl FetchWaits {
+    /// The waits so far.
+    pub fn total(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.0.load(Ordering::Relaxed))
+    }
+
+    /// Counts one more wait.
+    pub fn add(&self, waited: std::time::Duration) {
+        let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        self.0.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
 /// A node the action made.
 #[derive(Debug)]
 enum Made {
@@ -123,6 +141,8 @@ pub struct ActionFs {
     opened: Mutex<HashMap<u64, Arc<File>>>,
     /// Files of the tree whose bytes could not be had: (path, why).
     unfetched: Mutex<Vec<(String, FetchError)>>,
+    /// The guest's waits for those it could.
+    waits: FetchWaits,
 }
 
 impl std::fmt::Debug for ActionFs {
@@ -209,7 +229,13 @@ impl ActionFs {
             layer: Mutex::default(),
             opened: Mutex::default(),
             unfetched: Mutex::default(),
+            waits: FetchWaits::default(),
         })
+    }
+
+    /// The guest's waits for the files it read (see [`FetchWaits`]).
+    pub fn fetch_waits(&self) -> FetchWaits {
+        self.waits.clone()
     }
 
     /// The files of the input root whose bytes could not be had when read (the guest
@@ -372,7 +398,10 @@ impl ActionFs {
         {
             return Ok(file.clone());
         }
-        let file = match self.store.get(digest, &*self.fetch).await {
+        let waiting = std::time::Instant::now();
+        let got = self.store.get(digest, &*self.fetch).await;
+        self.waits.add(waiting.elapsed());
+        let file = match got {
             Ok(file) => file,
             Err(e) => {
                 let errno = errno_of(&e);
