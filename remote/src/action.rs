@@ -528,6 +528,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_timeout_does_not_count_the_guests_waits_for_its_inputs() {
+        let watch = |waited: Duration| {
+            let (stop, timed_out) = (Arc::default(), Arc::new(AtomicBool::new(false)));
+            let waits = FetchWaits::default();
+            waits.add(waited);
+            let guard = watchdog(
+                Arc::default(),
+                stop,
+                timed_out.clone(),
+                Some(Duration::from_millis(100)),
+                waits,
+            );
+            std::thread::sleep(Duration::from_millis(400));
+            drop(guard);
+            timed_out.load(Ordering::Relaxed)
+        };
+        assert!(watch(Duration::ZERO), "400 ms of its own is past 100 ms");
+        assert!(
+            !watch(Duration::from_secs(10)),
+            "400 ms, all waiting for inputs, is not"
+        );
+    }
+
+    #[test]
     fn a_captured_stream_keeps_its_bound_and_ended_gives_the_exit_code() {
         let c = Captured::new(5);
         c.push(b"abc");
