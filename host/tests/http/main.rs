@@ -26,10 +26,18 @@ fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
 }
 
-/// A component built once per test binary.
+/// A component built once per test binary by `build` (`c_http`, or `c_http_p3`).
+fn component_of(
+    cell: &'static OnceLock<PathBuf>,
+    src: &str,
+    build: fn(&Path) -> PathBuf,
+) -> PathBuf {
+    cell.get_or_init(|| build(&repo(src))).clone()
+}
+
+/// A `wasi:http/proxy` (0.2) component built once per test binary.
 fn component(cell: &'static OnceLock<PathBuf>, src: &str) -> PathBuf {
-    cell.get_or_init(|| wasm9p_tests::c_http(&repo(src)))
-        .clone()
+    component_of(cell, src, wasm9p_tests::c_http)
 }
 
 fn hello() -> PathBuf {

@@ -8,11 +8,10 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::{curl, repo, sum, Server};
+use super::{component_of, curl, sum, Server};
 
 fn p3_component(cell: &'static OnceLock<PathBuf>, src: &str) -> PathBuf {
-    cell.get_or_init(|| wasm9p_tests::c_http_p3(&repo(src)))
-        .clone()
+    component_of(cell, src, wasm9p_tests::c_http_p3)
 }
 
 fn files() -> PathBuf {
