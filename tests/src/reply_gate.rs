@@ -8,8 +8,14 @@
 //! answered, before anything the test does next) until [`Held::release`]. Every other
 //! frame, both ways, passes at once and in order. One reply is held at a time per
 //! [`Held`]; several may be armed.
+//!
+//! [`ReplyGate::cut`] closes every connection relayed so far (the client sees the
+//! connection drop with its held requests unanswered), and
+//! [`ReplyGate::delay_connections`] makes later connections wait before they reach
+//! the server: together, a reconnect that takes as long as the test needs.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -47,6 +53,10 @@ pub struct ReplyGate {
     /// Where clients connect.
     pub addr: Addr,
     holds: Arc<Mutex<Holds>>,
+    /// Bumped by [`ReplyGate::cut`]; every relay ends when it changes.
+    cuts: watch::Sender<u64>,
+    /// How long a new connection waits before it is relayed.
+    delay: Arc<Mutex<Duration>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -94,15 +104,21 @@ impl ReplyGate {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let holds = Arc::new(Mutex::new(Holds::default()));
-        let shared = holds.clone();
+        let (cuts, cut_rx) = watch::channel(0);
+        let delay = Arc::new(Mutex::new(Duration::ZERO));
+        let shared = (holds.clone(), delay.clone());
         let task = tokio::spawn(async move {
             let mut conn = 0u64;
             while let Ok((client, _)) = listener.accept().await {
+                let wait = *shared.1.lock().unwrap();
+                tokio::time::sleep(wait).await;
                 let Ok(server) = TcpStream::connect(&upstream).await else {
                     continue;
                 };
                 conn += 1;
-                tokio::spawn(relay(conn, client, server, shared.clone()));
+                let mut cut = cut_rx.clone();
+                cut.mark_unchanged();
+                tokio::spawn(relay(conn, client, server, shared.0.clone(), cut));
             }
         });
         ReplyGate {
@@ -111,8 +127,20 @@ impl ReplyGate {
                 port,
             },
             holds,
+            cuts,
+            delay,
             task,
         }
+    }
+
+    /// Closes every connection relayed so far, both sides, held replies unsent.
+    pub fn cut(&self) {
+        self.cuts.send_modify(|n| *n += 1);
+    }
+
+    /// Connections accepted from now on wait `by` before they reach the server.
+    pub fn delay_connections(&self, by: Duration) {
+        *self.delay.lock().unwrap() = by;
     }
 
     /// Holds back the reply to the next request `picks` chooses (from now on).
@@ -149,7 +177,13 @@ fn tag_of(frame: &[u8]) -> u16 {
     u16::from_le_bytes([frame[5], frame[6]])
 }
 
-async fn relay(conn: u64, client: TcpStream, server: TcpStream, holds: Arc<Mutex<Holds>>) {
+async fn relay(
+    conn: u64,
+    client: TcpStream,
+    server: TcpStream,
+    holds: Arc<Mutex<Holds>>,
+    mut cut: watch::Receiver<u64>,
+) {
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let (mut client_in, mut client_out) = client.into_split();
@@ -185,7 +219,17 @@ async fn relay(conn: u64, client: TcpStream, server: TcpStream, holds: Arc<Mutex
             }
         }
     });
-    while let Some(frame) = read_frame(&mut server_in).await {
+    loop {
+        let frame = tokio::select! {
+            frame = read_frame(&mut server_in) => frame,
+            _ = cut.changed() => {
+                writer.abort();
+                break;
+            }
+        };
+        let Some(frame) = frame else {
+            break;
+        };
         let held = {
             let mut holds = holds.lock().unwrap();
             let at = holds

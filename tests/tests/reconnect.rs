@@ -5,7 +5,8 @@
 //! reopened), a file renamed through the mount is found at its new name, an unlinked
 //! one is stale (ESTALE) rather than another file, reads in flight are sent again, a
 //! write the server did not acknowledge fails (EIO) and is never reported done when it
-//! is not on the server, and a server that does not come back ends in EIO, not a hang.
+//! is not on the server, a call that waited out a cut finds its fids restored, and a
+//! server that does not come back ends in EIO, not a hang.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,9 +17,11 @@ use wasm9p_guest_fs::backend::OpenFlags;
 use wasm9p_guest_fs::client::{ClientConfig, Session};
 use wasm9p_guest_fs::mount_options::NinepOptions;
 use wasm9p_guest_fs::namespace::Namespace;
-use wasm9p_proto::{Addr, Errno};
+use wasm9p_proto::consts::open;
+use wasm9p_proto::{Addr, Errno, Message};
 use wasm9p_server::{ExportConfig, ServerConfig};
 use wasm9p_tests::fault_proxy::{Direction, Fault, FaultProxy, Schedule};
+use wasm9p_tests::reply_gate::ReplyGate;
 use wasm9p_tests::{TestServer, Tree};
 
 async fn mount(addr: &Addr, cache: &str, timeout: Duration) -> (Namespace, Arc<NinepFs>) {
@@ -372,4 +375,57 @@ async fn a_fid_whose_clunk_went_unanswered_is_retired_until_a_reconnect_gives_it
         assert_eq!(ns.getattr("/a", true).await.unwrap().size, 5);
     }
     assert_eq!(session.lost_fids(), 0);
+}
+
+/// A call that waited for a free slot while the connection went must wait for the
+/// reconnect to restore its fid, not fail ESTALE because the fid was not restored
+/// *yet* (found by `connections_cut_again_and_again_lose_no_acknowledged_write`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_waited_for_its_slot_through_a_cut_waits_for_its_fid_to_be_restored() {
+    let dir = Tree::build(&[Tree::file("f", "four")]);
+    let server = TestServer::tcp(dir.path());
+    let gate = ReplyGate::start(&server.addr).await;
+    let config = ClientConfig {
+        timeout: Duration::from_secs(10),
+        msize: 65536,
+        reconnect: true,
+        max_inflight: 1,
+        ..Default::default()
+    };
+    let session = Session::connect(&gate.addr, config).await.unwrap();
+    let root = session.attach("").await.unwrap();
+    let file = Arc::new(root.walk(&["f"]).await.unwrap().fid);
+    file.lopen(open::RDWR).await.unwrap();
+    // A first cut: from the first reconnect on, every request's fids are checked.
+    gate.cut();
+    assert_eq!(file.getattr().await.unwrap().size, 4);
+    assert_eq!(session.reconnects().reconnects, 1);
+
+    // A write holds the one slot, unanswered; a getattr waits for the slot.
+    let mut held = gate.hold_next(|m| matches!(m, Message::Twrite(_)));
+    let writing = tokio::spawn({
+        let file = file.clone();
+        async move { file.write(0, Bytes::from_static(b"FOUR")).await }
+    });
+    held.reply_held().await;
+    let statting = tokio::spawn({
+        let file = file.clone();
+        async move { file.getattr().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !statting.is_finished(),
+        "the getattr did not wait for the slot"
+    );
+    // The cut frees the slot (the write fails) while the new connection is slow.
+    gate.delay_connections(Duration::from_millis(300));
+    gate.cut();
+    assert_eq!(writing.await.unwrap(), Err(Errno::EIO));
+    let attr = tokio::time::timeout(Duration::from_secs(20), statting)
+        .await
+        .expect("the getattr hung")
+        .unwrap();
+    assert_eq!(attr.map(|a| a.size), Ok(4));
+    let stats = session.reconnects();
+    assert_eq!((stats.reconnects, stats.stale_fids), (2, 0), "{stats:?}");
 }

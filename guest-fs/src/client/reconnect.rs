@@ -13,7 +13,9 @@
 //!   the server may or may not have done it, and a write it did not acknowledge is
 //!   reported, never silently lost. A clunk in flight counts as done (the server
 //!   forgot every fid with the connection).
-//! - New calls wait (at most the session timeout) for the outcome.
+//! - New calls wait (at most the session timeout) for the outcome; so does a call that
+//!   was waiting for a free slot when the connection went and gets one (freed by a
+//!   failed write) before its fids are restored.
 //! - A supervisor task connects again (backoff 50 ms doubling to 1 s) until the session
 //!   timeout has passed since the loss, then gives up: the session is dead as without
 //!   reconnect. On a new connection it negotiates the version (the msize must not

@@ -442,8 +442,19 @@ impl Session {
     pub(crate) async fn start(&self, msg: Message) -> Result<Call, Errno> {
         self.inner.until_connected().await?;
         let permits = self.inner.permits.clone();
-        let permit = permits.acquire_owned().await.map_err(|_| Errno::EIO)?;
-        self.start_with(msg, permit)
+        let mut permit = permits.acquire_owned().await.map_err(|_| Errno::EIO)?;
+        let mut msg = msg;
+        loop {
+            match self.start_with(msg, permit) {
+                Started::Sent(call) => return call,
+                // The connection went while this call waited for its permit: wait for
+                // the fids to be restored, then check them again.
+                Started::NotYet(again, back) => {
+                    self.inner.until_connected().await?;
+                    (msg, permit) = (again, back);
+                }
+            }
+        }
     }
 
     /// Like [`Session::start`], but `None` instead of waiting when the session is at
@@ -454,19 +465,23 @@ impl Session {
             return None;
         }
         match self.inner.permits.clone().try_acquire_owned() {
-            Ok(permit) => Some(self.start_with(msg, permit)),
+            Ok(permit) => match self.start_with(msg, permit) {
+                Started::Sent(call) => Some(call),
+                Started::NotYet(..) => None,
+            },
             Err(tokio::sync::TryAcquireError::NoPermits) => None,
             Err(tokio::sync::TryAcquireError::Closed) => Some(Err(Errno::EIO)),
         }
     }
 
-    fn start_with(&self, msg: Message, permit: OwnedSemaphorePermit) -> Result<Call, Errno> {
+    fn start_with(&self, msg: Message, permit: OwnedSemaphorePermit) -> Started {
         let (tx, rx) = oneshot::channel();
         let mut st = lock(&self.inner.state);
         if st.dead {
-            return Err(Errno::EIO);
+            return Started::Sent(Err(Errno::EIO));
         }
         let epoch = st.epoch;
+        let reconnecting = st.next_out.is_some();
         let checks_fids = self.inner.reconnects.load(Ordering::Relaxed) > 0;
         let (retry, effect) = match &mut st.recipes {
             None => (false, Effect::None),
@@ -478,8 +493,12 @@ impl Session {
                         .into_iter()
                         .flatten()
                         .any(|fid| !recipes.bound(fid, epoch));
+                if stale && reconnecting {
+                    // A reconnect is under way and has not restored the fids yet.
+                    return Started::NotYet(msg, permit);
+                }
                 if stale {
-                    return Err(Errno::ESTALE);
+                    return Started::Sent(Err(Errno::ESTALE));
                 }
                 // Even if no tag is left to send it: a clunk that fails here has its
                 // number retired until a reconnect, which must not restore the fid.
@@ -487,7 +506,9 @@ impl Session {
                 (reconnect::retryable(&msg), Effect::of(&msg))
             }
         };
-        let tag = st.alloc_tag().ok_or(Errno::EAGAIN)?;
+        let Some(tag) = st.alloc_tag() else {
+            return Started::Sent(Err(Errno::EAGAIN));
+        };
         st.calls += 1;
         let id = st.calls;
         self.inner.counts.bump(msg.type_id());
@@ -519,8 +540,17 @@ impl Session {
         if !sent {
             self.inner.kill("writer gone");
         }
-        Ok(call)
+        Started::Sent(Ok(call))
     }
+}
+
+/// What [`Session::start_with`] did with a request.
+enum Started {
+    /// Sent (or refused for good).
+    Sent(Result<Call, Errno>),
+    /// Not sent: it uses a fid that a reconnect under way may yet restore. The
+    /// request and its permit come back, to try again once the reconnect is over.
+    NotYet(Message, OwnedSemaphorePermit),
 }
 
 /// A request on the wire. Dropping it before the reply sends Tflush.
