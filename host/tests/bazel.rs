@@ -3,8 +3,9 @@
 //! BuildGrid with two `wasm9p worker`s (`--config=wasm9p-remote`, see `farm`) makes
 //! the same bytes, every compile, archive and link remote; after `bazel clean` the
 //! farm's action cache serves it; a worker killed mid-build does not fail the build;
-//! zstd's library and a program on it build remotely as they build here; a compile
-//! error reaches the user as clang's message.
+//! zstd's library and a program on it build remotely as they build here, and without
+//! the bytes (`--remote_download_minimal` fetches nothing, `--remote_download_toplevel`
+//! the program alone); a compile error reaches the user as clang's message.
 //!
 //! One Bazel output root per test binary, under the target directory (so that the
 //! workspace and Bazel's output base share a directory `wasm9p cc` can take as its
@@ -373,4 +374,39 @@ fn zstd_and_a_program_on_it_build_on_the_farm_as_here_and_the_program_round_trip
     assert!(std::fs::read(ws.path().join("out.txt")).unwrap() == input);
     let packed = std::fs::metadata(ws.path().join("in.zst")).unwrap().len();
     assert!(packed < input.len() as u64 / 4, "{packed} bytes compressed");
+
+    // Build without the Bytes: the outputs stay in the farm's CAS...
+    let objects = |found: &BTreeMap<PathBuf, Vec<u8>>| {
+        found
+            .keys()
+            .filter(|p| p.extension().is_some_and(|e| e == "o"))
+            .count()
+    };
+    assert!(objects(&local) > 30, "{:?}", local.keys());
+    clean(ws.path());
+    let minimal = [strs(&remote), vec!["--remote_download_minimal", "//..."]].concat();
+    build(ws.path(), &minimal);
+    let kept = if bin.exists() {
+        outputs(&bin)
+    } else {
+        BTreeMap::new()
+    };
+    assert_eq!(objects(&kept), 0, "nothing fetched: {:?}", kept.keys());
+    assert!(
+        !kept.keys().any(|p| p.ends_with("zpipe")),
+        "{:?}",
+        kept.keys()
+    );
+    // ... and with the top level fetched, the program, as here, without its objects.
+    clean(ws.path());
+    let toplevel = [strs(&remote), vec!["--remote_download_toplevel", "//..."]].concat();
+    build(ws.path(), &toplevel);
+    let fetched = outputs(&bin);
+    assert_eq!(objects(&fetched), 0, "{:?}", fetched.keys());
+    let program = Path::new("zpipe");
+    assert!(
+        fetched.get(program) == local.get(program),
+        "zpipe fetched as built here: {:?}",
+        fetched.keys()
+    );
 }

@@ -26,6 +26,52 @@ fn message(response: &v2::ExecuteResponse) -> String {
         .unwrap_or_default()
 }
 
+/// The result's `execution_metadata`, as BuildGrid passed it on: the worker's name and
+/// every phase's timestamps, in order (the queued one is the scheduler's).
+fn assert_phases_in_order(result: &v2::ActionResult) {
+    let m = result
+        .execution_metadata
+        .as_ref()
+        .expect("execution metadata");
+    assert!(!m.worker.is_empty(), "{m:?}");
+    let phases = [
+        ("worker_start", &m.worker_start_timestamp),
+        ("input_fetch_start", &m.input_fetch_start_timestamp),
+        ("input_fetch_completed", &m.input_fetch_completed_timestamp),
+        ("execution_start", &m.execution_start_timestamp),
+        ("execution_completed", &m.execution_completed_timestamp),
+        ("output_upload_start", &m.output_upload_start_timestamp),
+        (
+            "output_upload_completed",
+            &m.output_upload_completed_timestamp,
+        ),
+        ("worker_completed", &m.worker_completed_timestamp),
+    ];
+    // BuildGrid fills the queued time (and replaces the worker's start and completion
+    // with its lease's, which enclose the rest).
+    assert!(m.queued_timestamp.is_some(), "{m:?}");
+    let mut last = (String::from("queued"), m.queued_timestamp);
+    for (name, at) in phases {
+        let at = (*at).unwrap_or_else(|| panic!("no {name} in {m:?}"));
+        let nanos = |t: &wasm9p_remote::apis::protobuf::Timestamp| {
+            t.seconds as i128 * 1_000_000_000 + t.nanos as i128
+        };
+        if let Some(before) = &last.1 {
+            assert!(
+                nanos(before) <= nanos(&at),
+                "{} after {name}: {m:?}",
+                last.0
+            );
+        }
+        last = (name.to_owned(), Some(at));
+    }
+    let executed = m
+        .virtual_execution_duration
+        .as_ref()
+        .expect("virtual_execution_duration");
+    assert!(executed.seconds >= 0 && executed.nanos >= 0, "{m:?}");
+}
+
 /// Runs `args` on `root` in `pool`: the response.
 fn run(
     client: &Client,
@@ -67,6 +113,7 @@ fn an_action_runs_as_a_guest_with_its_outputs_streams_and_exit_code() {
     let result = response.result.clone().unwrap();
     assert_eq!(result.exit_code, 0);
     assert_eq!(stdout_of(&client, &response), "wrote out/deep/x.txt\n");
+    assert_phases_in_order(&result);
     let file = &result.output_files[0];
     assert_eq!(file.path, "out/deep/x.txt");
     assert_eq!(&client.blob(file.digest.as_ref().unwrap())[..], b"written");
@@ -575,4 +622,82 @@ fn a_guest_past_the_memory_limit_fails_resource_exhausted_and_writes_past_the_ou
         "{}",
         String::from_utf8_lossy(&stderr)
     );
+}
+
+/// One `--stats` number of an action.
+fn stat(action: &serde_json::Value, name: &str) -> u64 {
+    action[name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {name} in {action}"))
+}
+
+#[test]
+fn a_cold_worker_prefetches_what_its_profile_lists_and_a_stale_profile_changes_no_result() {
+    let farm = Farm::get();
+    let pool = "profiles";
+    let client = Client::new(farm);
+    let cat = |root: Root, files: &[&str]| {
+        let mut args = vec!["bin/tool.wasm", "cat"];
+        args.extend(files);
+        let response = run(&client, root.make(), &args, &[], pool, None);
+        assert_eq!(code(&response), 0, "{}", message(&response));
+        stdout_of(&client, &response)
+    };
+    let tool = || Root::default().file("bin/tool.wasm", guest(), true);
+
+    // The first action of its kind: no profile; it records one.
+    let worker = Worker::start(farm, pool, &["--jobs", "1"]);
+    let first = tool()
+        .file("data/a", "profile a\n", false)
+        .file("data/b", "profile b\n", false)
+        .file("data/c", "profile c\n", false)
+        .file("data/x", "profile x\n", false);
+    let out = cat(first, &["data/a", "data/b", "data/c", "data/x"]);
+    assert_eq!(out, "profile a\nprofile b\nprofile c\nprofile x\n");
+    let took = &worker.actions()[0];
+    assert_eq!(stat(took, "profile_paths"), 0, "{took}");
+    assert_eq!(stat(took, "prefetched_blobs"), 0, "{took}");
+
+    // The same worker's profiles, none of its blobs: a cold worker.
+    let dir = worker.kill();
+    std::fs::remove_dir_all(dir.path().join("cas")).unwrap();
+    let worker = Worker::start_in(farm, pool, &["--jobs", "1"], dir);
+    // An action of the same kind (same program, same mode, same top-level names) on
+    // another tree: the profile's data/a is gone, data/b has other bytes, data/x is
+    // there but not read, data/d is read but not in the profile.
+    let second = || {
+        tool()
+            .file("data/b", "profile b, changed\n", false)
+            .file("data/c", "profile c\n", false)
+            .file("data/x", "profile x\n", false)
+            .file("data/d", "profile d\n", false)
+    };
+    let out = cat(second(), &["data/b", "data/c", "data/d"]);
+    assert_eq!(out, "profile b, changed\nprofile c\nprofile d\n");
+    let took = &worker.actions()[0];
+    assert_eq!(stat(took, "profile_paths"), 4, "{took}");
+    // b (as it is now), c and x came in before the guest started; the guest fetched
+    // only data/d itself, besides the program the worker fetched to load it.
+    assert_eq!(stat(took, "prefetched_blobs"), 3, "{took}");
+    assert_eq!(stat(took, "blobs_fetched"), 2, "{took}");
+    assert_eq!(stat(took, "files_read"), 3, "{took}");
+
+    // The next one has the profile the second recorded: b, c, d; all in the store.
+    let out = cat(second(), &["data/d", "data/c"]);
+    assert_eq!(out, "profile d\nprofile c\n");
+    let took = &worker.actions()[1];
+    assert_eq!(stat(took, "profile_paths"), 3, "{took}");
+    assert_eq!(stat(took, "prefetched_blobs"), 0, "{took}");
+    assert_eq!(stat(took, "blobs_fetched"), 0, "{took}");
+
+    // --no-prefetch: cold again, every file fetched as it is read.
+    let dir = worker.kill();
+    std::fs::remove_dir_all(dir.path().join("cas")).unwrap();
+    let worker = Worker::start_in(farm, pool, &["--jobs", "1", "--no-prefetch"], dir);
+    let out = cat(second(), &["data/b", "data/c", "data/d"]);
+    assert_eq!(out, "profile b, changed\nprofile c\nprofile d\n");
+    let took = &worker.actions()[0];
+    assert_eq!(stat(took, "profile_paths"), 0, "{took}");
+    assert_eq!(stat(took, "prefetched_blobs"), 0, "{took}");
+    assert_eq!(stat(took, "blobs_fetched"), 4, "{took}");
 }

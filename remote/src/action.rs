@@ -7,11 +7,14 @@
 //! not read for an earlier action; the files' bytes stay where they are); the tree
 //! and the outputs checked; `arguments[0]` found in the input root (from the working
 //! directory, symlinks followed inside the root: [`InputTree::resolve`]) and its
-//! module fetched and loaded ([`Guests::load`]); the parents of the outputs made; then
-//! the guest runs ([`Guests::run`]) on the input root, served by an [`ActionFs`] whose
+//! module fetched and loaded ([`Guests::load`]), while the files that the access
+//! profile of the action's kind lists are prefetched (`profiles`, `prefetch`); the
+//! parents of the outputs made; once the prefetch is in, the guest runs
+//! ([`Guests::run`]) on the input root, served by an [`ActionFs`] whose
 //! writable layer takes what it writes, with a private `/tmp`, the `Command`'s
 //! working directory and environment. Then its outputs are read back and uploaded
-//! with its stdout and stderr.
+//! with its stdout and stderr, and the files the guest read recorded as its kind's
+//! profile.
 //!
 //! Each bad input fails this action only, with a status a client can act on:
 //! INVALID_ARGUMENT for what the action gets wrong (a payload that is no action, a
@@ -37,6 +40,8 @@ use crate::directories::Directories;
 use crate::layer::{ActionFs, FetchWaits};
 use crate::lease::{code, Outcome};
 use crate::outputs::{self, OutputError};
+use crate::prefetch;
+use crate::profiles::{ProfileKey, Profiles};
 use crate::store::{ContentStore, Counted, FetchError};
 use crate::timeline::Timeline;
 use crate::tree::InputTree;
@@ -132,6 +137,8 @@ pub struct Actions<G: Guests> {
     pub name: String,
     /// The runtime CAS requests go on (the actions' threads block on it).
     pub runtime: tokio::runtime::Handle,
+    /// Access profiles, recorded and prefetched from (`None`: neither).
+    pub profiles: Option<Profiles>,
 }
 
 /// A lease to run.
@@ -169,6 +176,12 @@ pub struct ActionStats {
     pub input_root_bytes: u64,
     /// 9P requests to the input root.
     pub rpcs_9p: u64,
+    /// Paths in the access profile of the action's kind (0: none was recorded).
+    pub profile_paths: u64,
+    /// Blobs prefetched from the CAS for those paths (the store lacked them).
+    pub prefetched_blobs: u64,
+    /// Their bytes.
+    pub prefetched_bytes: u64,
     /// Milliseconds loading the program.
     pub load_ms: u64,
     /// Milliseconds running the guest.
@@ -228,10 +241,12 @@ impl<G: Guests> Actions<G> {
         let mut timeline = Timeline::start();
         // This action's fetches, counted apart from those of the actions beside it.
         let fetch = Arc::new(Counted::new(self.cas.clone()));
-        let outcome = match self.run_action(work, &fetch, &mut stats, &mut timeline) {
+        let prefetched = Arc::new(prefetch::Tally::default());
+        let outcome = match self.run_action(work, &fetch, &prefetched, &mut stats, &mut timeline) {
             Ok(outcome) | Err(outcome) => outcome,
         };
         (stats.blobs_fetched, stats.bytes_fetched) = fetch.fetched();
+        (stats.prefetched_blobs, stats.prefetched_bytes) = prefetched.fetched();
         stats.store_hits = fetch.hits();
         stats.status = outcome.status.code;
         stats.total_ms = started.elapsed().as_millis() as u64;
@@ -264,6 +279,7 @@ impl<G: Guests> Actions<G> {
         &self,
         work: &Work,
         fetch: &Arc<Counted<Cas>>,
+        prefetched: &Arc<prefetch::Tally>,
         stats: &mut ActionStats,
         timeline: &mut Timeline,
     ) -> Result<Outcome, Failed> {
@@ -303,6 +319,23 @@ impl<G: Guests> Actions<G> {
             Some(crate::tree::TreeNode::File { digest, .. }) => *digest,
             _ => return Err(not_a_file()),
         };
+        let tree = Arc::new(tree);
+        let profile = self.profiles.as_ref().map(|profiles| {
+            let key = ProfileKey::of(program_digest, &command, &wd, &tree);
+            (profiles, key)
+        });
+        let mut prefetching = profile.as_ref().map(|(profiles, key)| {
+            let paths = profiles.load(key);
+            stats.profile_paths = paths.len() as u64;
+            let digests = prefetch::wanted(&paths, &tree, &self.store);
+            let task = rt.spawn(prefetch::prefetch(
+                self.store.clone(),
+                prefetched.clone(),
+                self.cas.clone(),
+                digests,
+            ));
+            AbortOnDrop(task)
+        });
         let blob = rt
             .block_on(self.store.get(program_digest, &**fetch))
             .map_err(fetch_failed)?;
@@ -330,7 +363,7 @@ impl<G: Guests> Actions<G> {
         std::fs::create_dir(&tmp).map_err(|e| internal(format!("a scratch directory: {e}")))?;
         let fs = Arc::new(
             ActionFs::new(
-                Arc::new(tree),
+                tree,
                 self.store.clone(),
                 fetch.clone(),
                 scratch.path().join("layer"),
@@ -346,6 +379,14 @@ impl<G: Guests> Actions<G> {
         for dir in dirs {
             rt.block_on(fs.make_dirs(&dir))
                 .map_err(|e| invalid(format!("the directory {dir:?} cannot be made: {e}")))?;
+        }
+
+        // The guest starts with its profile's files in (fetched in a few batches while
+        // the program loaded): a wait for its inputs, counted as such.
+        if let Some(task) = prefetching.as_mut() {
+            let waiting = Instant::now();
+            let _ = rt.block_on(&mut task.0);
+            fs.fetch_waits().add(waiting.elapsed());
         }
 
         // The guest, stopped when the lease is taken back or its time is up.
@@ -390,6 +431,11 @@ impl<G: Guests> Actions<G> {
         timeline.lazy_fetch = fs.fetch_waits().total();
         drop(watch);
         let ran = ran.map_err(|e| internal(format!("the guest could not be started: {e}")))?;
+        if let (Some((profiles, key)), Ended::Exited(_)) = (&profile, &ran.ended) {
+            if let Err(e) = profiles.save(key, &fs.paths_read()) {
+                tracing::warn!("the access profile {}: {e}", key.hex());
+            }
+        }
         let code = ran.ended.exit_code();
         stats.exit_code = Some(code);
         stats.rpcs_9p = ran.rpcs_9p;
@@ -449,6 +495,16 @@ impl<G: Guests> Actions<G> {
             outcome.status.message = format!("the action ran past its timeout of {secs} s");
         }
         Ok(outcome)
+    }
+}
+
+/// Aborts its task when dropped: the prefetch of an action that failed before its
+/// guest started.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

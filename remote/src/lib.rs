@@ -20,6 +20,9 @@
 //!   they saw in an earlier action;
 //! - [`outputs`]: what an action made, as an `ActionResult` (files, directories as
 //!   `Tree`s, symlinks), uploaded;
+//! - [`profiles`] and [`prefetch`]: which input files the actions of one kind read,
+//!   kept across actions and restarts, and fetched in batches for the next action of
+//!   that kind before its guest asks (never trusted: a path is looked up afresh);
 //! - [`lease`]: a lease's states and the moves between them, apart from the gRPC;
 //! - [`bots`]: the Remote Workers API bot session (v1test2), as BuildGrid's Bots
 //!   service speaks it;
@@ -41,6 +44,8 @@ pub mod directories;
 pub mod layer;
 pub mod lease;
 pub mod outputs;
+pub mod prefetch;
+pub mod profiles;
 pub mod store;
 pub mod timeline;
 pub mod tree;

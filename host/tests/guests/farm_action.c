@@ -2,6 +2,7 @@
  *   write PATH TEXT    writes TEXT to PATH (its directories made first), prints
  *                      "wrote PATH"
  *   read PATH          prints PATH's bytes
+ *   cat PATH...        prints each PATH's bytes in turn
  *   sleep SECONDS      sleeps (one WASI call), prints "slept"
  *   spin               computes for ever without a WASI call
  *   alloc MIB          touches MIB MiB of memory, prints "allocated"
@@ -37,15 +38,18 @@ int main(int argc, char **argv) {
         printf("wrote %s\n", argv[2]);
         return 0;
     }
-    if (!strcmp(mode, "read") && argc == 3) {
-        FILE *f = fopen(argv[2], "r");
-        if (!f) {
-            perror(argv[2]);
-            return 1;
+    if ((!strcmp(mode, "read") && argc == 3) || !strcmp(mode, "cat")) {
+        for (int i = 2; i < argc; i++) {
+            FILE *f = fopen(argv[i], "r");
+            if (!f) {
+                perror(argv[i]);
+                return 1;
+            }
+            int c;
+            while ((c = fgetc(f)) != EOF)
+                putchar(c);
+            fclose(f);
         }
-        int c;
-        while ((c = fgetc(f)) != EOF)
-            putchar(c);
         return 0;
     }
     if (!strcmp(mode, "sleep") && argc == 3) {

@@ -19,7 +19,8 @@
 //! - **Bounded.** The bytes written (copies up included) are at most the layer's
 //!   `limit`: past it a write is ENOSPC.
 //! - **Counted.** Files of the tree read, their bytes, and bytes fetched for them
-//!   ([`ActionFs::stats`]): what the laziness of an input root is measured by.
+//!   ([`ActionFs::stats`]): what the laziness of an input root is measured by; and
+//!   which files were read, in order ([`ActionFs::paths_read`]), for access profiles.
 
 mod inspect;
 
@@ -120,6 +121,8 @@ struct Layer {
     changed: HashMap<u64, u32>,
     /// Tree files read (for the stats).
     read: HashSet<u64>,
+    /// The same, in the order of their first reads.
+    read_order: Vec<u64>,
     bytes_of_files_read: u64,
     /// Bytes the layer's files hold.
     bytes: u64,
@@ -246,6 +249,17 @@ impl ActionFs {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The paths of the tree files read so far, in the order of their first reads.
+    pub fn paths_read(&self) -> Vec<String> {
+        let layer = self.lock();
+        layer
+            .read_order
+            .iter()
+            .filter_map(|id| self.by_id.get(id))
+            .map(|i| self.tree.node(*i).1.clone())
+            .collect()
     }
 
     /// What it has done so far.
@@ -618,6 +632,7 @@ impl NodeFs for ActionFs {
                             let mut layer = self.lock();
                             if layer.read.insert(node) {
                                 layer.bytes_of_files_read += digest.size();
+                                layer.read_order.push(node);
                             }
                         }
                         (self.blob(node, digest).await?, digest.size())

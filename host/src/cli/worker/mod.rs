@@ -31,6 +31,7 @@ use wasm9p_remote::action::{ActionStats, Actions};
 use wasm9p_remote::bots::Bot;
 use wasm9p_remote::cas::Cas;
 use wasm9p_remote::directories::Directories;
+use wasm9p_remote::profiles::Profiles;
 use wasm9p_remote::store::ContentStore;
 use wasm9p_remote::worker::Reports;
 
@@ -82,6 +83,10 @@ pub struct WorkerArgs {
     /// The most bytes an action's outputs may take (K, M or G; default 1G).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub max_output: Option<u64>,
+    /// Neither record which input files actions read nor prefetch them for the next
+    /// action of their kind (the profiles are kept in the cache directory's `profiles`).
+    #[arg(long)]
+    pub no_prefetch: bool,
 }
 
 /// The worker's directory: `--cache-dir`, else `~/.cache/wasm9p/worker`.
@@ -181,6 +186,13 @@ pub fn worker(args: WorkerArgs) -> ExitCode {
             .module_cache
             .clone()
             .unwrap_or_else(|| dir.join("modules"));
+        let profiles = match args.no_prefetch {
+            true => None,
+            false => Some(
+                Profiles::open(&dir.join("profiles"))
+                    .map_err(|e| format!("{}: {e}", dir.join("profiles").display()))?,
+            ),
+        };
         let actions = Actions {
             cas: Cas::new(cas_channel, &args.instance),
             directories: Directories::new(DIRECTORIES_KEPT),
@@ -191,6 +203,7 @@ pub fn worker(args: WorkerArgs) -> ExitCode {
             output_limit: args.max_output.unwrap_or(1 << 30),
             name: id.clone(),
             runtime: runtime.handle().clone(),
+            profiles,
         };
         let bot = Bot {
             id,
@@ -290,6 +303,7 @@ struct Totals {
     blobs_fetched: u64,
     bytes_fetched: u64,
     store_hits: u64,
+    prefetched_blobs: u64,
     rpcs_9p: u64,
     run_ms: u64,
 }
@@ -318,6 +332,7 @@ impl Stats {
             t.blobs_fetched += took.blobs_fetched;
             t.bytes_fetched += took.bytes_fetched;
             t.store_hits += took.store_hits;
+            t.prefetched_blobs += took.prefetched_blobs;
             t.rpcs_9p += took.rpcs_9p;
             t.run_ms += took.run_ms;
         }
@@ -332,6 +347,7 @@ impl Stats {
             "blobs_fetched": t.blobs_fetched,
             "bytes_fetched": t.bytes_fetched,
             "store_hits": t.store_hits,
+            "prefetched_blobs": t.prefetched_blobs,
             "rpc_9p": t.rpcs_9p,
             "run_ms": t.run_ms,
         }}));
@@ -352,6 +368,9 @@ fn action_json(took: &ActionStats) -> serde_json::Value {
         "bytes_of_files_read": took.bytes_of_files_read,
         "input_root_bytes": took.input_root_bytes,
         "rpc_9p": took.rpcs_9p,
+        "profile_paths": took.profile_paths,
+        "prefetched_blobs": took.prefetched_blobs,
+        "prefetched_bytes": took.prefetched_bytes,
         "load_ms": took.load_ms,
         "run_ms": took.run_ms,
         "total_ms": took.total_ms,
