@@ -12,6 +12,8 @@ The repository has, from the toolchain directory (`WASM9P_TOOLCHAIN`, else what
 - `llvm.core.wasm` and `sysroot/` (`usr/include`, `usr/lib`), copied;
 - `wasi/clang`, `wasi/ar`, ...: links to clang.wasm under each tool's name, what a
   worker runs;
+- `runner/test` (`:test_runner`): what a wasm test runs under here (`--run_under`),
+  `wasm9p run` on the same root with the test's variables;
 - `host/clang`, `host/ar`, ...: scripts that run the same tools through `wasm9p cc`
   here (the `wasm9p` of `WASM9P`, else the one on PATH), made for this machine: the
   guest sees the directory that holds the workspace and Bazel's output base at its
@@ -117,6 +119,23 @@ def _clang_wasm_impl(rctx):
             ),
             "",
         ]), executable = True)
+
+    # Bazel's test-setup.sh runs a test's binary itself, and this machine cannot run a
+    # wasm file: under `test:wasm9p --run_under=@<name>//:test_runner` it runs this,
+    # which runs the test as a guest of `wasm9p run` on the same root, in the test's
+    # runfiles, with the test's variables (a worker does the script's part itself).
+    rctx.file("runner/test", "\n".join([
+        "#!/bin/bash",
+        "# A wasm test binary as a guest of wasm9p run, made for this machine by @wasm9p//:defs.bzl",
+        "args=()",
+        "while IFS= read -r -d '' entry; do",
+        "  case \"$entry\" in",
+        "    TEST_*=* | XML_OUTPUT_FILE=* | RUNFILES_*=* | TZ=* | GTEST_*=*) args+=(--env \"$entry\") ;;",
+        "  esac",
+        "done < <(env -0)",
+        "exec env {} {} run --root {} \"${{args[@]}}\" \"$@\"".format(env, _quote(wasm9p), _quote(root)),
+        "",
+    ]), executable = True)
 
     rctx.template(
         "BUILD.bazel",

@@ -5,7 +5,9 @@
 //! farm's action cache serves it; a worker killed mid-build does not fail the build;
 //! zstd's library and a program on it build remotely as they build here, and without
 //! the bytes (`--remote_download_minimal` fetches nothing, `--remote_download_toplevel`
-//! the program alone); a compile error reaches the user as clang's message.
+//! the program alone); a compile error reaches the user as clang's message; `bazel
+//! test` runs wasm tests here and on the farm (pass, fail, logs, test.xml, shards,
+//! TIMEOUT), the demo's test among them.
 //!
 //! One Bazel output root per test binary, under the target directory (so that the
 //! workspace and Bazel's output base share a directory `wasm9p cc` can take as its
@@ -318,6 +320,7 @@ fn workspace(name: &str) -> tempfile::TempDir {
             "local_repository(name = \"wasm9p\", path = \"{e}\")\n\
              local_repository(name = \"rules_cc\", path = \"{e}/offline/rules_cc\")\n\
              local_repository(name = \"rules_java\", path = \"{e}/offline/rules_java\")\n\
+             local_repository(name = \"remote_coverage_tools\", path = \"{e}/offline/remote_coverage_tools\")\n\
              load(\"@wasm9p//:defs.bzl\", \"clang_wasm\")\n\
              clang_wasm(name = \"clang_wasm\")\n",
             e = examples.display()
@@ -409,4 +412,108 @@ fn zstd_and_a_program_on_it_build_on_the_farm_as_here_and_the_program_round_trip
         "zpipe fetched as built here: {:?}",
         fetched.keys()
     );
+}
+
+/// `bazel test ARGS`: its exit code, its output, and each test's status as its summary
+/// says (`//:passes` PASSED, FAILED, TIMEOUT, ...).
+fn bazel_test(workspace: &Path, args: &[&str]) -> (i32, String, BTreeMap<String, String>) {
+    let mut all = vec!["test", "--symlink_prefix=/"];
+    all.extend_from_slice(args);
+    let out = bazel(workspace, &all);
+    let log = text(&out);
+    let statuses = log
+        .lines()
+        .filter(|l| l.starts_with("//"))
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let target = words.next()?;
+            let status = words.find(|w| w.chars().all(|c| c.is_ascii_uppercase()))?;
+            Some((target.to_owned(), status.to_owned()))
+        })
+        .collect();
+    (out.status.code().unwrap_or(-1), log, statuses)
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn bazel_test_runs_wasm_tests_here_and_on_the_farm_with_their_logs_xml_shards_and_timeouts() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let farm = Farm::get();
+    let ws = workspace("tests");
+    let project = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/projects/bazel-tests");
+    for file in ["BUILD.bazel", "tests.c", "data.txt"] {
+        std::fs::copy(project.join(file), ws.path().join(file)).unwrap();
+    }
+    let _workers = workers(farm);
+    let remote = remote_args(farm);
+    let testlogs = {
+        let out = bazel(ws.path(), &["info", "--config=wasm9p", "bazel-testlogs"]);
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    };
+    let demo = examples().join("demo");
+    for (where_, config) in [("here", vec!["--config=wasm9p"]), ("remote", strs(&remote))] {
+        let args = [config.clone(), vec!["//:passes", "//:fails", "//:sharded"]].concat();
+        let (code, log, status) = bazel_test(ws.path(), &args);
+        assert_eq!(code, 3, "{where_}: some tests failed: {log}");
+        assert_eq!(status["//:passes"], "PASSED", "{where_}: {log}");
+        assert_eq!(status["//:fails"], "FAILED", "{where_}: {log}");
+        assert_eq!(status["//:sharded"], "PASSED", "{where_}: {log}");
+        if where_ == "remote" {
+            assert!(log.contains("remote"), "{log}");
+            assert!(!log.contains(" local"), "nothing ran here: {log}");
+        }
+        // The logs Bazel shows, and the test.xml it reads.
+        let passes = read(&testlogs.join("passes/test.log"));
+        for check in [
+            "data.txt from the runfiles",
+            "a file written in TEST_TMPDIR",
+        ] {
+            assert!(
+                passes.contains(&format!("ok: {check}")),
+                "{where_}: {passes}"
+            );
+        }
+        assert!(passes.contains("0 checks failed"), "{where_}: {passes}");
+        let fails = read(&testlogs.join("fails/test.log"));
+        assert!(fails.contains("expected 4, got 5"), "{where_}: {fails}");
+        let xml = read(&testlogs.join("fails/test.xml"));
+        assert!(
+            xml.contains("exited with error code 1") && xml.contains("expected 4, got 5"),
+            "{where_}: {xml}"
+        );
+        let xml = read(&testlogs.join("passes/test.xml"));
+        assert!(xml.contains(r#"errors="0""#), "{where_}: {xml}");
+        // Two shards, each told which it is.
+        for (i, dir) in ["shard_1_of_2", "shard_2_of_2"].iter().enumerate() {
+            let shard = read(&testlogs.join("sharded").join(dir).join("test.log"));
+            assert!(
+                shard.contains(&format!("shard {i} of 2")),
+                "{where_}: {shard}"
+            );
+        }
+        // Past its timeout: TIMEOUT, in about the timeout.
+        let started = Instant::now();
+        let args = [config.clone(), vec!["--test_timeout=3", "//:sleeps"]].concat();
+        let (code, log, status) = bazel_test(ws.path(), &args);
+        assert_eq!(code, 3, "{where_}: {log}");
+        assert_eq!(status["//:sleeps"], "TIMEOUT", "{where_}: {log}");
+        assert!(
+            started.elapsed() < Duration::from_secs(50),
+            "{where_}: stopped at its timeout, not when it woke: {:?}",
+            started.elapsed()
+        );
+        // And the next test runs.
+        let args = [config.clone(), vec!["--nocache_test_results", "//:passes"]].concat();
+        let (code, log, status) = bazel_test(ws.path(), &args);
+        assert_eq!((code, status["//:passes"].as_str()), (0, "PASSED"), "{log}");
+
+        // The demo's test.
+        let args = [config, vec!["//:shapes_test"]].concat();
+        let (code, log, status) = bazel_test(&demo, &args);
+        assert_eq!(code, 0, "{where_}: {log}");
+        assert_eq!(status["//:shapes_test"], "PASSED", "{where_}: {log}");
+    }
 }

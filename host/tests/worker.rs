@@ -317,22 +317,24 @@ fn a_cancelled_or_timed_out_action_stops_its_guest_and_the_next_one_runs() {
     let client = Client::new(farm);
     let root = Root::default().file("tool.wasm", guest(), true).make();
     client.upload(root.blobs.clone());
-    // A guest computing without a WASI call, past its timeout.
-    let action = client.action(
-        root.digest,
-        &["tool.wasm", "spin"],
-        &[],
-        pool,
-        Some(Duration::from_secs(2)),
-    );
-    let started = Instant::now();
-    let response = client.execute(action, |_| {});
-    assert_eq!(code(&response), DEADLINE_EXCEEDED, "{}", message(&response));
-    assert!(
-        started.elapsed() < Duration::from_secs(30),
-        "{:?}",
-        started.elapsed()
-    );
+    // Past its timeout: a guest computing without a WASI call, and one asleep in one
+    // long WASI call (stopped in its sleep).
+    for argv in [&["tool.wasm", "spin"][..], &["tool.wasm", "sleep", "60"]] {
+        let action = client.action(root.digest, argv, &[], pool, Some(Duration::from_secs(2)));
+        let started = Instant::now();
+        let response = client.execute(action, |_| {});
+        assert_eq!(
+            code(&response),
+            DEADLINE_EXCEEDED,
+            "{argv:?}: {}",
+            message(&response)
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{argv:?}: {:?}",
+            started.elapsed()
+        );
+    }
     // Cancelled by the client while it spins: the guest is stopped.
     let action = client.action(
         root.digest,

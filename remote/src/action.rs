@@ -32,9 +32,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use prost::Message;
 
 use crate::apis::v2;
+use crate::bazel_test;
 use crate::cas::Cas;
 use crate::directories::Directories;
 use crate::layer::{ActionFs, FetchWaits};
@@ -304,18 +306,34 @@ impl<G: Guests> Actions<G> {
         let wd = outputs::working_dir(&command).map_err(output_failed)?;
         stats.input_root_bytes = tree.files().map(|d| d.size()).sum();
 
-        // The program: arguments[0], a wasm file of the input root.
-        let argv0 = command
-            .arguments
+        // The program: arguments[0], a wasm file of the input root; for a Bazel test
+        // action, the test binary after test-setup.sh, run as the script would run it.
+        let test =
+            bazel_test::is_test(&command).then(|| bazel_test::test_setup(&command, &wd, &tree));
+        let (argv, start_dir, env, what) = match &test {
+            Some(t) => (
+                t.argv.clone(),
+                t.working_dir.clone(),
+                t.env.clone(),
+                "the test binary",
+            ),
+            None => (
+                command.arguments.clone(),
+                wd.clone(),
+                command
+                    .environment_variables
+                    .iter()
+                    .map(|v| (v.name.clone(), v.value.clone()))
+                    .collect(),
+                "arguments[0]",
+            ),
+        };
+        let argv0 = argv
             .first()
             .filter(|a| !a.is_empty())
             .ok_or_else(|| invalid("the Command has no arguments"))?;
-        let not_a_file = || {
-            invalid(format!(
-                "arguments[0] {argv0:?} is not a file of the input root"
-            ))
-        };
-        let program_digest = match tree.resolve(&wd, argv0).map(|i| &tree.node(i).0) {
+        let not_a_file = || invalid(format!("{what} {argv0:?} is not a file of the input root"));
+        let program_digest = match tree.resolve(&start_dir, argv0).map(|i| &tree.node(i).0) {
             Some(crate::tree::TreeNode::File { digest, .. }) => *digest,
             _ => return Err(not_a_file()),
         };
@@ -342,8 +360,12 @@ impl<G: Guests> Actions<G> {
         let mut magic = [0u8; 4];
         use std::os::unix::fs::FileExt;
         if blob.read_exact_at(&mut magic, 0).is_err() || &magic != b"\0asm" {
+            let only = match test {
+                Some(_) => " (this worker runs tests built for wasm only)",
+                None => "",
+            };
             return Err(invalid(format!(
-                "arguments[0] {argv0:?} is not a wasm module or component"
+                "{what} {argv0:?} is not a wasm module or component{only}"
             )));
         }
         let loading = Instant::now();
@@ -351,7 +373,7 @@ impl<G: Guests> Actions<G> {
         let program = self
             .guests
             .load(program_digest, &self.store.path(&program_digest))
-            .map_err(|e| invalid(format!("arguments[0] {argv0:?}: {e}")))?;
+            .map_err(|e| invalid(format!("{what} {argv0:?}: {e}")))?;
         stats.load_ms = loading.elapsed().as_millis() as u64;
 
         // The file system: the input root with a layer of its own, a private /tmp.
@@ -376,6 +398,7 @@ impl<G: Guests> Actions<G> {
             .filter_map(|(_, path, _)| path.rsplit_once('/').map(|(parent, _)| parent.to_owned()))
             .collect();
         dirs.push(wd.clone());
+        dirs.extend(test.iter().flat_map(|t| t.dirs.iter().cloned()));
         for dir in dirs {
             rt.block_on(fs.make_dirs(&dir))
                 .map_err(|e| invalid(format!("the directory {dir:?} cannot be made: {e}")))?;
@@ -406,18 +429,13 @@ impl<G: Guests> Actions<G> {
         );
         let out = Captured::new(self.output_limit);
         let err = Captured::new(self.output_limit);
-        let env: Vec<(String, String)> = command
-            .environment_variables
-            .iter()
-            .map(|v| (v.name.clone(), v.value.clone()))
-            .collect();
         let running = Instant::now();
         let ran = self.guests.run(
             &program,
             GuestRun {
-                argv: &command.arguments,
+                argv: &argv,
                 env: &env,
-                working_dir: &format!("/{wd}"),
+                working_dir: &format!("/{start_dir}"),
                 fs: fs.clone(),
                 tmp: &tmp,
                 stdout: out.clone(),
@@ -426,7 +444,8 @@ impl<G: Guests> Actions<G> {
                 memory_limit: self.memory_limit,
             },
         );
-        stats.run_ms = running.elapsed().as_millis() as u64;
+        let ran_for = running.elapsed();
+        stats.run_ms = ran_for.as_millis() as u64;
         timeline.execution = loading.elapsed();
         timeline.lazy_fetch = fs.fetch_waits().total();
         drop(watch);
@@ -462,6 +481,21 @@ impl<G: Guests> Actions<G> {
                 ),
             ));
         }
+        let (stdout, stderr) = (out.take(), err.take());
+        if let Some(xml) = test.as_ref().and_then(|t| t.xml.as_ref().map(|x| (t, x))) {
+            // The test.xml Bazel reads: the test's own, else one made as its script would.
+            let (t, path) = xml;
+            if fs.resolve(path).is_err() {
+                let exit = match ran.ended {
+                    Ended::Exited(code) => Some(code),
+                    _ => None,
+                };
+                let log = [&stdout[..], &stderr[..]].concat();
+                let text = bazel_test::junit_xml(&t.name, ran_for, exit, &log);
+                rt.block_on(fs.write_file(path, Bytes::from(text)))
+                    .map_err(|e| internal(format!("writing {path}: {e}")))?;
+            }
+        }
         let uploading = Instant::now();
         let mut collected = outputs::collect(&fs, &command).map_err(output_failed)?;
         if collected.bytes > self.output_limit {
@@ -474,8 +508,8 @@ impl<G: Guests> Actions<G> {
             ));
         }
         collected.result.exit_code = code;
-        collected.result.stdout_digest = collected.add_stream(out.take());
-        collected.result.stderr_digest = collected.add_stream(err.take());
+        collected.result.stdout_digest = collected.add_stream(stdout);
+        collected.result.stderr_digest = collected.add_stream(stderr);
         rt.block_on(self.cas.upload(collected.blobs)).map_err(|e| {
             Outcome::error(code::UNAVAILABLE, format!("uploading the outputs: {e}"))
         })?;

@@ -436,10 +436,15 @@ impl Cas {
 
 /// `digests` in groups of at most [`MAX_BATCH_BYTES`].
 fn batches(digests: Vec<Digest>) -> Vec<Vec<Digest>> {
+    groups_of(digests, MAX_BATCH_BYTES)
+}
+
+/// `digests` in order, in groups of at most `bound` bytes (a larger blob alone).
+pub(crate) fn groups_of(digests: Vec<Digest>, bound: u64) -> Vec<Vec<Digest>> {
     let mut out: Vec<Vec<Digest>> = Vec::new();
     let mut bytes = 0;
     for d in digests {
-        if out.is_empty() || bytes + d.size() > MAX_BATCH_BYTES {
+        if out.is_empty() || bytes + d.size() > bound {
             out.push(Vec::new());
             bytes = 0;
         }

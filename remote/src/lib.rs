@@ -29,6 +29,8 @@
 //! - [`action`]: one lease start to end: the `Action` decoded, its input root and
 //!   program found, the guest run by the [`action::Guests`] the worker is given, the
 //!   outputs uploaded, an `ActionResult` or the `google.rpc` status saying why not;
+//! - [`bazel_test`]: Bazel's test actions (`test-setup.sh` and a test binary), carried
+//!   out as the script would for a wasm test, `test.xml` included;
 //! - [`worker`]: the bot's loop: leases started, taken back and reported, the
 //!   scheduler's restarts ridden out, a drain on request.
 //!
@@ -37,6 +39,7 @@
 //! command (`wasm9p worker`) parses its arguments and wires these parts together.
 
 pub mod action;
+pub mod bazel_test;
 pub mod bots;
 pub mod cas;
 pub mod digest;

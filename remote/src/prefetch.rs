@@ -83,7 +83,7 @@ impl Tally {
 /// Fetches `digests` into `store` from `cas` (see the module docs), counting what it
 /// fetched in `tally`.
 pub async fn prefetch(store: Arc<ContentStore>, tally: Arc<Tally>, cas: Cas, digests: Vec<Digest>) {
-    futures_util::stream::iter(grouped(digests))
+    futures_util::stream::iter(crate::cas::groups_of(digests, GROUP_BYTES))
         .map(|digests| {
             let store = store.clone();
             let group = Group {
@@ -101,21 +101,6 @@ pub async fn prefetch(store: Arc<ContentStore>, tally: Arc<Tally>, cas: Cas, dig
         .buffer_unordered(GROUPS_AT_ONCE)
         .collect::<Vec<()>>()
         .await;
-}
-
-/// `digests` in groups of about [`GROUP_BYTES`].
-fn grouped(digests: Vec<Digest>) -> Vec<Vec<Digest>> {
-    let mut out: Vec<Vec<Digest>> = Vec::new();
-    let mut bytes = 0;
-    for d in digests {
-        if out.is_empty() || bytes + d.size() > GROUP_BYTES {
-            out.push(Vec::new());
-            bytes = 0;
-        }
-        bytes += d.size();
-        out.last_mut().expect("a group").push(d);
-    }
-    out
 }
 
 /// One group's fetch: the first blob asked for fetches the whole group at once; each

@@ -1,6 +1,6 @@
 //! `poll_oneoff`: clocks, reads of an inherited stdin (the one input that can make a
 //! guest wait), and everything else, which is ready at once (files, as in POSIX, and
-//! output streams).
+//! output streams). A guest that can be cancelled is stopped in its sleep too.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -84,7 +84,7 @@ impl WasiP1Ctx {
                 }
             }
         } else if let Some(wait) = wait {
-            std::thread::sleep(wait);
+            self.sleep_unless_cancelled(wait)?;
         }
         // Every clock that has expired by now is reported, not only the first.
         let elapsed = started.elapsed();
@@ -108,6 +108,29 @@ impl WasiP1Ctx {
             )?;
         }
         Ok(ready.len() as u32)
+    }
+}
+
+/// How often a sleeping guest that can be cancelled looks at its flag.
+const CANCEL_CHECK: Duration = Duration::from_millis(50);
+
+impl WasiP1Ctx {
+    /// Sleeps `wait`; a guest that can be cancelled wakes every [`CANCEL_CHECK`] to
+    /// stop at once when it is (a guest asleep in one long call past its timeout).
+    fn sleep_unless_cancelled(&self, wait: Duration) -> Result<(), Error> {
+        if self.cancel.is_none() {
+            std::thread::sleep(wait);
+            return Ok(());
+        }
+        let until = std::time::Instant::now() + wait;
+        loop {
+            self.check_cancelled()?;
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(());
+            }
+            std::thread::sleep(left.min(CANCEL_CHECK));
+        }
     }
 }
 

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use wasm9p_proto::Errno;
 use wasm9p_server::nodes::{Kind, New, NodeFs};
 
@@ -66,6 +68,24 @@ impl ActionFs {
             if self.getattr(at).await?.kind != Kind::Directory {
                 return Err(Errno::ENOTDIR);
             }
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` as a new file at `path` (its directories made first), as the
+    /// action would have: what the worker writes for it (a Bazel test's `test.xml`).
+    pub async fn write_file(&self, path: &str, bytes: Bytes) -> Result<(), Errno> {
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+        self.make_dirs(dir).await?;
+        let dir = self.resolve(dir)?;
+        let file = self.create(dir, name, New::File(0o644)).await?;
+        let mut at = 0;
+        while at < bytes.len() {
+            let n = self.write(file, at as u64, bytes.slice(at..)).await?;
+            if n == 0 {
+                return Err(Errno::EIO);
+            }
+            at += n as usize;
         }
         Ok(())
     }

@@ -1,0 +1,64 @@
+/* The tests of host/tests/projects/bazel-tests, one mode per test (its args):
+ *   pass   reads its runfile data.txt (from the runfiles, where the test starts),
+ *          writes and reads back a file in $TEST_TMPDIR, checks $TEST_TARGET: exit 0
+ *   fail   prints what it expected and what it got: exit 1
+ *   shard  says which shard of how many it is ($TEST_SHARD_INDEX of
+ *          $TEST_TOTAL_SHARDS), touching $TEST_SHARD_STATUS_FILE as sharding asks
+ *   sleep  sleeps for a minute (for a short --test_timeout)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int check(int ok, const char *what) {
+    printf("%s: %s\n", ok ? "ok" : "FAILED", what);
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "pass")) {
+        int failed = 0;
+        char line[64] = "";
+        FILE *f = fopen("data.txt", "r");
+        failed += check(f && fgets(line, sizeof line, f) && !strcmp(line, "a line of data\n"),
+                        "data.txt from the runfiles");
+        const char *tmp = getenv("TEST_TMPDIR");
+        char path[4096];
+        snprintf(path, sizeof path, "%s/scratch", tmp ? tmp : "/nonexistent");
+        FILE *w = fopen(path, "w");
+        failed += check(w && fputs("scratch", w) >= 0 && !fclose(w), "a file written in TEST_TMPDIR");
+        FILE *r = fopen(path, "r");
+        failed += check(r && fgets(line, sizeof line, r) && !strcmp(line, "scratch"),
+                        "and read back");
+        const char *target = getenv("TEST_TARGET");
+        failed += check(target && !strcmp(target, "//:passes"), "TEST_TARGET");
+        printf("%d checks failed\n", failed);
+        return failed ? 1 : 0;
+    }
+    if (!strcmp(mode, "fail")) {
+        printf("expected 4, got %d\n", 2 + 3);
+        return 1;
+    }
+    if (!strcmp(mode, "shard")) {
+        const char *status = getenv("TEST_SHARD_STATUS_FILE");
+        if (status) {
+            FILE *s = fopen(status, "w");
+            if (s)
+                fclose(s);
+        }
+        const char *index = getenv("TEST_SHARD_INDEX");
+        const char *total = getenv("TEST_TOTAL_SHARDS");
+        printf("shard %s of %s\n", index ? index : "?", total ? total : "?");
+        return index && total ? 0 : 1;
+    }
+    if (!strcmp(mode, "sleep")) {
+        struct timespec t = {60, 0};
+        nanosleep(&t, NULL);
+        puts("woke up");
+        return 0;
+    }
+    fprintf(stderr, "tests: unknown mode %s\n", mode);
+    return 2;
+}
