@@ -206,7 +206,10 @@ fn the_demo_builds_on_the_farm_byte_for_byte_as_here_from_the_cache_after_a_clea
     let [w1, w2] = workers(farm);
     let remote = remote_args(farm);
     clean(&demo);
-    let log = build(&demo, &[strs(&remote), vec!["//..."]].concat());
+    // Every action run on the farm (not answered from its cache: another test may
+    // have built some of them there already).
+    let args = [strs(&remote), vec!["--noremote_accept_cached", "//..."]].concat();
+    let log = build(&demo, &args);
     let there = processes(&log);
     assert_eq!(there.get("remote"), Some(&ran), "every one remote: {log}");
     assert!(
@@ -346,17 +349,22 @@ fn zstd_and_a_program_on_it_build_on_the_farm_as_here_and_the_program_round_trip
         ws.path().join("zpipe.c"),
     )
     .unwrap();
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/projects/bazel-zstd/BUILD.bazel"),
-        ws.path().join("BUILD.bazel"),
-    )
-    .unwrap();
+    for file in ["BUILD.bazel", "roundtrip_test.c"] {
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/projects/bazel-zstd")
+                .join(file),
+            ws.path().join(file),
+        )
+        .unwrap();
+    }
 
     let log = build(ws.path(), &["--config=wasm9p", "//..."]);
     let ran = processes(&log).get("local").copied().unwrap_or(0);
     assert!(ran > 30, "zstd's units, the archive, zpipe: {log}");
     let bin = bazel_bin(ws.path(), "--config=wasm9p");
     let local = outputs(&bin);
+    roundtrip_test_passes(ws.path(), &["--config=wasm9p"]);
 
     let _workers = workers(farm);
     clean(ws.path());
@@ -412,6 +420,17 @@ fn zstd_and_a_program_on_it_build_on_the_farm_as_here_and_the_program_round_trip
         "zpipe fetched as built here: {:?}",
         fetched.keys()
     );
+
+    // zstd's round trip as a test on the farm (here: above).
+    roundtrip_test_passes(ws.path(), &strs(&remote));
+}
+
+/// zstd's round trip (`projects/bazel-zstd/roundtrip_test.c`) passes with `config`.
+fn roundtrip_test_passes(workspace: &Path, config: &[&str]) {
+    let args = [config, &["//:roundtrip_test"]].concat();
+    let (code, log, status) = bazel_test(workspace, &args);
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(status["//:roundtrip_test"], "PASSED", "{log}");
 }
 
 /// `bazel test ARGS`: its exit code, its output, and each test's status as its summary

@@ -703,3 +703,87 @@ fn a_cold_worker_prefetches_what_its_profile_lists_and_a_stale_profile_changes_n
     assert_eq!(stat(took, "prefetched_blobs"), 0, "{took}");
     assert_eq!(stat(took, "blobs_fetched"), 4, "{took}");
 }
+
+/// A TCP relay to `upstream` (`grpc://HOST:PORT`) that holds each chunk the server
+/// sends back for `delay`: a slow CAS. Its address, as a `grpc://` URL.
+fn slow_relay(upstream: &str, delay: Duration) -> String {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let upstream = upstream.trim_start_matches("grpc://").to_owned();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = format!("grpc://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let (Ok(client), Ok(server)) = (client, TcpStream::connect(&upstream)) else {
+                continue;
+            };
+            let pipe = |mut from: TcpStream, mut to: TcpStream, delay: Duration| {
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 1 << 16];
+                    while let Ok(n @ 1..) = from.read(&mut buf) {
+                        std::thread::sleep(delay);
+                        if to.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to.shutdown(std::net::Shutdown::Both);
+                })
+            };
+            pipe(
+                client.try_clone().unwrap(),
+                server.try_clone().unwrap(),
+                Duration::ZERO,
+            );
+            pipe(server, client, delay);
+        }
+    });
+    addr
+}
+
+#[test]
+fn an_action_s_timeout_does_not_count_its_guest_s_waits_for_a_slow_cas() {
+    let farm = Farm::get();
+    let pool = "slow-cas";
+    // Every answer of the CAS comes 400 ms late; no prefetch, so that the guest fetches
+    // each file as it reads it.
+    let cas = slow_relay(&farm.address, Duration::from_millis(400));
+    let worker = Worker::start(farm, pool, &["--jobs", "1", "--cas", &cas, "--no-prefetch"]);
+    let client = Client::new(farm);
+    let mut root = Root::default().file("tool.wasm", guest(), true);
+    let files: Vec<String> = (0..4).map(|i| format!("data/f{i}")).collect();
+    for (i, f) in files.iter().enumerate() {
+        root = root.file(f, format!("slow file {i}\n"), false);
+    }
+    let mut args = vec!["tool.wasm", "cat"];
+    args.extend(files.iter().map(String::as_str));
+    // Four reads of at least 400 ms each: 1.6 s of waits, past a timeout of 1 s that
+    // the guest's own work is far within.
+    let response = run(
+        &client,
+        root.make(),
+        &args,
+        &[],
+        pool,
+        Some(Duration::from_secs(1)),
+    );
+    assert_eq!(code(&response), 0, "{}", message(&response));
+    assert_eq!(
+        stdout_of(&client, &response),
+        "slow file 0\nslow file 1\nslow file 2\nslow file 3\n"
+    );
+    let took = &worker.actions()[0];
+    assert!(stat(took, "run_ms") >= 1600, "the waits were real: {took}");
+    assert_eq!(
+        stat(took, "blobs_fetched"),
+        5,
+        "the program and four files: {took}"
+    );
+    // Its metadata says so: the waits are in the input fetch.
+    let m = response.result.unwrap().execution_metadata.unwrap();
+    let secs = |t: Option<wasm9p_remote::apis::protobuf::Timestamp>| {
+        let t = t.unwrap();
+        t.seconds as f64 + t.nanos as f64 / 1e9
+    };
+    let fetch = secs(m.input_fetch_completed_timestamp) - secs(m.input_fetch_start_timestamp);
+    assert!(fetch >= 1.6, "input fetch {fetch} s: {m:?}");
+}
