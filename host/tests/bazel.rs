@@ -453,6 +453,28 @@ fn bazel_test(workspace: &Path, args: &[&str]) -> (i32, String, BTreeMap<String,
     (out.status.code().unwrap_or(-1), log, statuses)
 }
 
+/// The files of the zip at `path`, as `NAME: TEXT` lines (Python's zipfile reads it,
+/// checking every CRC).
+fn unzipped(path: &Path) -> String {
+    let script = "import sys, zipfile\n\
+         z = zipfile.ZipFile(sys.argv[1])\n\
+         assert z.testzip() is None\n\
+         for n in sorted(z.namelist()):\n\
+         \x20   sys.stdout.write(n + ': ' + z.read(n).decode())\n";
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(path)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
@@ -505,6 +527,15 @@ fn bazel_test_runs_wasm_tests_here_and_on_the_farm_with_their_logs_xml_shards_an
         );
         let xml = read(&testlogs.join("passes/test.xml"));
         assert!(xml.contains(r#"errors="0""#), "{where_}: {xml}");
+        if where_ == "remote" {
+            // Its undeclared outputs, in the zip Bazel keeps (here, test-setup.sh makes
+            // it with the host's zip, when there is one).
+            let zip = testlogs.join("passes/test.outputs/outputs.zip");
+            assert_eq!(
+                unzipped(&zip),
+                "report.txt: the passes test's report\nsub/more.txt: more\n"
+            );
+        }
         // Two shards, each told which it is.
         for (i, dir) in ["shard_1_of_2", "shard_2_of_2"].iter().enumerate() {
             let shard = read(&testlogs.join("sharded").join(dir).join("test.log"));

@@ -36,7 +36,7 @@ use bytes::Bytes;
 use prost::Message;
 
 use crate::apis::v2;
-use crate::bazel_test;
+use crate::bazel_test::{self, UndeclaredError};
 use crate::cas::Cas;
 use crate::directories::Directories;
 use crate::layer::{ActionFs, FetchWaits};
@@ -45,6 +45,7 @@ use crate::outputs::{self, OutputError};
 use crate::prefetch;
 use crate::profiles::{ProfileKey, Profiles};
 use crate::store::{ContentStore, Counted, FetchError};
+use crate::stored_zip;
 use crate::timeline::Timeline;
 use crate::tree::InputTree;
 use crate::Digest;
@@ -494,6 +495,39 @@ impl<G: Guests> Actions<G> {
                 let text = bazel_test::junit_xml(&t.name, ran_for, exit, &log);
                 rt.block_on(fs.write_file(path, Bytes::from(text)))
                     .map_err(|e| internal(format!("writing {path}: {e}")))?;
+            }
+        }
+        if let Some((dir, zip)) = test.as_ref().and_then(|t| t.undeclared.as_ref()) {
+            // The undeclared outputs, archived as the script would.
+            let tree_file = |digest: Digest| {
+                let file = rt
+                    .block_on(self.store.get(digest, &**fetch))
+                    .map_err(|e| e.to_string())?;
+                let mut bytes = vec![0u8; digest.size() as usize];
+                file.read_exact_at(&mut bytes, 0)
+                    .map_err(|e| e.to_string())?;
+                Ok(bytes)
+            };
+            let files = bazel_test::undeclared_outputs(&fs, dir, self.output_limit, &tree_file)
+                .map_err(|e| match e {
+                    UndeclaredError::TooLarge(_) => {
+                        Outcome::error(code::RESOURCE_EXHAUSTED, e.to_string())
+                    }
+                    UndeclaredError::Unreadable(why) => internal(why),
+                })?;
+            if !files.is_empty() {
+                let entries: Vec<stored_zip::Entry> = files
+                    .iter()
+                    .map(|(name, mode, bytes)| stored_zip::Entry {
+                        name,
+                        mode: *mode,
+                        bytes,
+                    })
+                    .collect();
+                let archive = stored_zip::archive(&entries)
+                    .map_err(|e| Outcome::error(code::RESOURCE_EXHAUSTED, e.to_string()))?;
+                rt.block_on(fs.write_file(zip, Bytes::from(archive)))
+                    .map_err(|e| internal(format!("writing {zip}: {e}")))?;
             }
         }
         let uploading = Instant::now();

@@ -24,13 +24,20 @@
 //!   after the binary, its duration, an error with the exit code when it failed, the
 //!   log), so that Bazel needs no second action (a shell script again) to make it.
 //!
+//! - **Undeclared outputs.** What the test wrote under `TEST_UNDECLARED_OUTPUTS_DIR`
+//!   is archived into `TEST_UNDECLARED_OUTPUTS_ZIP` as the script's `zip -r` would (a
+//!   zip of stored files, [`crate::stored_zip`]), which Bazel unpacks into
+//!   `test.outputs/`. (Its MANIFEST and annotations are not made.)
+//!
 //! A test action whose binary is not wasm (a `sh_test`, say) is refused as any
 //! `arguments[0]` that is not wasm is: INVALID_ARGUMENT, naming the binary.
 
 use std::time::Duration;
 
 use crate::apis::v2;
+use crate::layer::{ActionFs, Inspected};
 use crate::tree::{within_root, InputTree, TreeNode};
+use crate::Digest;
 
 /// The script's file name, `arguments[0]` of a Bazel test action.
 pub const TEST_SETUP: &str = "test-setup.sh";
@@ -71,6 +78,9 @@ pub struct TestSetup {
     pub dirs: Vec<String>,
     /// Where Bazel reads `test.xml`, from the input root.
     pub xml: Option<String>,
+    /// The undeclared outputs' directory and the zip Bazel reads them from, from the
+    /// input root.
+    pub undeclared: Option<(String, String)>,
     /// The test's name in `test.xml`: the binary as given, less a leading `./`.
     pub name: String,
 }
@@ -134,8 +144,79 @@ pub fn test_setup(command: &v2::Command, wd: &str, tree: &InputTree) -> TestSetu
         env,
         dirs,
         xml: var("XML_OUTPUT_FILE").and_then(from_root),
+        undeclared: var("TEST_UNDECLARED_OUTPUTS_DIR")
+            .and_then(from_root)
+            .zip(var("TEST_UNDECLARED_OUTPUTS_ZIP").and_then(from_root)),
         name: given.strip_prefix("./").unwrap_or(given).to_owned(),
     }
+}
+
+/// Why the undeclared outputs cannot be archived.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum UndeclaredError {
+    /// Over the worker's bound on outputs.
+    #[error("the undeclared outputs are over {0} bytes")]
+    TooLarge(u64),
+    /// A file of them could not be read.
+    #[error("{0}")]
+    Unreadable(String),
+}
+
+/// The files under the directory `dir` of `fs` (symlinks left out), as the archive
+/// of the undeclared outputs holds them: paths from `dir`, in order, each with its
+/// permission bits and bytes (a file of the input root moved there read by
+/// `tree_file`). At most `limit` bytes in all.
+pub fn undeclared_outputs(
+    fs: &ActionFs,
+    dir: &str,
+    limit: u64,
+    tree_file: &dyn Fn(Digest) -> Result<Vec<u8>, String>,
+) -> Result<Vec<(String, u32, Vec<u8>)>, UndeclaredError> {
+    let unreadable = |path: &str, e: &dyn std::fmt::Display| {
+        UndeclaredError::Unreadable(format!("{dir}/{path}: {e}"))
+    };
+    let mut out = Vec::new();
+    let mut total = 0u64;
+    let Ok(node) = fs.resolve(dir) else {
+        return Ok(out); // the test removed it: nothing to keep
+    };
+    let mut pending = vec![(String::new(), node)];
+    while let Some((path, node)) = pending.pop() {
+        let inspected = fs.inspect(node).map_err(|e| unreadable(&path, &e))?;
+        let (mode, bytes) = match inspected {
+            Inspected::Dir(entries) => {
+                for (name, child) in entries.into_iter().rev() {
+                    let child_path = match path.is_empty() {
+                        true => name,
+                        false => format!("{path}/{name}"),
+                    };
+                    pending.push((child_path, child));
+                }
+                continue;
+            }
+            Inspected::Symlink(_) => continue,
+            Inspected::TreeFile { digest, executable } => (
+                executable,
+                tree_file(digest).map_err(|e| unreadable(&path, &e))?,
+            ),
+            Inspected::MadeFile {
+                file,
+                size,
+                executable,
+            } => {
+                let mut bytes = vec![0u8; size as usize];
+                std::os::unix::fs::FileExt::read_exact_at(&*file, &mut bytes, 0)
+                    .map_err(|e| unreadable(&path, &e))?;
+                (executable, bytes)
+            }
+        };
+        total += bytes.len() as u64;
+        if total > limit {
+            return Err(UndeclaredError::TooLarge(limit));
+        }
+        out.push((path, if mode { 0o755 } else { 0o644 }, bytes));
+    }
+    Ok(out)
 }
 
 /// The path to `to` from the directory `from` (both from the input root).
@@ -212,7 +293,6 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::Digest;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<v2::command::EnvironmentVariable> {
         pairs

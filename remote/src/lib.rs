@@ -30,7 +30,8 @@
 //!   program found, the guest run by the [`action::Guests`] the worker is given, the
 //!   outputs uploaded, an `ActionResult` or the `google.rpc` status saying why not;
 //! - [`bazel_test`]: Bazel's test actions (`test-setup.sh` and a test binary), carried
-//!   out as the script would for a wasm test, `test.xml` included;
+//!   out as the script would for a wasm test, `test.xml` and the undeclared outputs'
+//!   zip ([`stored_zip`]) included;
 //! - [`worker`]: the bot's loop: leases started, taken back and reported, the
 //!   scheduler's restarts ridden out, a drain on request.
 //!
@@ -50,6 +51,7 @@ pub mod outputs;
 pub mod prefetch;
 pub mod profiles;
 pub mod store;
+pub mod stored_zip;
 pub mod timeline;
 pub mod tree;
 pub mod worker;

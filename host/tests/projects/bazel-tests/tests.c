@@ -1,6 +1,7 @@
 /* The tests of host/tests/projects/bazel-tests, one mode per test (its args):
  *   pass   reads its runfile data.txt (from the runfiles, where the test starts),
- *          writes and reads back a file in $TEST_TMPDIR, checks $TEST_TARGET: exit 0
+ *          writes and reads back a file in $TEST_TMPDIR, checks $TEST_TARGET, leaves
+ *          report.txt and sub/more.txt in $TEST_UNDECLARED_OUTPUTS_DIR: exit 0
  *   fail   prints what it expected and what it got: exit 1
  *   shard  says which shard of how many it is ($TEST_SHARD_INDEX of
  *          $TEST_TOTAL_SHARDS), touching $TEST_SHARD_STATUS_FILE as sharding asks
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static int check(int ok, const char *what) {
@@ -32,6 +34,18 @@ int main(int argc, char **argv) {
         FILE *r = fopen(path, "r");
         failed += check(r && fgets(line, sizeof line, r) && !strcmp(line, "scratch"),
                         "and read back");
+        const char *undeclared = getenv("TEST_UNDECLARED_OUTPUTS_DIR");
+        if (undeclared) {
+            snprintf(path, sizeof path, "%s/report.txt", undeclared);
+            FILE *o = fopen(path, "w");
+            failed += check(o && fputs("the passes test's report\n", o) >= 0 && !fclose(o),
+                            "an undeclared output");
+            snprintf(path, sizeof path, "%s/sub", undeclared);
+            mkdir(path, 0755);
+            snprintf(path, sizeof path, "%s/sub/more.txt", undeclared);
+            o = fopen(path, "w");
+            failed += check(o && fputs("more\n", o) >= 0 && !fclose(o), "and one in a directory");
+        }
         const char *target = getenv("TEST_TARGET");
         failed += check(target && !strcmp(target, "//:passes"), "TEST_TARGET");
         printf("%d checks failed\n", failed);
