@@ -32,11 +32,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use prost::Message;
 
 use crate::apis::v2;
-use crate::bazel_test::{self, UndeclaredError};
+use crate::bazel_test::{self, ResultsError};
 use crate::cas::Cas;
 use crate::directories::Directories;
 use crate::layer::{ActionFs, FetchWaits};
@@ -45,7 +44,6 @@ use crate::outputs::{self, OutputError};
 use crate::prefetch;
 use crate::profiles::{ProfileKey, Profiles};
 use crate::store::{ContentStore, Counted, FetchError};
-use crate::stored_zip;
 use crate::timeline::Timeline;
 use crate::tree::InputTree;
 use crate::Digest;
@@ -483,52 +481,27 @@ impl<G: Guests> Actions<G> {
             ));
         }
         let (stdout, stderr) = (out.take(), err.take());
-        if let Some(xml) = test.as_ref().and_then(|t| t.xml.as_ref().map(|x| (t, x))) {
-            // The test.xml Bazel reads: the test's own, else one made as its script would.
-            let (t, path) = xml;
-            if fs.resolve(path).is_err() {
-                let exit = match ran.ended {
-                    Ended::Exited(code) => Some(code),
-                    _ => None,
-                };
-                let log = [&stdout[..], &stderr[..]].concat();
-                let text = bazel_test::junit_xml(&t.name, ran_for, exit, &log);
-                rt.block_on(fs.write_file(path, Bytes::from(text)))
-                    .map_err(|e| internal(format!("writing {path}: {e}")))?;
-            }
-        }
-        if let Some((dir, zip)) = test.as_ref().and_then(|t| t.undeclared.as_ref()) {
-            // The undeclared outputs, archived as the script would.
-            let tree_file = |digest: Digest| {
-                let file = rt
-                    .block_on(self.store.get(digest, &**fetch))
-                    .map_err(|e| e.to_string())?;
-                let mut bytes = vec![0u8; digest.size() as usize];
-                file.read_exact_at(&mut bytes, 0)
-                    .map_err(|e| e.to_string())?;
-                Ok(bytes)
+        if let Some(t) = &test {
+            let exit = match ran.ended {
+                Ended::Exited(code) => Some(code),
+                _ => None,
             };
-            let files = bazel_test::undeclared_outputs(&fs, dir, self.output_limit, &tree_file)
-                .map_err(|e| match e {
-                    UndeclaredError::TooLarge(_) => {
-                        Outcome::error(code::RESOURCE_EXHAUSTED, e.to_string())
-                    }
-                    UndeclaredError::Unreadable(why) => internal(why),
-                })?;
-            if !files.is_empty() {
-                let entries: Vec<stored_zip::Entry> = files
-                    .iter()
-                    .map(|(name, mode, bytes)| stored_zip::Entry {
-                        name,
-                        mode: *mode,
-                        bytes,
-                    })
-                    .collect();
-                let archive = stored_zip::archive(&entries)
-                    .map_err(|e| Outcome::error(code::RESOURCE_EXHAUSTED, e.to_string()))?;
-                rt.block_on(fs.write_file(zip, Bytes::from(archive)))
-                    .map_err(|e| internal(format!("writing {zip}: {e}")))?;
-            }
+            let log = [&stdout[..], &stderr[..]].concat();
+            let left = t.leave_results(
+                &fs,
+                &self.store,
+                &**fetch,
+                ran_for,
+                exit,
+                &log,
+                self.output_limit,
+            );
+            rt.block_on(left).map_err(|e| match e {
+                ResultsError::TooLarge(_) => {
+                    Outcome::error(code::RESOURCE_EXHAUSTED, e.to_string())
+                }
+                ResultsError::Failed(why) => internal(why),
+            })?;
         }
         let uploading = Instant::now();
         let mut collected = outputs::collect(&fs, &command).map_err(output_failed)?;
@@ -596,6 +569,8 @@ fn watchdog(
     let done = Arc::new(AtomicBool::new(false));
     let finished = done.clone();
     let started = Instant::now();
+    // Waits before the watch (for the prefetch) are not the guest's to be spared.
+    let before = waits.total();
     let _ = std::thread::Builder::new()
         .name("wasm9p-lease-watch".into())
         .spawn(move || {
@@ -604,7 +579,8 @@ fn watchdog(
                     stop.store(true, Ordering::Relaxed);
                     return;
                 }
-                let ran = started.elapsed().saturating_sub(waits.total());
+                let waited = waits.total().saturating_sub(before);
+                let ran = started.elapsed().saturating_sub(waited);
                 if timeout.is_some_and(|t| ran >= t) {
                     timed_out.store(true, Ordering::Relaxed);
                     stop.store(true, Ordering::Relaxed);
@@ -653,25 +629,34 @@ mod tests {
 
     #[test]
     fn a_timeout_does_not_count_the_guests_waits_for_its_inputs() {
-        let watch = |waited: Duration| {
+        // `before`: waited before the watch began; `during`: while it watched.
+        let watch = |before: Duration, during: Duration| {
             let (stop, timed_out) = (Arc::default(), Arc::new(AtomicBool::new(false)));
             let waits = FetchWaits::default();
-            waits.add(waited);
+            waits.add(before);
             let guard = watchdog(
                 Arc::default(),
                 stop,
                 timed_out.clone(),
                 Some(Duration::from_millis(100)),
-                waits,
+                waits.clone(),
             );
+            waits.add(during);
             std::thread::sleep(Duration::from_millis(400));
             drop(guard);
             timed_out.load(Ordering::Relaxed)
         };
-        assert!(watch(Duration::ZERO), "400 ms of its own is past 100 ms");
         assert!(
-            !watch(Duration::from_secs(10)),
+            watch(Duration::ZERO, Duration::ZERO),
+            "400 ms of its own is past 100 ms"
+        );
+        assert!(
+            !watch(Duration::ZERO, Duration::from_secs(10)),
             "400 ms, all waiting for inputs, is not"
+        );
+        assert!(
+            watch(Duration::from_secs(10), Duration::ZERO),
+            "waits before it started (the prefetch's) spare the guest nothing"
         );
     }
 

@@ -24,6 +24,7 @@
 //!   after the binary, its duration, an error with the exit code when it failed, the
 //!   log), so that Bazel needs no second action (a shell script again) to make it.
 //!
+//! - **After it** ([`TestSetup::leave_results`]), what the script leaves:
 //! - **Undeclared outputs.** What the test wrote under `TEST_UNDECLARED_OUTPUTS_DIR`
 //!   is archived into `TEST_UNDECLARED_OUTPUTS_ZIP` as the script's `zip -r` would (a
 //!   zip of stored files, [`crate::stored_zip`]), which Bazel unpacks into
@@ -34,10 +35,13 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use crate::apis::v2;
 use crate::layer::{ActionFs, Inspected};
+use crate::store::{ContentStore, Fetch};
+use crate::stored_zip;
 use crate::tree::{within_root, InputTree, TreeNode};
-use crate::Digest;
 
 /// The script's file name, `arguments[0]` of a Bazel test action.
 pub const TEST_SETUP: &str = "test-setup.sh";
@@ -151,30 +155,80 @@ pub fn test_setup(command: &v2::Command, wd: &str, tree: &InputTree) -> TestSetu
     }
 }
 
-/// Why the undeclared outputs cannot be archived.
+/// Why what a test leaves could not be made.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum UndeclaredError {
-    /// Over the worker's bound on outputs.
-    #[error("the undeclared outputs are over {0} bytes")]
-    TooLarge(u64),
-    /// A file of them could not be read.
+pub enum ResultsError {
+    /// The undeclared outputs are over the worker's bound on outputs (or a zip's).
+    #[error("the undeclared outputs are over {0}")]
+    TooLarge(String),
+    /// A file could not be read or written.
     #[error("{0}")]
-    Unreadable(String),
+    Failed(String),
+}
+
+impl TestSetup {
+    /// Leaves what the script leaves once the test has run (`took`, ending with
+    /// `exit_code`, `None` if it was stopped, having printed `log`): its `test.xml`,
+    /// unless it wrote its own, and the zip of its undeclared outputs (at most
+    /// `limit` bytes of them; a file of the input root moved there read from `store`
+    /// through `fetch`).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn leave_results(
+        &self,
+        fs: &ActionFs,
+        store: &ContentStore,
+        fetch: &dyn Fetch,
+        took: Duration,
+        exit_code: Option<i32>,
+        log: &[u8],
+        limit: u64,
+    ) -> Result<(), ResultsError> {
+        let write = |path: &str, bytes: Vec<u8>| {
+            let path = path.to_owned();
+            async move {
+                fs.write_file(&path, Bytes::from(bytes))
+                    .await
+                    .map_err(|e| ResultsError::Failed(format!("writing {path}: {e}")))
+            }
+        };
+        if let Some(xml) = &self.xml {
+            if fs.resolve(xml).is_err() {
+                let text = junit_xml(&self.name, took, exit_code, log);
+                write(xml, text.into_bytes()).await?;
+            }
+        }
+        if let Some((dir, zip)) = &self.undeclared {
+            let files = undeclared_outputs(fs, dir, limit, store, fetch).await?;
+            if !files.is_empty() {
+                let entries: Vec<stored_zip::Entry> = files
+                    .iter()
+                    .map(|(name, mode, bytes)| stored_zip::Entry {
+                        name,
+                        mode: *mode,
+                        bytes,
+                    })
+                    .collect();
+                let archive = stored_zip::archive(&entries)
+                    .map_err(|_| ResultsError::TooLarge("a zip's 4 GiB or 65,535 files".into()))?;
+                write(zip, archive).await?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The files under the directory `dir` of `fs` (symlinks left out), as the archive
 /// of the undeclared outputs holds them: paths from `dir`, in order, each with its
-/// permission bits and bytes (a file of the input root moved there read by
-/// `tree_file`). At most `limit` bytes in all.
-pub fn undeclared_outputs(
+/// permission bits and bytes. At most `limit` bytes in all.
+async fn undeclared_outputs(
     fs: &ActionFs,
     dir: &str,
     limit: u64,
-    tree_file: &dyn Fn(Digest) -> Result<Vec<u8>, String>,
-) -> Result<Vec<(String, u32, Vec<u8>)>, UndeclaredError> {
-    let unreadable = |path: &str, e: &dyn std::fmt::Display| {
-        UndeclaredError::Unreadable(format!("{dir}/{path}: {e}"))
-    };
+    store: &ContentStore,
+    fetch: &dyn Fetch,
+) -> Result<Vec<(String, u32, Vec<u8>)>, ResultsError> {
+    let failed =
+        |path: &str, e: &dyn std::fmt::Display| ResultsError::Failed(format!("{dir}/{path}: {e}"));
     let mut out = Vec::new();
     let mut total = 0u64;
     let Ok(node) = fs.resolve(dir) else {
@@ -182,8 +236,7 @@ pub fn undeclared_outputs(
     };
     let mut pending = vec![(String::new(), node)];
     while let Some((path, node)) = pending.pop() {
-        let inspected = fs.inspect(node).map_err(|e| unreadable(&path, &e))?;
-        let (mode, bytes) = match inspected {
+        let (file, size, executable) = match fs.inspect(node).map_err(|e| failed(&path, &e))? {
             Inspected::Dir(entries) => {
                 for (name, child) in entries.into_iter().rev() {
                     let child_path = match path.is_empty() {
@@ -195,26 +248,28 @@ pub fn undeclared_outputs(
                 continue;
             }
             Inspected::Symlink(_) => continue,
-            Inspected::TreeFile { digest, executable } => (
-                executable,
-                tree_file(digest).map_err(|e| unreadable(&path, &e))?,
-            ),
+            // A file of the input root moved there by the test.
+            Inspected::TreeFile { digest, executable } => {
+                let file = store
+                    .get(digest, fetch)
+                    .await
+                    .map_err(|e| failed(&path, &e))?;
+                (file, digest.size(), executable)
+            }
             Inspected::MadeFile {
                 file,
                 size,
                 executable,
-            } => {
-                let mut bytes = vec![0u8; size as usize];
-                std::os::unix::fs::FileExt::read_exact_at(&*file, &mut bytes, 0)
-                    .map_err(|e| unreadable(&path, &e))?;
-                (executable, bytes)
-            }
+            } => (file, size, executable),
         };
-        total += bytes.len() as u64;
+        total += size;
         if total > limit {
-            return Err(UndeclaredError::TooLarge(limit));
+            return Err(ResultsError::TooLarge(format!("{limit} bytes")));
         }
-        out.push((path, if mode { 0o755 } else { 0o644 }, bytes));
+        let mut bytes = vec![0u8; size as usize];
+        std::os::unix::fs::FileExt::read_exact_at(&*file, &mut bytes, 0)
+            .map_err(|e| failed(&path, &e))?;
+        out.push((path, if executable { 0o755 } else { 0o644 }, bytes));
     }
     Ok(out)
 }
@@ -293,6 +348,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+    use crate::Digest;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<v2::command::EnvironmentVariable> {
         pairs
