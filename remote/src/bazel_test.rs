@@ -23,12 +23,13 @@
 //!   writes one as Bazel's `generate-xml.sh` would ([`junit_xml`]: one test case named
 //!   after the binary, its duration, an error with the exit code when it failed, the
 //!   log), so that Bazel needs no second action (a shell script again) to make it.
-//!
-//! - **After it** ([`TestSetup::leave_results`]), what the script leaves:
 //! - **Undeclared outputs.** What the test wrote under `TEST_UNDECLARED_OUTPUTS_DIR`
 //!   is archived into `TEST_UNDECLARED_OUTPUTS_ZIP` as the script's `zip -r` would (a
 //!   zip of stored files, [`crate::stored_zip`]), which Bazel unpacks into
 //!   `test.outputs/`. (Its MANIFEST and annotations are not made.)
+//!
+//! [`test_setup`] says how to start the test; [`TestSetup::leave_results`] leaves
+//! `test.xml` and the zip after it.
 //!
 //! A test action whose binary is not wasm (a `sh_test`, say) is refused as any
 //! `arguments[0]` that is not wasm is: INVALID_ARGUMENT, naming the binary.
