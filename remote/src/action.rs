@@ -337,22 +337,26 @@ impl<G: Guests> Actions<G> {
             _ => return Err(not_a_file()),
         };
         let tree = Arc::new(tree);
+        // The kind's profile: its key and the paths it had (kept, so that an action
+        // that read what it listed does not write it again).
         let profile = self.profiles.as_ref().map(|profiles| {
             let key = ProfileKey::of(program_digest, &command, &wd, &tree);
-            (profiles, key)
-        });
-        let mut prefetching = profile.as_ref().map(|(profiles, key)| {
-            let paths = profiles.load(key);
+            let paths = profiles.load(&key);
             stats.profile_paths = paths.len() as u64;
-            let digests = prefetch::wanted(&paths, &tree, &self.store);
-            let task = rt.spawn(prefetch::prefetch(
-                self.store.clone(),
-                prefetched.clone(),
-                self.cas.clone(),
-                digests,
-            ));
-            AbortOnDrop(task)
+            (profiles, key, paths)
         });
+        let mut prefetching = profile
+            .as_ref()
+            .map(|(_, _, paths)| prefetch::wanted(paths, &tree, &self.store))
+            .filter(|digests| !digests.is_empty()) // a warm worker has them all
+            .map(|digests| {
+                AbortOnDrop(rt.spawn(prefetch::prefetch(
+                    self.store.clone(),
+                    prefetched.clone(),
+                    self.cas.clone(),
+                    digests,
+                )))
+            });
         let blob = rt
             .block_on(self.store.get(program_digest, &**fetch))
             .map_err(fetch_failed)?;
@@ -449,9 +453,12 @@ impl<G: Guests> Actions<G> {
         timeline.lazy_fetch = fs.fetch_waits().total();
         drop(watch);
         let ran = ran.map_err(|e| internal(format!("the guest could not be started: {e}")))?;
-        if let (Some((profiles, key)), Ended::Exited(_)) = (&profile, &ran.ended) {
-            if let Err(e) = profiles.save(key, &fs.paths_read()) {
-                tracing::warn!("the access profile {}: {e}", key.hex());
+        if let (Some((profiles, key, had)), Ended::Exited(_)) = (&profile, &ran.ended) {
+            let read = fs.paths_read();
+            if read != *had {
+                if let Err(e) = profiles.save(key, &read) {
+                    tracing::warn!("the access profile {}: {e}", key.hex());
+                }
             }
         }
         let code = ran.ended.exit_code();
