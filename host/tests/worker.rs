@@ -633,6 +633,14 @@ fn stat(action: &serde_json::Value, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in {action}"))
 }
 
+/// `worker` killed and started again in `pool` with `extra` on its directory, its
+/// content store emptied (its access profiles kept).
+fn cold_again(worker: Worker, pool: &str, extra: &[&str]) -> Worker {
+    let dir = worker.kill();
+    std::fs::remove_dir_all(dir.path().join("cas")).unwrap();
+    Worker::start_in(Farm::get(), pool, extra, dir)
+}
+
 #[test]
 fn a_cold_worker_prefetches_what_its_profile_lists_and_a_stale_profile_changes_no_result() {
     let farm = Farm::get();
@@ -661,9 +669,7 @@ fn a_cold_worker_prefetches_what_its_profile_lists_and_a_stale_profile_changes_n
     assert_eq!(stat(took, "prefetched_blobs"), 0, "{took}");
 
     // The same worker's profiles, none of its blobs: a cold worker.
-    let dir = worker.kill();
-    std::fs::remove_dir_all(dir.path().join("cas")).unwrap();
-    let worker = Worker::start_in(farm, pool, &["--jobs", "1"], dir);
+    let worker = cold_again(worker, pool, &["--jobs", "1"]);
     // An action of the same kind (same program, same mode, same top-level names) on
     // another tree: the profile's data/a is gone, data/b has other bytes, data/x is
     // there but not read, data/d is read but not in the profile.
@@ -693,9 +699,7 @@ fn a_cold_worker_prefetches_what_its_profile_lists_and_a_stale_profile_changes_n
     assert_eq!(stat(took, "blobs_fetched"), 0, "{took}");
 
     // --no-prefetch: cold again, every file fetched as it is read.
-    let dir = worker.kill();
-    std::fs::remove_dir_all(dir.path().join("cas")).unwrap();
-    let worker = Worker::start_in(farm, pool, &["--jobs", "1", "--no-prefetch"], dir);
+    let worker = cold_again(worker, pool, &["--jobs", "1", "--no-prefetch"]);
     let out = cat(second(), &["data/b", "data/c", "data/d"]);
     assert_eq!(out, "profile b, changed\nprofile c\nprofile d\n");
     let took = &worker.actions()[0];

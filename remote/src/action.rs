@@ -494,15 +494,12 @@ impl<G: Guests> Actions<G> {
                 _ => None,
             };
             let log = [&stdout[..], &stderr[..]].concat();
-            let left = t.leave_results(
-                &fs,
-                &self.store,
-                &**fetch,
-                ran_for,
-                exit,
-                &log,
-                self.output_limit,
-            );
+            let test_ran = bazel_test::TestRan {
+                took: ran_for,
+                exit_code: exit,
+                log: &log,
+            };
+            let left = t.leave_results(&fs, test_ran, (&self.store, &**fetch), self.output_limit);
             rt.block_on(left).map_err(|e| match e {
                 ResultsError::TooLarge(_) => {
                     Outcome::error(code::RESOURCE_EXHAUSTED, e.to_string())

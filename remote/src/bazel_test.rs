@@ -167,21 +167,27 @@ pub enum ResultsError {
     Failed(String),
 }
 
+/// How a test ran, for what is left after it.
+#[derive(Clone, Copy, Debug)]
+pub struct TestRan<'a> {
+    /// How long it ran.
+    pub took: Duration,
+    /// Its exit code (`None`: it was stopped).
+    pub exit_code: Option<i32>,
+    /// What it printed: stdout, then stderr.
+    pub log: &'a [u8],
+}
+
 impl TestSetup {
-    /// Leaves what the script leaves once the test has run (`took`, ending with
-    /// `exit_code`, `None` if it was stopped, having printed `log`): its `test.xml`,
-    /// unless it wrote its own, and the zip of its undeclared outputs (at most
-    /// `limit` bytes of them; a file of the input root moved there read from `store`
-    /// through `fetch`).
-    #[allow(clippy::too_many_arguments)]
+    /// Leaves what the script leaves once the test has run as `ran` says: its
+    /// `test.xml`, unless it wrote its own, and the zip of its undeclared outputs (at
+    /// most `limit` bytes of them; a file of the input root moved there read from
+    /// `store` through `fetch`).
     pub async fn leave_results(
         &self,
         fs: &ActionFs,
-        store: &ContentStore,
-        fetch: &dyn Fetch,
-        took: Duration,
-        exit_code: Option<i32>,
-        log: &[u8],
+        ran: TestRan<'_>,
+        (store, fetch): (&ContentStore, &dyn Fetch),
         limit: u64,
     ) -> Result<(), ResultsError> {
         let write = |path: &str, bytes: Vec<u8>| {
@@ -194,7 +200,7 @@ impl TestSetup {
         };
         if let Some(xml) = &self.xml {
             if fs.resolve(xml).is_err() {
-                let text = junit_xml(&self.name, took, exit_code, log);
+                let text = junit_xml(&self.name, ran.took, ran.exit_code, ran.log);
                 write(xml, text.into_bytes()).await?;
             }
         }

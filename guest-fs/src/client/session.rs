@@ -439,11 +439,10 @@ impl Session {
 
     /// Sends one request; the returned handle waits for the reply. Starting several
     /// before waiting pipelines them.
-    pub(crate) async fn start(&self, msg: Message) -> Result<Call, Errno> {
+    pub(crate) async fn start(&self, mut msg: Message) -> Result<Call, Errno> {
         self.inner.until_connected().await?;
         let permits = self.inner.permits.clone();
         let mut permit = permits.acquire_owned().await.map_err(|_| Errno::EIO)?;
-        let mut msg = msg;
         loop {
             match self.start_with(msg, permit) {
                 Started::Sent(call) => return call,

@@ -10,6 +10,9 @@ use super::fds::Desc;
 use super::types::{self, Errno, Error};
 use super::WasiP1Ctx;
 
+/// How often a sleeping guest that can be cancelled looks at its flag.
+const CANCEL_CHECK: Duration = Duration::from_millis(50);
+
 impl WasiP1Ctx {
     /// Waits for the first of `subs` to be ready (at most until the earliest clock)
     /// and writes an event for each that is into `events` (as long as `subs`); their
@@ -109,12 +112,7 @@ impl WasiP1Ctx {
         }
         Ok(ready.len() as u32)
     }
-}
 
-/// How often a sleeping guest that can be cancelled looks at its flag.
-const CANCEL_CHECK: Duration = Duration::from_millis(50);
-
-impl WasiP1Ctx {
     /// Sleeps `wait`; a guest that can be cancelled wakes every [`CANCEL_CHECK`] to
     /// stop at once when it is (a guest asleep in one long call past its timeout).
     fn sleep_unless_cancelled(&self, wait: Duration) -> Result<(), Error> {
