@@ -297,6 +297,36 @@ fn the_next_process_sees_what_changed_on_the_server() {
     }
 }
 
+/// Processes that end with Tclunks in flight close their connection under the
+/// replies: diod (1.0.24, started by hand, SIGPIPE not ignored) then dies of a SIGPIPE
+/// under its other clients, as it did in CI in `the_next_process_sees_...`. A process
+/// now waits for its requests' answers before it goes (`Session::close`): two at a
+/// time, 40 each, and diod still serves the next.
+#[test]
+fn diod_serves_on_after_many_processes_end_two_at_a_time() {
+    if !diod_available() {
+        eprintln!("diod is not installed: nothing to try");
+        return;
+    }
+    let export = export();
+    let server = Server::diod(export.path());
+    let reference = search(server.source(), "cache=none");
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                for _ in 0..40 {
+                    let run = search(server.source(), "cache=none");
+                    assert_eq!(run.stdout, reference.stdout);
+                }
+            });
+        }
+    });
+    assert_eq!(
+        search(server.source(), "cache=none").stdout,
+        reference.stdout
+    );
+}
+
 #[test]
 fn two_processes_write_one_store_at_once_and_a_third_gets_both() {
     let (server, _export, store, reference) = our_server_and_store();

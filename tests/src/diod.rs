@@ -108,7 +108,14 @@ impl Diod {
 }
 
 impl Drop for Diod {
+    /// Kills diod; when a test failed with diod already gone, says how it went (a
+    /// signal, SIGPIPE say, is what a client closing with replies unread can cause).
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                eprintln!("diod had exited before the test ended: {status}");
+            }
+        }
         self.kill();
     }
 }

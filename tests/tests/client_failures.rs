@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use wasm9p_guest_fs::client::{ClientConfig, ConnectError, Fid, Session};
+use wasm9p_guest_fs::client::{ClientConfig, ConnectError, Fid, Session, CLOSE_DRAIN};
 use wasm9p_proto::consts::qid;
 use wasm9p_proto::*;
 use wasm9p_tests::Conn;
@@ -490,4 +490,41 @@ async fn a_closing_session_drops_fids_without_clunks_and_still_answers() {
     );
     server.send(f.tag, Rgetattr::default()).await;
     call.await.unwrap().unwrap();
+}
+
+/// Closing waits for the Tclunks already on their way to be answered, so the
+/// connection does not close under a reply (a server writing it gets EPIPE, and diod
+/// 1.0.24 started by hand dies of the SIGPIPE); a server that never answers holds the
+/// close up for `CLOSE_DRAIN` at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_waits_for_the_clunks_on_their_way_but_not_for_ever() {
+    for answered in [true, false] {
+        let (session, root, mut server) = attached(Duration::from_secs(10)).await;
+        let walk = tokio::spawn(async move { (root.clone_fid().await, root) });
+        let f = server.recv().await.unwrap();
+        assert!(matches!(f.body, Ok(Message::Twalk(_))), "{:?}", f.body);
+        server.send(f.tag, Rwalk { wqids: vec![] }).await;
+        let (fid, _root) = walk.await.unwrap();
+        drop(fid.unwrap());
+        let clunk = server.recv().await.unwrap();
+        assert!(
+            matches!(clunk.body, Ok(Message::Tclunk(_))),
+            "{:?}",
+            clunk.body
+        );
+
+        let closing = tokio::task::spawn_blocking(move || session.close());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !closing.is_finished(),
+            "close returned with a Tclunk unanswered"
+        );
+        if answered {
+            server.send(clunk.tag, Rclunk {}).await;
+        }
+        tokio::time::timeout(CLOSE_DRAIN * 10, closing)
+            .await
+            .unwrap_or_else(|_| panic!("close hung (the clunk answered: {answered})"))
+            .unwrap();
+    }
 }

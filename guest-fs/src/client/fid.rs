@@ -1,6 +1,7 @@
 //! Fid handles and the fid number allocator.
 
 use std::fmt;
+use std::sync::atomic::Ordering;
 
 use wasm9p_proto::consts::{MAXWELEM, NOFID};
 use wasm9p_proto::{Errno, Message, Qid, Tclunk, Twalk};
@@ -236,10 +237,19 @@ impl Drop for Fid {
         }
         // The number is reused only once the server has answered the clunk (or the
         // session is gone, taking every fid with it).
+        // Counted until answered, for `Session::close` to wait for.
+        session
+            .inner
+            .clunks_on_the_way
+            .fetch_add(1, Ordering::AcqRel);
         session.inner.runtime.clone().spawn(async move {
             session.inner.flushes_answered(id).await;
             let result = session.call_once_connected(Tclunk { fid: id }.into()).await;
             session.inner.clunked(id, &result);
+            session
+                .inner
+                .clunks_on_the_way
+                .fetch_sub(1, Ordering::AcqRel);
         });
     }
 }

@@ -3,12 +3,12 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use tokio::runtime::Handle;
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 use wasm9p_proto::consts::{DEFAULT_MSIZE, MIN_MSIZE, NOFID, NOTAG};
 use wasm9p_proto::transport::{connect, BoxStream};
@@ -20,6 +20,9 @@ use super::fid::{Fid, FidPool};
 use super::reconnect::{self, Effect, Recipes, Wire};
 
 mod link;
+
+/// How long [`Session::close`] waits for the requests in flight to be answered.
+pub const CLOSE_DRAIN: Duration = Duration::from_millis(500);
 
 /// How a session behaves.
 #[derive(Clone, Debug)]
@@ -180,6 +183,9 @@ pub(crate) struct Inner {
     pub(crate) no_unlinkat: AtomicBool,
     /// Set by [`Session::close`]: the owner is going away with its runtime.
     closing: AtomicBool,
+    /// Tclunks of dropped fids not yet answered, sent or about to be (what
+    /// [`Session::close`] waits for, with the requests in `pending`).
+    pub(crate) clunks_on_the_way: AtomicUsize,
     /// What the server promises: requests handled in order, listings filled (asked
     /// once, at the first flight: `flight`).
     pub(crate) promises: tokio::sync::OnceCell<Promises>,
@@ -339,6 +345,7 @@ impl Session {
             no_renameat: AtomicBool::new(false),
             no_unlinkat: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            clunks_on_the_way: AtomicUsize::new(0),
             promises: tokio::sync::OnceCell::new(),
             no_flights: AtomicBool::new(false),
             flights: AtomicU64::new(0),
@@ -420,8 +427,18 @@ impl Session {
     /// runtime is about to go): fids dropped from now on are not clunked one by one
     /// (the server releases them all when the connection closes), and losing the
     /// connection is expected rather than reported as a failure. Calls still work.
+    ///
+    /// Then waits, on this thread and for [`CLOSE_DRAIN`] at most, until the requests
+    /// already sent (the Tclunks of fids dropped before, most often) are answered, so
+    /// that the connection closes with nothing in flight. A server answering on a
+    /// connection its client has closed gets EPIPE, or the client's reset; one that
+    /// does not ignore SIGPIPE (diod 1.0.24 started by hand, not by systemd) dies of
+    /// it, under its other clients. It does not wait for a session on a
+    /// current-thread runtime (whose tasks run only while it is driven), during a
+    /// reconnect, or for a dead connection.
     pub fn close(&self) {
         self.inner.closing.store(true, Ordering::Relaxed);
+        self.inner.wait_answered(CLOSE_DRAIN);
     }
 
     /// Sends one request and waits for its reply; Rlerror becomes `Err`.
@@ -622,6 +639,27 @@ impl Inner {
 
     pub(crate) fn is_closing(&self) -> bool {
         self.closing.load(Ordering::Relaxed)
+    }
+
+    /// Sleeps until no request is in flight and no Tclunk on its way (or `limit` has
+    /// passed, or waiting cannot help): see [`Session::close`].
+    fn wait_answered(&self, limit: Duration) {
+        // A current-thread runtime runs the clunks only while someone drives it, maybe
+        // this very thread.
+        if self.runtime.runtime_flavor() == RuntimeFlavor::CurrentThread {
+            return;
+        }
+        let deadline = Instant::now() + limit;
+        loop {
+            let quiet = {
+                let st = lock(&self.state);
+                st.dead || st.pending.is_empty()
+            } && self.clunks_on_the_way.load(Ordering::Acquire) == 0;
+            if quiet || self.reconnecting.load(Ordering::Acquire) || Instant::now() >= deadline {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Waits until every Tflush sent for a request on `fid` (or on fids not known, see
