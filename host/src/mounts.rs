@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use wasm9p_guest_fs::backend::bind::BindFs;
 use wasm9p_guest_fs::backend::ninep::{MountStats, NinepFs};
+use wasm9p_guest_fs::cache::SharedPages;
 use wasm9p_guest_fs::client::{ClientConfig, Session};
 use wasm9p_guest_fs::mount_options::{NinepOptions, OptionError, OptionKey};
 use wasm9p_guest_fs::namespace::Namespace;
@@ -406,10 +407,12 @@ impl Mounted {
     }
 }
 
-/// The 9p client and its caches over an in-process server's end of a duplex.
+/// The 9p client and its caches over an in-process server's end of a duplex (its
+/// pages of fixed contents in `shared` too, when given).
 pub(crate) async fn attach_in_process(
     client_end: wasm9p_proto::transport::BoxStream,
     options: &NinepOptions,
+    shared: Option<Arc<SharedPages>>,
 ) -> Result<Arc<NinepFs>, String> {
     let config = ClientConfig {
         msize: options.msize,
@@ -418,7 +421,7 @@ pub(crate) async fn attach_in_process(
     let session = Session::over(client_end, config)
         .await
         .map_err(|e| e.to_string())?;
-    let fs = NinepFs::attach(&session, "", options)
+    let fs = NinepFs::attach_sharing_pages(&session, "", options, shared)
         .await
         .map_err(|e| format!("attach: {e}"))?;
     Ok(Arc::new(fs))
@@ -482,7 +485,9 @@ pub async fn build(
                 tokio::spawn(async move {
                     server.serve_connection(server_end, "embedded".into()).await
                 });
-                let fs = attach_in_process(client_end, options).await.map_err(fail)?;
+                let fs = attach_in_process(client_end, options, None)
+                    .await
+                    .map_err(fail)?;
                 (
                     fs.clone() as Arc<dyn wasm9p_guest_fs::backend::Backend>,
                     Some(fs),
@@ -503,7 +508,9 @@ pub async fn build(
                     Arc::new(crate::plugin::PluginNodes(plugin)),
                     server_end,
                 ));
-                let fs = attach_in_process(client_end, options).await.map_err(fail)?;
+                let fs = attach_in_process(client_end, options, None)
+                    .await
+                    .map_err(fail)?;
                 (
                     fs.clone() as Arc<dyn wasm9p_guest_fs::backend::Backend>,
                     Some(fs),

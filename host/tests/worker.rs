@@ -791,3 +791,63 @@ fn an_action_s_timeout_does_not_count_its_guest_s_waits_for_a_slow_cas() {
     let fetch = secs(m.input_fetch_completed_timestamp) - secs(m.input_fetch_start_timestamp);
     assert!(fetch >= 1.6, "input fetch {fetch} s: {m:?}");
 }
+
+/// A file one action read costs the next action that reads it (same path, same bytes,
+/// another input root) no 9P read and no store read: its pages are in the worker's
+/// shared page cache. A file with other bytes, and a file an action wrote over, are
+/// never answered from another's pages.
+#[test]
+fn a_file_an_earlier_action_read_is_read_from_the_shared_page_cache() {
+    let farm = Farm::get();
+    let pool = "shared-pages";
+    let client = Client::new(farm);
+    let worker = Worker::start(farm, pool, &["--jobs", "1"]);
+    let header: String = (0..3000)
+        .map(|i| format!("#define LINE_{i} {i}\n"))
+        .collect();
+    // Each root is another action (its own marker file), the header the same.
+    let root = |n: usize, header: &str| {
+        Root::default()
+            .file("bin/tool.wasm", guest(), true)
+            .file("inc/shared.h", header.to_owned(), false)
+            .file(&format!("marker/{n}"), n.to_string(), false)
+    };
+    let act = |n: usize, header: &str, args: &[&str]| {
+        let mut argv = vec!["bin/tool.wasm"];
+        argv.extend(args);
+        let response = run(&client, root(n, header).make(), &argv, &[], pool, None);
+        assert_eq!(code(&response), 0, "{}", message(&response));
+        let out = stdout_of(&client, &response);
+        (out, worker.actions()[n].clone())
+    };
+
+    let (out, first) = act(0, &header, &["cat", "inc/shared.h"]);
+    assert_eq!(out, header);
+    assert!(stat(&first, "read_9p") > 0, "{first}");
+    assert_eq!(stat(&first, "shared_page_hits"), 0, "{first}");
+
+    let (out, second) = act(1, &header, &["cat", "inc/shared.h"]);
+    assert_eq!(out, header);
+    assert!(stat(&second, "shared_page_hits") > 0, "{second}");
+    assert_eq!(stat(&second, "read_9p"), 0, "{second}");
+    assert_eq!(stat(&second, "files_read"), 0, "{second}");
+    assert_eq!(stat(&second, "bytes_of_files_read"), 0, "{second}");
+    // The one blob looked up in the store is the program's, to load it.
+    assert_eq!(stat(&second, "store_hits"), 1, "{second}");
+    assert_eq!(stat(&second, "blobs_fetched"), 0, "{second}");
+
+    // Other bytes at the same path: read from the server.
+    let other = header.replace("LINE_7 7", "LINE_7 seven");
+    let (out, third) = act(2, &other, &["cat", "inc/shared.h"]);
+    assert_eq!(out, other);
+    assert_eq!(stat(&third, "files_read"), 1, "{third}");
+
+    // An action writes over the header (its copy, in its own layer); the next one
+    // reads the tree's bytes.
+    let (_, fourth) = act(3, &header, &["write", "inc/shared.h", "written over"]);
+    assert_eq!(stat(&fourth, "status"), 0, "{fourth}");
+    let (out, fifth) = act(4, &header, &["cat", "inc/shared.h"]);
+    assert_eq!(out, header);
+    assert!(stat(&fifth, "shared_page_hits") > 0, "{fifth}");
+    assert_eq!(stat(&fifth, "read_9p"), 0, "{fifth}");
+}

@@ -116,6 +116,11 @@ pub struct Ran {
     pub ended: Ended,
     /// The 9P requests its namespace sent to the input root (for `--stats`).
     pub rpcs_9p: u64,
+    /// Of those, the Treads.
+    pub reads_9p: u64,
+    /// Reads of input files its mount answered from pages an earlier action left in
+    /// the worker's shared page cache.
+    pub shared_page_hits: u64,
 }
 
 /// What every action of a worker shares.
@@ -177,6 +182,10 @@ pub struct ActionStats {
     pub input_root_bytes: u64,
     /// 9P requests to the input root.
     pub rpcs_9p: u64,
+    /// Of those, the Treads.
+    pub reads_9p: u64,
+    /// Reads answered from pages an earlier action read (the worker's shared cache).
+    pub shared_page_hits: u64,
     /// Paths in the access profile of the action's kind (0: none was recorded).
     pub profile_paths: u64,
     /// Blobs prefetched from the CAS for those paths (the store lacked them).
@@ -464,6 +473,8 @@ impl<G: Guests> Actions<G> {
         let code = ran.ended.exit_code();
         stats.exit_code = Some(code);
         stats.rpcs_9p = ran.rpcs_9p;
+        stats.reads_9p = ran.reads_9p;
+        stats.shared_page_hits = ran.shared_page_hits;
         let layer = fs.stats();
         stats.files_read = layer.files_read;
         stats.bytes_of_files_read = layer.bytes_of_files_read;

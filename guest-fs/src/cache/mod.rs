@@ -28,7 +28,8 @@
 //! changed through the mount since it was asked for, so a late reply never undoes a
 //! change (see the `changes` module: every store of a server's answer takes the
 //! [`Asked`] of its request). What is kept on disk for later processes
-//! (`cache=fscache`) is [`fscache`]'s.
+//! (`cache=fscache`) is [`fscache`]'s; pages shared with other mounts of a server that
+//! promises fixed contents are [`SharedPages`]'.
 
 mod attr;
 mod changes;
@@ -39,6 +40,7 @@ mod negative;
 mod page;
 mod policy;
 mod readdir;
+mod shared_pages;
 mod symlink;
 mod validity;
 
@@ -55,6 +57,7 @@ pub use complete::MAX_COMPLETE;
 pub use dentry::Lookup;
 pub use page::PAGE_SIZE;
 pub use policy::Policy;
+pub use shared_pages::{SharedPages, SharedPagesStats};
 pub use validity::Seen;
 
 use crate::mount_options::NegTimeout;
@@ -222,6 +225,7 @@ pub struct CacheCounters {
     attr_misses: AtomicU64,
     page_hits: AtomicU64,
     page_misses: AtomicU64,
+    shared_page_hits: AtomicU64,
     readdir_hits: AtomicU64,
     revalidated: AtomicU64,
     listings_read: AtomicU64,
@@ -249,6 +253,8 @@ pub struct CacheStats {
     pub page_hits: u64,
     /// Reads that had to go to the server.
     pub page_misses: u64,
+    /// Of the page hits, those from pages another mount read ([`SharedPages`]).
+    pub shared_page_hits: u64,
     /// Directory listings served from the cache.
     pub readdir_hits: u64,
     /// Answers past their trust window that a check with the server confirmed, so they
@@ -290,6 +296,8 @@ pub struct MountCache {
     pages: Arc<page::PagePool>,
     /// `cache=fscache`: where what is learnt is also kept, for later processes.
     persist: Option<Arc<crate::fscache::Store>>,
+    /// Pages other mounts may read too ([`SharedPages`]).
+    shared: Option<Arc<SharedPages>>,
     /// The change clock that keeps late answers out (see the `changes` module).
     changes: changes::Changes,
 }
@@ -322,8 +330,16 @@ impl MountCache {
             written: Default::default(),
             pages: Default::default(),
             persist: None,
+            shared: None,
             changes: Default::default(),
         }
+    }
+
+    /// The same cache, reading and keeping the pages of fixed contents in `shared`
+    /// too, with the other mounts given it.
+    pub fn sharing_pages(mut self, shared: Option<Arc<SharedPages>>) -> MountCache {
+        self.shared = shared;
+        self
     }
 
     /// The same cache under `policy` (what it holds is believed as long as the
@@ -405,6 +421,7 @@ impl MountCache {
             attr_misses: get(&c.attr_misses),
             page_hits: get(&c.page_hits),
             page_misses: get(&c.page_misses),
+            shared_page_hits: get(&c.shared_page_hits),
             readdir_hits: get(&c.readdir_hits),
             revalidated: get(&c.revalidated),
             listings_read: get(&c.listings_read),

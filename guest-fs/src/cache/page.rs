@@ -32,13 +32,20 @@ impl MountCache {
                 Some(data)
             }
             _ => {
-                // Not changed through this mount: the store on disk may have it.
+                // Not changed through this mount: another mount's pages, or the store
+                // on disk, may have it.
                 let key = PageKey {
                     path,
                     version,
                     index,
                 };
-                let stored = (generation == 0).then(|| self.stored_page(key)).flatten();
+                let shared = self.shared.as_ref().filter(|_| generation == 0);
+                let from_shared = shared.and_then(|s| s.get(path, version, index));
+                if from_shared.is_some() {
+                    bump(&self.counters.shared_page_hits);
+                }
+                let stored = from_shared
+                    .or_else(|| (generation == 0).then(|| self.stored_page(key)).flatten());
                 match stored {
                     Some(data) => {
                         bump(&self.counters.page_hits);
@@ -88,6 +95,9 @@ impl MountCache {
                 index,
             };
             self.persist_page(key, data.clone());
+            if let Some(shared) = &self.shared {
+                shared.insert(path, version, index, &data);
+            }
         }
         let key = Key::Page {
             path,

@@ -10,7 +10,9 @@
 //!   the same path has the same qid in every action (the client's caches know it); its
 //!   qid version is the digest's first bytes. Nodes the action makes have numbers of
 //!   their own (the top bit set, from a counter of the worker's, never reused) and
-//!   versions that move with every change.
+//!   versions that move with every change (a file's are even, the tree's files' odd:
+//!   so a tree file's qid names its bytes for ever, [`fixed_content`], and a worker
+//!   may share its pages between actions).
 //! - **The writable layer.** What the action makes (files, directories, symlinks) is
 //!   kept in a scratch directory of its own: file bytes in files there, the rest in
 //!   memory. A directory of the tree that gains or loses names keeps them beside its
@@ -42,6 +44,20 @@ pub use inspect::Inspected;
 
 /// The top bit: nodes the action made.
 const MADE: u64 = 1 << 63;
+
+/// A made file's first version. Made files' versions are even (they move by 2), the
+/// tree's files' odd (the digest's first bytes, with the low bit set): a tree file
+/// copied up keeps its number but never meets its tree version again, so that
+/// (number, odd version) names one content for ever ([`fixed_content`]).
+const MADE_FILE_VERSION: u32 = 2;
+
+/// Whether the node numbered `path` at qid `version` is a file of a tree as the tree
+/// has it: the same bytes in every action, for ever (a shared page cache keeps them
+/// across actions). Nodes an action made, and files it changed (copied up: even
+/// versions), are not.
+pub fn fixed_content(path: u64, version: u32) -> bool {
+    path & MADE == 0 && version & 1 == 1
+}
 
 /// Numbers of made nodes, worker-wide: never the same twice in one process, and
 /// started from the clock, so not in the next either.
@@ -121,13 +137,25 @@ struct Layer {
     changed: HashMap<u64, u32>,
     /// Tree files read (for the stats).
     read: HashSet<u64>,
-    /// The same, in the order of their first reads.
+    /// Tree files opened for reading or read, in the order of their first opens or
+    /// reads (for access profiles: a file whose pages another action left in the
+    /// worker's shared cache is opened, never read).
+    used: HashSet<u64>,
     read_order: Vec<u64>,
     bytes_of_files_read: u64,
     /// Bytes the layer's files hold.
     bytes: u64,
     /// Names of scratch files.
     next_scratch: u64,
+}
+
+impl Layer {
+    /// Notes the first use of tree file `node`, in order.
+    fn mark_used(&mut self, node: u64) {
+        if self.used.insert(node) {
+            self.read_order.push(node);
+        }
+    }
 }
 
 /// An action's input root and writable layer (see the module docs).
@@ -251,7 +279,8 @@ impl ActionFs {
             .clone()
     }
 
-    /// The paths of the tree files read so far, in the order of their first reads.
+    /// The paths of the tree files opened for reading or read so far, in the order of
+    /// their first opens or reads.
     pub fn paths_read(&self) -> Vec<String> {
         let layer = self.lock();
         layer
@@ -461,7 +490,7 @@ impl ActionFs {
                         file,
                         size: digest.size(),
                         mode: if executable { 0o755 } else { 0o644 },
-                        version: 1,
+                        version: MADE_FILE_VERSION,
                         mtime: now(),
                     },
                 );
@@ -611,6 +640,12 @@ impl NodeFs for ActionFs {
         })
     }
 
+    fn opened_for_reading(&self, node: u64) {
+        if matches!(self.tree_node(node), Some(TreeNode::File { .. })) {
+            self.lock().mark_used(node);
+        }
+    }
+
     fn read(&self, node: u64, offset: u64, count: u32) -> BoxFuture<'_, Result<Bytes, Errno>> {
         Box::pin(async move {
             let (file, size) = {
@@ -632,8 +667,8 @@ impl NodeFs for ActionFs {
                             let mut layer = self.lock();
                             if layer.read.insert(node) {
                                 layer.bytes_of_files_read += digest.size();
-                                layer.read_order.push(node);
                             }
+                            layer.mark_used(node);
                         }
                         (self.blob(node, digest).await?, digest.size())
                     }
@@ -701,7 +736,7 @@ impl NodeFs for ActionFs {
             }) = layer.made.get_mut(&target)
             {
                 *size = old_size.max(end);
-                *version = version.wrapping_add(1);
+                *version = version.wrapping_add(2);
                 *mtime = now();
             }
             Ok(data.len() as u32)
@@ -730,7 +765,7 @@ impl NodeFs for ActionFs {
             }) = layer.made.get_mut(&target)
             {
                 *size = new_size;
-                *version = version.wrapping_add(1);
+                *version = version.wrapping_add(2);
                 *mtime = now();
             }
             Ok(())
@@ -756,7 +791,7 @@ impl NodeFs for ActionFs {
                     file: self.scratch_file(&mut layer)?,
                     size: 0,
                     mode: mode & 0o7777,
-                    version: 1,
+                    version: MADE_FILE_VERSION,
                     mtime: stamp,
                 },
                 New::Directory(mode) => Made::Dir {

@@ -71,6 +71,10 @@ pub trait NodeFs: Send + Sync + 'static {
     fn getattr(&self, node: u64) -> BoxFuture<'_, Result<Attr, Errno>>;
     /// A symlink's target.
     fn readlink(&self, node: u64) -> BoxFuture<'_, Result<String, Errno>>;
+    /// Says file `node` was opened for reading only, before any read (which a client
+    /// with the file's pages cached may never send): for a file system that records
+    /// what is used. Nothing, unless it says otherwise.
+    fn opened_for_reading(&self, _node: u64) {}
     /// Up to `count` bytes of a file from `offset` (fewer only at its end).
     fn read(&self, node: u64, offset: u64, count: u32) -> BoxFuture<'_, Result<Bytes, Errno>>;
     /// A directory's entries, without `.` and `..`.

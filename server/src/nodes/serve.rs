@@ -302,6 +302,9 @@ impl Conn {
         if t.flags & open::TRUNC != 0 && a.size > 0 {
             fs.set_size(state.node, 0).await?;
         }
+        if !writes && a.kind == Kind::File {
+            fs.opened_for_reading(state.node);
+        }
         state.open = Some(t.flags);
         state.listing = None;
         let qid = self.qid(state.node).await?;

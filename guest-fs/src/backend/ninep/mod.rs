@@ -205,13 +205,26 @@ impl NinepFs {
         aname: &str,
         options: &NinepOptions,
     ) -> Result<NinepFs, Errno> {
+        NinepFs::attach_sharing_pages(session, aname, options, None).await
+    }
+
+    /// Like [`NinepFs::attach`], with the pages of fixed contents kept in `shared` too,
+    /// for the other mounts given it (a server that promises what is fixed: see
+    /// [`SharedPages`](crate::cache::SharedPages)).
+    pub async fn attach_sharing_pages(
+        session: &Session,
+        aname: &str,
+        options: &NinepOptions,
+        shared: Option<Arc<crate::cache::SharedPages>>,
+    ) -> Result<NinepFs, Errno> {
         if !options.pipeline {
             session.without_flights();
         }
         let root = session.attach(aname).await?;
         let policy = Policy::of(options);
         let cache = MountCache::new(options.cache_size, options.negtimeout).with_policy(policy);
-        let cache = store::with_store(cache, store::open_store(options, aname));
+        let cache =
+            store::with_store(cache, store::open_store(options, aname)).sharing_pages(shared);
         cache.dir_seen(root.qid.path, root.qid.version, cache.asking());
         Ok(NinepFs {
             root: Arc::new(root),

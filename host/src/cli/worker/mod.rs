@@ -71,6 +71,10 @@ pub struct WorkerArgs {
     /// The most bytes the content store keeps (K, M or G; default 10G).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub cache_size: Option<u64>,
+    /// The most bytes of input files' pages kept in memory for every action to read
+    /// (K, M or G; default 512M; 0: each action reads its inputs afresh).
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub page_cache_size: Option<u64>,
     /// The bot's id (default: made once and kept in the cache directory).
     #[arg(long, value_name = "ID")]
     pub bot_id: Option<String>,
@@ -197,7 +201,11 @@ pub fn worker(args: WorkerArgs) -> ExitCode {
             cas: Cas::new(cas_channel, &args.instance),
             directories: Directories::new(DIRECTORIES_KEPT),
             store: Arc::new(store),
-            guests: Tools::new(module_cache, runtime.handle().clone()),
+            guests: Tools::new(
+                module_cache,
+                args.page_cache_size.unwrap_or(512 << 20),
+                runtime.handle().clone(),
+            ),
             scratch,
             memory_limit: args.memory_limit.unwrap_or(4 << 30) as usize,
             output_limit: args.max_output.unwrap_or(1 << 30),
@@ -305,6 +313,7 @@ struct Totals {
     store_hits: u64,
     prefetched_blobs: u64,
     rpcs_9p: u64,
+    shared_page_hits: u64,
     run_ms: u64,
 }
 
@@ -334,6 +343,7 @@ impl Stats {
             t.store_hits += took.store_hits;
             t.prefetched_blobs += took.prefetched_blobs;
             t.rpcs_9p += took.rpcs_9p;
+            t.shared_page_hits += took.shared_page_hits;
             t.run_ms += took.run_ms;
         }
         self.line(serde_json::json!({ "action": action_json(took) }));
@@ -349,6 +359,7 @@ impl Stats {
             "store_hits": t.store_hits,
             "prefetched_blobs": t.prefetched_blobs,
             "rpc_9p": t.rpcs_9p,
+            "shared_page_hits": t.shared_page_hits,
             "run_ms": t.run_ms,
         }}));
     }
@@ -368,6 +379,8 @@ fn action_json(took: &ActionStats) -> serde_json::Value {
         "bytes_of_files_read": took.bytes_of_files_read,
         "input_root_bytes": took.input_root_bytes,
         "rpc_9p": took.rpcs_9p,
+        "read_9p": took.reads_9p,
+        "shared_page_hits": took.shared_page_hits,
         "profile_paths": took.profile_paths,
         "prefetched_blobs": took.prefetched_blobs,
         "prefetched_bytes": took.prefetched_bytes,

@@ -11,7 +11,8 @@
 //! reason.
 //!
 //! They are how `wasm9p-remote` runs an action's guest ([`Guests`]): the input root
-//! at `/` over 9P (an in-process transport to its `ActionFs`, `cache=loose`), the
+//! at `/` over 9P (an in-process transport to its `ActionFs`, `cache=loose`, the
+//! pages of its tree's files in the worker's [`SharedPages`] too), the
 //! action's scratch directory at `/tmp`; a multi-call LLVM module (clang.wasm) runs
 //! as the tool its file is named after, the driver's jobs one by one as `wasm9p cc`
 //! runs them; any other module or component runs as it is. How it ended is the
@@ -23,10 +24,11 @@ use std::sync::{Arc, Mutex};
 
 use wasm9p_guest_fs::backend::bind::BindFs;
 use wasm9p_guest_fs::backend::ninep::NinepFs;
+use wasm9p_guest_fs::cache::SharedPages;
 use wasm9p_guest_fs::mount_options::NinepOptions;
 use wasm9p_guest_fs::namespace::Namespace;
 use wasm9p_remote::action::{Captured, Ended, GuestRun, Guests, Ran};
-use wasm9p_remote::layer::ActionFs;
+use wasm9p_remote::layer::{self, ActionFs};
 use wasm9p_remote::Digest;
 
 use crate::cli::cc::invocation::{Invocation, Io};
@@ -41,16 +43,26 @@ type Loading = Arc<tokio::sync::OnceCell<Result<Arc<GuestEngine>, String>>>;
 /// The worker's programs.
 pub(super) struct Tools {
     module_cache: PathBuf,
+    /// The input files' pages every action's mount reads and keeps (see
+    /// `wasm9p_remote::layer::fixed_content`); none with `--page-cache-size 0`.
+    shared_pages: Option<Arc<SharedPages>>,
     loaded: Mutex<HashMap<Digest, Loading>>,
     /// Where loads wait (the actions' threads block on it).
     runtime: tokio::runtime::Handle,
 }
 
 impl Tools {
-    /// Programs whose compiled code is kept in `module_cache`.
-    pub(super) fn new(module_cache: PathBuf, runtime: tokio::runtime::Handle) -> Tools {
+    /// Programs whose compiled code is kept in `module_cache`, their actions' mounts
+    /// sharing up to `page_cache` bytes of input files' pages.
+    pub(super) fn new(
+        module_cache: PathBuf,
+        page_cache: u64,
+        runtime: tokio::runtime::Handle,
+    ) -> Tools {
         Tools {
             module_cache,
+            shared_pages: (page_cache > 0)
+                .then(|| Arc::new(SharedPages::new(page_cache, layer::fixed_content))),
             loaded: Mutex::default(),
             runtime,
         }
@@ -113,7 +125,11 @@ impl Guests for Tools {
     fn run(&self, engine: &Arc<GuestEngine>, run: GuestRun<'_>) -> Result<Ran, String> {
         let (namespace, mount) = engine
             .runtime()
-            .block_on(namespace(run.fs.clone(), run.tmp))
+            .block_on(namespace(
+                run.fs.clone(),
+                run.tmp,
+                self.shared_pages.clone(),
+            ))
             .map_err(|e| format!("the action's mounts: {e}"))?;
         let argv0 = &run.argv[0];
         let outcome = match Tool::named(argv0.rsplit('/').next().unwrap_or(argv0)) {
@@ -159,14 +175,20 @@ impl Guests for Tools {
                 outcome
             }
         };
-        let rpcs_9p = mount.stats().rpc_total;
+        let stats = mount.stats();
+        let reads_9p = stats.rpc.iter().find(|(name, _)| *name == "read");
         let ended = match outcome {
             Outcome::Exited(code) => Ended::Exited(code),
             Outcome::MemoryLimit(reached) => Ended::MemoryLimit(reached.to_string()),
             Outcome::Interrupted => Ended::Stopped,
             trapped @ Outcome::Trapped(_) => Ended::Trapped(trapped.reason().unwrap_or_default()),
         };
-        Ok(Ran { ended, rpcs_9p })
+        Ok(Ran {
+            ended,
+            rpcs_9p: stats.rpc_total,
+            reads_9p: reads_9p.map_or(0, |(_, n)| *n),
+            shared_page_hits: stats.cache.shared_page_hits,
+        })
     }
 }
 
@@ -179,16 +201,18 @@ fn sink(captured: &Captured) -> Sink {
     }))
 }
 
-/// The input root at `/` (over 9P, from `fs`) and `tmp` at `/tmp`: the namespace, and
-/// the 9p mount (for its counters).
+/// The input root at `/` (over 9P, from `fs`, its pages of fixed contents in
+/// `shared` too) and `tmp` at `/tmp`: the namespace, and the 9p mount (for its
+/// counters).
 async fn namespace(
     fs: Arc<ActionFs>,
     tmp: &Path,
+    shared: Option<Arc<SharedPages>>,
 ) -> Result<(Arc<Namespace>, Arc<NinepFs>), String> {
     let (client_end, server_end) = wasm9p_proto::transport::duplex();
     tokio::spawn(wasm9p_server::nodes::serve(fs, server_end));
     let options = NinepOptions::parse([("cache", Some("loose"))]).map_err(|e| e.to_string())?;
-    let mount = crate::mounts::attach_in_process(client_end, &options).await?;
+    let mount = crate::mounts::attach_in_process(client_end, &options, shared).await?;
     let mut ns = Namespace::new();
     ns.mount("/", mount.clone(), false)
         .map_err(|e| format!("/: {e}"))?;
