@@ -39,13 +39,12 @@ impl MountCache {
                     version,
                     index,
                 };
-                let shared = self.shared.as_ref().filter(|_| generation == 0);
-                let from_shared = shared.and_then(|s| s.get(path, version, index));
-                if from_shared.is_some() {
-                    bump(&self.counters.shared_page_hits);
-                }
-                let stored = from_shared
-                    .or_else(|| (generation == 0).then(|| self.stored_page(key)).flatten());
+                let stored = match generation {
+                    0 => self
+                        .shared_page(path, version, index)
+                        .or_else(|| self.stored_page(key)),
+                    _ => None,
+                };
                 match stored {
                     Some(data) => {
                         bump(&self.counters.page_hits);
@@ -67,6 +66,13 @@ impl MountCache {
                 }
             }
         }
+    }
+
+    /// Page `index` of `path` at `version` from the pages shared with other mounts.
+    fn shared_page(&self, path: u64, version: u32, index: u64) -> Option<Bytes> {
+        let page = self.shared.as_ref()?.get(path, version, index)?;
+        bump(&self.counters.shared_page_hits);
+        Some(page)
     }
 
     /// Whether page `index` of `path` at `version` is held (counts nothing).

@@ -236,8 +236,8 @@ impl Drop for Fid {
             return;
         }
         // The number is reused only once the server has answered the clunk (or the
-        // session is gone, taking every fid with it).
-        // Counted until answered, for `Session::close` to wait for.
+        // session is gone, taking every fid with it). Until then the clunk is counted,
+        // for `Session::close` to wait for.
         session
             .inner
             .clunks_on_the_way
