@@ -43,6 +43,7 @@ fn main() -> ExitCode {
         Command::Compile(args) => cli::compile(args),
         Command::Daemon(args) => cli::cc::daemon(args),
         Command::Worker(args) => cli::worker(args),
+        Command::WorkerSlot(args) => cli::worker_slot(args),
         Command::Cache(args) => cli::cache(args),
         Command::Http(args) => cli::http(args),
         Command::Serve(args) => match tokio::runtime::Builder::new_multi_thread()

@@ -407,9 +407,10 @@ impl Mounted {
     }
 }
 
-/// The 9p client and its caches over an in-process server's end of a duplex (its
-/// pages of fixed contents in `shared` too, when given).
-pub(crate) async fn attach_in_process(
+/// The 9p client and its caches over `stream` to a server that is there for this
+/// mount alone (an in-process server's end of a duplex, a worker's socket to its
+/// slot): no reconnect; its pages of fixed contents in `shared` too, when given.
+pub(crate) async fn attach_over(
     client_end: wasm9p_proto::transport::BoxStream,
     options: &NinepOptions,
     shared: Option<Arc<SharedPages>>,
@@ -485,9 +486,7 @@ pub async fn build(
                 tokio::spawn(async move {
                     server.serve_connection(server_end, "embedded".into()).await
                 });
-                let fs = attach_in_process(client_end, options, None)
-                    .await
-                    .map_err(fail)?;
+                let fs = attach_over(client_end, options, None).await.map_err(fail)?;
                 (
                     fs.clone() as Arc<dyn wasm9p_guest_fs::backend::Backend>,
                     Some(fs),
@@ -508,9 +507,7 @@ pub async fn build(
                     Arc::new(crate::plugin::PluginNodes(plugin)),
                     server_end,
                 ));
-                let fs = attach_in_process(client_end, options, None)
-                    .await
-                    .map_err(fail)?;
+                let fs = attach_over(client_end, options, None).await.map_err(fail)?;
                 (
                     fs.clone() as Arc<dyn wasm9p_guest_fs::backend::Backend>,
                     Some(fs),

@@ -55,13 +55,23 @@ pub trait Guests: Send + Sync + 'static {
     type Program;
 
     /// Loads the module whose digest is `module` and whose bytes are the file
-    /// `path` (a blob of the content store, which never changes): an error is one
-    /// line saying why it is no program (the action's fault: INVALID_ARGUMENT).
-    fn load(&self, module: Digest, path: &Path) -> Result<Self::Program, String>;
+    /// `path` (a blob of the content store, which never changes).
+    fn load(&self, module: Digest, path: &Path) -> Result<Self::Program, NotLoaded>;
 
     /// Runs `program` as `run` says, to its end: how it ended, or one line saying
-    /// why it could not be started (the worker's fault: INTERNAL).
+    /// why the worker could not run it (not started, or its runner lost: the
+    /// worker's fault, INTERNAL, which a farm retries).
     fn run(&self, program: &Self::Program, run: GuestRun<'_>) -> Result<Ran, String>;
+}
+
+/// Why [`Guests::load`] has no program, in one line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotLoaded {
+    /// The module is no program the worker runs (the action's fault:
+    /// INVALID_ARGUMENT).
+    NotAProgram(String),
+    /// The worker could not load it (its fault: INTERNAL).
+    Worker(String),
 }
 
 /// One guest to run: its argv in its namespace.
@@ -385,7 +395,10 @@ impl<G: Guests> Actions<G> {
         let program = self
             .guests
             .load(program_digest, &self.store.path(&program_digest))
-            .map_err(|e| invalid(format!("{what} {argv0:?}: {e}")))?;
+            .map_err(|e| match e {
+                NotLoaded::NotAProgram(why) => invalid(format!("{what} {argv0:?}: {why}")),
+                NotLoaded::Worker(why) => internal(format!("loading {what} {argv0:?}: {why}")),
+            })?;
         stats.load_ms = loading.elapsed().as_millis() as u64;
 
         // The file system: the input root with a layer of its own, a private /tmp.
@@ -461,7 +474,7 @@ impl<G: Guests> Actions<G> {
         timeline.execution = loading.elapsed();
         timeline.lazy_fetch = fs.fetch_waits().total();
         drop(watch);
-        let ran = ran.map_err(|e| internal(format!("the guest could not be started: {e}")))?;
+        let ran = ran.map_err(|e| internal(format!("the worker could not run the guest: {e}")))?;
         if let (Some((profiles, key, had)), Ended::Exited(_)) = (&profile, &ran.ended) {
             let read = fs.paths_read();
             if read != *had {
@@ -630,6 +643,11 @@ impl Captured {
         let mut bytes = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
         let room = (self.limit as usize).saturating_sub(bytes.len());
         bytes.extend_from_slice(&data[..data.len().min(room)]);
+    }
+
+    /// The most bytes it keeps.
+    pub fn limit(&self) -> u64 {
+        self.limit
     }
 
     /// What was kept, taken out.

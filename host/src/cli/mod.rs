@@ -32,7 +32,7 @@ pub use http::{http, HttpArgs};
 pub use mount::{mount, MountArgs};
 pub use run::{run, RunArgs};
 pub use shared::{fail, say, EXIT_USAGE};
-pub use worker::{worker, WorkerArgs};
+pub use worker::{worker, worker_slot, SlotArgs, WorkerArgs};
 
 /// wasm9p: WASI guests on a 9P2000.L filesystem.
 #[derive(Debug, Parser)]
@@ -69,6 +69,9 @@ pub enum Command {
     /// Run Remote Execution actions as wasm guests: a worker (bot) for a BuildGrid
     /// farm, each input root served lazily over 9P from the farm's CAS.
     Worker(WorkerArgs),
+    /// A process of `wasm9p worker`'s that runs its guests (started by the worker).
+    #[command(hide = true)]
+    WorkerSlot(SlotArgs),
     /// See or remove the `cache=fscache` stores kept on this machine.
     Cache(CacheArgs),
     /// Serve a wasi:http component over HTTP, each request in a fresh instance on the

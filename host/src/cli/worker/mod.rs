@@ -5,8 +5,9 @@
 //! its loop ([`wasm9p_remote::worker`]: leases started, taken back, reported, the
 //! scheduler's restarts ridden out) and each action's life
 //! ([`wasm9p_remote::action`]). This command parses its arguments, opens the content
-//! store and the channels, and gives that logic what runs guests: `tools`, the
-//! programs by digest on this crate's engine.
+//! store and the channels, and gives that logic what runs guests: `slots`, processes
+//! (`wasm9p worker-slot`, `slot`) that run one guest at a time on this crate's
+//! engine (`tools`), killed to stop it.
 //!
 //! - The bot announces its platform properties (by default `OSFamily=wasi`,
 //!   `ISA=wasm32`) and its capacity (`--jobs`). Its id is the same across restarts of
@@ -18,6 +19,8 @@
 //!   store hits, files of the input root read, 9P requests, load and run times), and
 //!   the totals when it stops.
 
+mod slot;
+mod slots;
 mod tools;
 
 use std::io::Write;
@@ -36,7 +39,8 @@ use wasm9p_remote::store::ContentStore;
 use wasm9p_remote::worker::Reports;
 
 use super::shared::{fail, parse_bytes, say, EXIT_USAGE};
-use tools::Tools;
+pub use slot::{worker_slot, SlotArgs};
+use slots::Slots;
 
 /// Bytes of `Directory` messages kept for the actions after (a sysroot's input root
 /// has a few hundred of some hundred bytes each).
@@ -71,8 +75,9 @@ pub struct WorkerArgs {
     /// The most bytes the content store keeps (K, M or G; default 10G).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub cache_size: Option<u64>,
-    /// The most bytes of input files' pages kept in memory for every action to read
-    /// (K, M or G; default 512M; 0: each action reads its inputs afresh).
+    /// The most bytes of input files' pages kept in memory for the actions after to
+    /// read (K, M or G; default 512M, shared out among the --jobs slots; 0: each
+    /// action reads its inputs afresh).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub page_cache_size: Option<u64>,
     /// The bot's id (default: made once and kept in the cache directory).
@@ -152,7 +157,7 @@ fn properties(given: &[(String, String)]) -> Vec<(String, String)> {
 /// Runs `wasm9p worker` until SIGTERM or SIGINT (exit 0), or a setup error (exit 2).
 pub fn worker(args: WorkerArgs) -> ExitCode {
     type Parts = (
-        Arc<Actions<Tools>>,
+        Arc<Actions<Slots>>,
         Bot,
         tonic::transport::Channel,
         tokio::runtime::Runtime,
@@ -201,11 +206,11 @@ pub fn worker(args: WorkerArgs) -> ExitCode {
             cas: Cas::new(cas_channel, &args.instance),
             directories: Directories::new(DIRECTORIES_KEPT),
             store: Arc::new(store),
-            guests: Tools::new(
+            guests: Slots::new(
                 module_cache,
-                args.page_cache_size.unwrap_or(512 << 20),
+                args.page_cache_size.unwrap_or(512 << 20) / jobs as u64,
                 runtime.handle().clone(),
-            ),
+            )?,
             scratch,
             memory_limit: args.memory_limit.unwrap_or(4 << 30) as usize,
             output_limit: args.max_output.unwrap_or(1 << 30),

@@ -1,25 +1,27 @@
-//! The programs a worker runs, by the digest of their module: each compiled (or mapped
-//! from the module cache) once per worker process, whatever number of actions use it.
+//! The programs of one slot process (`wasm9p worker-slot`), by the content-store file
+//! of their module: each compiled (or mapped from the module cache) once per process,
+//! whatever number of actions use it; and how one action's guest runs on them.
 //!
 //! A module is a blob of the content store, a file that never changes: the module
 //! cache knows its digest by the file's identity and does not hash it again, and its
-//! compiled code is kept on disk for the worker's restarts (`--tier auto`: a big
-//! module starts on the baseline code while the optimized one is compiled in the
-//! background, as everywhere). Concurrent first actions of one module share its
-//! load. Each program is a [`GuestEngine`] without mounts of its own: every action
-//! brings its namespace. A module that does not load fails its actions with the
-//! reason.
+//! compiled code is kept on disk for every slot and the worker's restarts (`--tier
+//! auto`: a big module starts on the baseline code while the optimized one is
+//! compiled in the background, one compile across processes). The engines have no
+//! epoch interruption: a slot's guest is stopped by killing its process (see
+//! `slots`), so its code runs as fast as in `wasm9p cc`, and the daemon and the
+//! worker share compiled artifacts. A module that does not load fails its actions
+//! with the reason.
 //!
-//! They are how `wasm9p-remote` runs an action's guest ([`Guests`]): the input root
-//! at `/` over 9P (an in-process transport to its `ActionFs`, `cache=loose`, the
-//! pages of its tree's files in the worker's [`SharedPages`] too), the
-//! action's scratch directory at `/tmp`; a multi-call LLVM module (clang.wasm) runs
-//! as the tool its file is named after, the driver's jobs one by one as `wasm9p cc`
-//! runs them; any other module or component runs as it is. How it ended is the
-//! engine's typed [`Outcome`], the memory limit included.
+//! A guest's namespace: the input root at `/` over 9P (a Unix socket to the worker's
+//! `ActionFs`, `cache=loose`, the pages of its tree's files in this slot's
+//! [`SharedPages`] too), the action's scratch directory at `/tmp`. A multi-call LLVM
+//! module (clang.wasm) runs as the tool its file is named after, the driver's jobs
+//! one by one as `wasm9p cc` runs them; any other module or component runs as it is.
+//! How it ended is the engine's typed [`Outcome`], the memory limit included.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use wasm9p_guest_fs::backend::bind::BindFs;
@@ -27,9 +29,8 @@ use wasm9p_guest_fs::backend::ninep::NinepFs;
 use wasm9p_guest_fs::cache::SharedPages;
 use wasm9p_guest_fs::mount_options::NinepOptions;
 use wasm9p_guest_fs::namespace::Namespace;
-use wasm9p_remote::action::{Captured, Ended, GuestRun, Guests, Ran};
-use wasm9p_remote::layer::{self, ActionFs};
-use wasm9p_remote::Digest;
+use wasm9p_remote::action::{Ended, Ran};
+use wasm9p_remote::layer;
 
 use crate::cli::cc::invocation::{Invocation, Io};
 use crate::cli::cc::Tool;
@@ -38,129 +39,112 @@ use crate::engine::{Guest, GuestEngine, Outcome, Stdio};
 use crate::module_cache::ModuleCache;
 use crate::p1::{Input, Output, Sink};
 
-type Loading = Arc<tokio::sync::OnceCell<Result<Arc<GuestEngine>, String>>>;
+/// One guest to run in a slot: its argv in the namespace of one action.
+pub(super) struct SlotRun {
+    /// Its arguments, `argv[0]` as the `Command` gives it.
+    pub argv: Vec<String>,
+    /// Its environment.
+    pub env: Vec<(String, String)>,
+    /// Its working directory, absolute in its namespace.
+    pub working_dir: String,
+    /// The Unix socket the worker serves the action's input root on, to be `/`.
+    pub socket: PathBuf,
+    /// The action's directory of its own, to be `/tmp`.
+    pub tmp: PathBuf,
+    /// Where its stdout and stderr go (stdin is empty).
+    pub stdout: Sink,
+    pub stderr: Sink,
+    /// The most bytes its memory may take.
+    pub memory_limit: usize,
+}
 
-/// The worker's programs.
+/// A slot's programs.
 pub(super) struct Tools {
     module_cache: PathBuf,
-    /// The input files' pages every action's mount reads and keeps (see
-    /// `wasm9p_remote::layer::fixed_content`); none with `--page-cache-size 0`.
+    /// The input files' pages every action of this slot reads and keeps (see
+    /// `wasm9p_remote::layer::fixed_content`); none with a size of 0.
     shared_pages: Option<Arc<SharedPages>>,
-    loaded: Mutex<HashMap<Digest, Loading>>,
-    /// Where loads wait (the actions' threads block on it).
-    runtime: tokio::runtime::Handle,
+    loaded: Mutex<HashMap<PathBuf, Result<Arc<GuestEngine>, String>>>,
 }
 
 impl Tools {
     /// Programs whose compiled code is kept in `module_cache`, their actions' mounts
     /// sharing up to `page_cache` bytes of input files' pages.
-    pub(super) fn new(
-        module_cache: PathBuf,
-        page_cache: u64,
-        runtime: tokio::runtime::Handle,
-    ) -> Tools {
+    pub(super) fn new(module_cache: PathBuf, page_cache: u64) -> Tools {
         Tools {
             module_cache,
             shared_pages: (page_cache > 0)
                 .then(|| Arc::new(SharedPages::new(page_cache, layer::fixed_content))),
             loaded: Mutex::default(),
-            runtime,
         }
     }
 
-    /// The program of the module `digest`, whose bytes are the file `path`: loaded
-    /// once (an error is one line, and kept: the same module fails the same way).
-    pub(super) async fn get(
-        &self,
-        digest: Digest,
-        path: &Path,
-    ) -> Result<Arc<GuestEngine>, String> {
-        let cell = self
-            .loaded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(digest)
-            .or_default()
-            .clone();
-        let cache = tier_from_env(ModuleCache::at(&self.module_cache))
-            .map_err(|_| "WASM9P_TIER_FROM is not a number of bytes".to_owned())?;
-        let path = path.to_owned();
-        cell.get_or_init(|| async move {
-            // Loading maps or compiles the module: work for a thread of its own.
-            let loaded = tokio::task::spawn_blocking(move || {
-                engine_for(&path, cache)
-                    // A cancelled lease stops its guest within a tick, even
-                    // mid-computation.
-                    .interruptible(true)
+    /// The program whose module is the content-store file `path`: loaded once (an
+    /// error is one line, and kept: the same module fails the same way).
+    pub(super) fn get(&self, path: &Path) -> Result<Arc<GuestEngine>, String> {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = loaded.get(path) {
+            return known.clone();
+        }
+        let engine = tier_from_env(ModuleCache::at(&self.module_cache))
+            .map_err(|_| "WASM9P_TIER_FROM is not a number of bytes".to_owned())
+            .and_then(|cache| {
+                engine_for(path, cache)
                     .build()
                     .map_err(|e| format!("its module does not load: {e}"))
             })
-            .await
-            .map_err(|e| format!("loading the module: {e}"))?;
-            loaded.map(Arc::new)
-        })
-        .await
-        .clone()
+            .map(Arc::new);
+        loaded.insert(path.to_owned(), engine.clone());
+        engine
     }
 
     /// Waits for what the programs still store, and hands their unfinished optimized
-    /// compiles to background processes (the worker is stopping).
+    /// compiles to background processes (the slot is ending).
     pub(super) fn finish(&self) {
         let loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        for cell in loaded.values() {
-            if let Some(Ok(host)) = cell.get() {
-                host.finish();
-            }
+        for engine in loaded.values().flatten() {
+            engine.finish();
         }
     }
-}
 
-impl Guests for Tools {
-    type Program = Arc<GuestEngine>;
-
-    fn load(&self, module: Digest, path: &Path) -> Result<Arc<GuestEngine>, String> {
-        self.runtime.block_on(self.get(module, path))
-    }
-
-    fn run(&self, engine: &Arc<GuestEngine>, run: GuestRun<'_>) -> Result<Ran, String> {
+    /// Runs `run` on `engine` to its end: how it ended and its mount's counters, or
+    /// one line saying why it could not start.
+    pub(super) fn run(&self, engine: &GuestEngine, run: SlotRun) -> Result<Ran, String> {
         let (namespace, mount) = engine
             .runtime()
-            .block_on(namespace(
-                run.fs.clone(),
-                run.tmp,
-                self.shared_pages.clone(),
-            ))
+            .block_on(namespace(&run.socket, &run.tmp, self.shared_pages.clone()))
             .map_err(|e| format!("the action's mounts: {e}"))?;
+        // A slot's guest is stopped by killing the slot: nothing sets this.
+        let never = Arc::new(AtomicBool::new(false));
         let argv0 = &run.argv[0];
         let outcome = match Tool::named(argv0.rsplit('/').next().unwrap_or(argv0)) {
             // clang.wasm as the tool it is named after, as `wasm9p cc` runs it.
             Some(tool) => Invocation {
                 host: engine,
                 namespace: Some(namespace.clone()),
-                env: run.env.to_vec(),
-                cwd: Path::new(run.working_dir),
+                env: run.env.clone(),
+                cwd: Path::new(&run.working_dir),
                 usr: None,
-                tmp: run.tmp,
+                tmp: &run.tmp,
                 io: Io::Client {
                     stdin: Input::Empty,
-                    stdout: sink(&run.stdout),
-                    stderr: sink(&run.stderr),
-                    cancel: run.cancel.clone(),
+                    stdout: run.stdout.clone(),
+                    stderr: run.stderr.clone(),
+                    cancel: never,
                 },
                 memory_limit: Some(run.memory_limit),
             }
             .run(tool, &run.argv[1..]),
             None => {
-                let guest = Guest::new(run.argv.to_vec())
-                    .env(run.env)
+                let guest = Guest::new(run.argv.clone())
+                    .env(&run.env)
                     .namespace(namespace.clone())
-                    .working_dir(Some(run.working_dir))
+                    .working_dir(Some(&run.working_dir))
                     .memory_limit(Some(run.memory_limit))
-                    .cancel(run.cancel.clone())
                     .stdio(Stdio::Given {
                         stdin: Input::Empty,
-                        stdout: Output::Stream(sink(&run.stdout)),
-                        stderr: Output::Stream(sink(&run.stderr)),
+                        stdout: Output::Stream(run.stdout.clone()),
+                        stderr: Output::Stream(run.stderr.clone()),
                     });
                 let outcome = engine.run(guest).outcome;
                 // Said where the action's own words go, as a command says it.
@@ -169,12 +153,15 @@ impl Guests for Tools {
                     _ => "the guest was stopped",
                 };
                 if let Some(why) = outcome.reason() {
-                    run.stderr
-                        .push(format!("wasm9p: {said}: {why}\n").as_bytes());
+                    let _ = (run.stderr.0)(format!("wasm9p: {said}: {why}\n").as_bytes());
                 }
                 outcome
             }
         };
+        // Every fid the guest left goes now, its clunk answered, before the worker
+        // is told the guest ended and reads the outputs.
+        drop(namespace);
+        mount.session().close();
         let stats = mount.stats();
         let reads_9p = stats.rpc.iter().find(|(name, _)| *name == "read");
         let ended = match outcome {
@@ -192,27 +179,19 @@ impl Guests for Tools {
     }
 }
 
-/// A guest stream writing into `captured`.
-fn sink(captured: &Captured) -> Sink {
-    let captured = captured.clone();
-    Sink(Arc::new(move |data: &[u8]| {
-        captured.push(data);
-        Ok(())
-    }))
-}
-
-/// The input root at `/` (over 9P, from `fs`, its pages of fixed contents in
+/// The input root at `/` (over 9P on `socket`, its pages of fixed contents in
 /// `shared` too) and `tmp` at `/tmp`: the namespace, and the 9p mount (for its
 /// counters).
 async fn namespace(
-    fs: Arc<ActionFs>,
+    socket: &Path,
     tmp: &Path,
     shared: Option<Arc<SharedPages>>,
 ) -> Result<(Arc<Namespace>, Arc<NinepFs>), String> {
-    let (client_end, server_end) = wasm9p_proto::transport::duplex();
-    tokio::spawn(wasm9p_server::nodes::serve(fs, server_end));
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|e| format!("{}: {e}", socket.display()))?;
     let options = NinepOptions::parse([("cache", Some("loose"))]).map_err(|e| e.to_string())?;
-    let mount = crate::mounts::attach_in_process(client_end, &options, shared).await?;
+    let mount = crate::mounts::attach_over(Box::new(stream), &options, shared).await?;
     let mut ns = Namespace::new();
     ns.mount("/", mount.clone(), false)
         .map_err(|e| format!("/: {e}"))?;
