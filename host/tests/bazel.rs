@@ -496,6 +496,8 @@ fn bazel_test_runs_wasm_tests_here_and_on_the_farm_with_their_logs_xml_shards_an
     };
     let demo = examples().join("demo");
     for (where_, config) in [("here", vec!["--config=wasm9p"]), ("remote", strs(&remote))] {
+        // Nothing of the run before may pass for this one's.
+        let _ = std::fs::remove_dir_all(testlogs.join("passes"));
         let args = [config.clone(), vec!["//:passes", "//:fails", "//:sharded"]].concat();
         let (code, log, status) = bazel_test(ws.path(), &args);
         assert_eq!(code, 3, "{where_}: some tests failed: {log}");
@@ -533,9 +535,21 @@ fn bazel_test_runs_wasm_tests_here_and_on_the_farm_with_their_logs_xml_shards_an
             let zip = testlogs.join("passes/test.outputs/outputs.zip");
             assert_eq!(
                 unzipped(&zip),
-                "report.txt: the passes test's report\nsub/more.txt: more\n"
+                "blob.bin: \0\x01\x02\x03report.txt: the passes test's report\n\
+                 sub/more.txt: more\n"
             );
         }
+        // Their manifest and the test's annotations: here test-setup.sh makes them
+        // (with `file` for the types), remote the worker; the same bytes.
+        let manifest = read(&testlogs.join("passes/test.outputs_manifest/MANIFEST"));
+        assert_eq!(
+            manifest,
+            "blob.bin\t4\tapplication/octet-stream\nreport.txt\t25\ttext/plain\n\
+             sub/more.txt\t5\ttext/plain\n",
+            "{where_}"
+        );
+        let annotations = read(&testlogs.join("passes/test.outputs_manifest/ANNOTATIONS"));
+        assert_eq!(annotations, "the first part\nthe second part\n", "{where_}");
         // Two shards, each told which it is.
         for (i, dir) in ["shard_1_of_2", "shard_2_of_2"].iter().enumerate() {
             let shard = read(&testlogs.join("sharded").join(dir).join("test.log"));

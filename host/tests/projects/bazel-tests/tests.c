@@ -1,7 +1,8 @@
 /* The tests of host/tests/projects/bazel-tests, one mode per test (its args):
  *   pass   reads its runfile data.txt (from the runfiles, where the test starts),
  *          writes and reads back a file in $TEST_TMPDIR, checks $TEST_TARGET, leaves
- *          report.txt and sub/more.txt in $TEST_UNDECLARED_OUTPUTS_DIR: exit 0
+ *          report.txt, sub/more.txt and blob.bin in $TEST_UNDECLARED_OUTPUTS_DIR and
+ *          a.part and b.part in $TEST_UNDECLARED_OUTPUTS_ANNOTATIONS_DIR: exit 0
  *   fail   prints what it expected and what it got: exit 1
  *   shard  says which shard of how many it is ($TEST_SHARD_INDEX of
  *          $TEST_TOTAL_SHARDS), touching $TEST_SHARD_STATUS_FILE as sharding asks
@@ -45,6 +46,19 @@ int main(int argc, char **argv) {
             snprintf(path, sizeof path, "%s/sub/more.txt", undeclared);
             o = fopen(path, "w");
             failed += check(o && fputs("more\n", o) >= 0 && !fclose(o), "and one in a directory");
+            snprintf(path, sizeof path, "%s/blob.bin", undeclared);
+            o = fopen(path, "wb");
+            failed += check(o && fwrite("\0\1\2\3", 1, 4, o) == 4 && !fclose(o), "and a binary one");
+        }
+        const char *annotations = getenv("TEST_UNDECLARED_OUTPUTS_ANNOTATIONS_DIR");
+        if (annotations) {
+            /* Written in the other order: the annotations go by the parts' names. */
+            const char *parts[][2] = {{"b.part", "the second part\n"}, {"a.part", "the first part\n"}};
+            for (int i = 0; i < 2; i++) {
+                snprintf(path, sizeof path, "%s/%s", annotations, parts[i][0]);
+                FILE *o = fopen(path, "w");
+                failed += check(o && fputs(parts[i][1], o) >= 0 && !fclose(o), "an annotation");
+            }
         }
         const char *target = getenv("TEST_TARGET");
         failed += check(target && !strcmp(target, "//:passes"), "TEST_TARGET");

@@ -26,7 +26,8 @@
 //! - **Undeclared outputs.** What the test wrote under `TEST_UNDECLARED_OUTPUTS_DIR`
 //!   is archived into `TEST_UNDECLARED_OUTPUTS_ZIP` as the script's `zip -r` would (a
 //!   zip of stored files, [`crate::stored_zip`]), which Bazel unpacks into
-//!   `test.outputs/`. (Its MANIFEST and annotations are not made.)
+//!   `test.outputs/`; its manifest and the test's annotations are made as the script
+//!   makes them ([`undeclared`]).
 //!
 //! [`test_setup`] says how to start the test; [`TestSetup::leave_results`] leaves
 //! `test.xml` and the zip after it.
@@ -39,10 +40,12 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::apis::v2;
-use crate::layer::{ActionFs, Inspected};
+use crate::layer::ActionFs;
 use crate::store::{ContentStore, Fetch};
 use crate::stored_zip;
 use crate::tree::{within_root, InputTree, TreeNode};
+
+pub mod undeclared;
 
 /// The script's file name, `arguments[0]` of a Bazel test action.
 pub const TEST_SETUP: &str = "test-setup.sh";
@@ -83,9 +86,14 @@ pub struct TestSetup {
     pub dirs: Vec<String>,
     /// Where Bazel reads `test.xml`, from the input root.
     pub xml: Option<String>,
-    /// The undeclared outputs' directory and the zip Bazel reads them from, from the
-    /// input root.
-    pub undeclared: Option<(String, String)>,
+    /// The undeclared outputs' directory, from the input root.
+    pub undeclared: Option<String>,
+    /// The zip Bazel reads them from, from the input root.
+    pub zip: Option<String>,
+    /// Where their manifest goes, from the input root.
+    pub manifest: Option<String>,
+    /// The annotations' directory and the file they go to, from the input root.
+    pub annotations: Option<(String, String)>,
     /// The test's name in `test.xml`: the binary as given, less a leading `./`.
     pub name: String,
 }
@@ -138,10 +146,14 @@ pub fn test_setup(command: &v2::Command, wd: &str, tree: &InputTree) -> TestSetu
             (v.name.clone(), value)
         })
         .collect();
-    let dirs = ["TEST_TMPDIR", "TEST_UNDECLARED_OUTPUTS_DIR"]
-        .iter()
-        .filter_map(|name| var(name).and_then(from_root))
-        .collect();
+    let dirs = [
+        "TEST_TMPDIR",
+        "TEST_UNDECLARED_OUTPUTS_DIR",
+        "TEST_UNDECLARED_OUTPUTS_ANNOTATIONS_DIR",
+    ]
+    .iter()
+    .filter_map(|name| var(name).and_then(from_root))
+    .collect();
     TestSetup {
         argv: command.arguments[1..].to_vec(),
         binary,
@@ -149,9 +161,12 @@ pub fn test_setup(command: &v2::Command, wd: &str, tree: &InputTree) -> TestSetu
         env,
         dirs,
         xml: var("XML_OUTPUT_FILE").and_then(from_root),
-        undeclared: var("TEST_UNDECLARED_OUTPUTS_DIR")
+        undeclared: var("TEST_UNDECLARED_OUTPUTS_DIR").and_then(from_root),
+        zip: var("TEST_UNDECLARED_OUTPUTS_ZIP").and_then(from_root),
+        manifest: var("TEST_UNDECLARED_OUTPUTS_MANIFEST").and_then(from_root),
+        annotations: var("TEST_UNDECLARED_OUTPUTS_ANNOTATIONS_DIR")
             .and_then(from_root)
-            .zip(var("TEST_UNDECLARED_OUTPUTS_ZIP").and_then(from_root)),
+            .zip(var("TEST_UNDECLARED_OUTPUTS_ANNOTATIONS").and_then(from_root)),
         name: given.strip_prefix("./").unwrap_or(given).to_owned(),
     }
 }
@@ -180,9 +195,10 @@ pub struct TestRan<'a> {
 
 impl TestSetup {
     /// Leaves what the script leaves once the test has run as `ran` says: its
-    /// `test.xml`, unless it wrote its own, and the zip of its undeclared outputs (at
-    /// most `limit` bytes of them; a file of the input root moved there read from
-    /// `store` through `fetch`).
+    /// `test.xml`, unless it wrote its own, and the zip of its undeclared outputs,
+    /// their manifest and its annotations (at most `limit` bytes of outputs, and as
+    /// many of annotations; a file of the input root moved there read from `store`
+    /// through `fetch`).
     pub async fn leave_results(
         &self,
         fs: &ActionFs,
@@ -204,81 +220,34 @@ impl TestSetup {
                 write(xml, text.into_bytes()).await?;
             }
         }
-        if let Some((dir, zip)) = &self.undeclared {
-            let files = undeclared_outputs(fs, dir, limit, store, fetch).await?;
-            if !files.is_empty() {
-                let entries: Vec<stored_zip::Entry> = files
-                    .iter()
-                    .map(|(name, mode, bytes)| stored_zip::Entry {
-                        name,
-                        mode: *mode,
-                        bytes,
-                    })
-                    .collect();
-                let archive = stored_zip::archive(&entries)
-                    .map_err(|_| ResultsError::TooLarge("a zip's 4 GiB or 65,535 files".into()))?;
-                write(zip, archive).await?;
+        let files = match &self.undeclared {
+            Some(dir) => undeclared::files_under(fs, dir, limit, store, fetch).await?,
+            None => Vec::new(),
+        };
+        if let (Some(zip), false) = (&self.zip, files.is_empty()) {
+            let entries: Vec<stored_zip::Entry> = files
+                .iter()
+                .map(|(name, mode, bytes)| stored_zip::Entry {
+                    name,
+                    mode: *mode,
+                    bytes,
+                })
+                .collect();
+            let archive = stored_zip::archive(&entries)
+                .map_err(|_| ResultsError::TooLarge("a zip's 4 GiB or 65,535 files".into()))?;
+            write(zip, archive).await?;
+        }
+        if let (Some(path), Some(text)) = (&self.manifest, undeclared::manifest(&files)) {
+            write(path, text.into_bytes()).await?;
+        }
+        if let Some((dir, to)) = &self.annotations {
+            let parts = undeclared::files_under(fs, dir, limit, store, fetch).await?;
+            if let Some(text) = undeclared::annotations(&parts) {
+                write(to, text).await?;
             }
         }
         Ok(())
     }
-}
-
-/// The files under the directory `dir` of `fs` (symlinks left out), as the archive
-/// of the undeclared outputs holds them: paths from `dir`, in order, each with its
-/// permission bits and bytes. At most `limit` bytes in all.
-async fn undeclared_outputs(
-    fs: &ActionFs,
-    dir: &str,
-    limit: u64,
-    store: &ContentStore,
-    fetch: &dyn Fetch,
-) -> Result<Vec<(String, u32, Vec<u8>)>, ResultsError> {
-    let failed =
-        |path: &str, e: &dyn std::fmt::Display| ResultsError::Failed(format!("{dir}/{path}: {e}"));
-    let mut out = Vec::new();
-    let mut total = 0u64;
-    let Ok(node) = fs.resolve(dir) else {
-        return Ok(out); // the test removed it: nothing to keep
-    };
-    let mut pending = vec![(String::new(), node)];
-    while let Some((path, node)) = pending.pop() {
-        let (file, size, executable) = match fs.inspect(node).map_err(|e| failed(&path, &e))? {
-            Inspected::Dir(entries) => {
-                for (name, child) in entries.into_iter().rev() {
-                    let child_path = match path.is_empty() {
-                        true => name,
-                        false => format!("{path}/{name}"),
-                    };
-                    pending.push((child_path, child));
-                }
-                continue;
-            }
-            Inspected::Symlink(_) => continue,
-            // A file of the input root moved there by the test.
-            Inspected::TreeFile { digest, executable } => {
-                let file = store
-                    .get(digest, fetch)
-                    .await
-                    .map_err(|e| failed(&path, &e))?;
-                (file, digest.size(), executable)
-            }
-            Inspected::MadeFile {
-                file,
-                size,
-                executable,
-            } => (file, size, executable),
-        };
-        total += size;
-        if total > limit {
-            return Err(ResultsError::TooLarge(format!("{limit} bytes")));
-        }
-        let mut bytes = vec![0u8; size as usize];
-        std::os::unix::fs::FileExt::read_exact_at(&*file, &mut bytes, 0)
-            .map_err(|e| failed(&path, &e))?;
-        out.push((path, if executable { 0o755 } else { 0o644 }, bytes));
-    }
-    Ok(out)
 }
 
 /// The path to `to` from the directory `from` (both from the input root).
