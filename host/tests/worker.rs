@@ -346,7 +346,7 @@ fn a_cancelled_or_timed_out_action_stops_its_guest_and_the_next_one_runs() {
     let name = std::sync::Mutex::new(String::new());
     std::thread::scope(|s| {
         let waiting = s.spawn(|| client.execute(action, |n| *name.lock().unwrap() = n.to_owned()));
-        wait_until_running(&worker);
+        worker.wait_until_running();
         std::thread::sleep(Duration::from_secs(1)); // it spins
         let cancelled_at = Instant::now();
         client.cancel(&name.lock().unwrap());
@@ -390,7 +390,7 @@ fn a_killed_worker_s_action_completes_on_another_and_sigterm_drains() {
     std::thread::scope(|s| {
         let waiting = s.spawn(move || client.execute(action, |_| {}));
         // The first worker takes it; it is killed while the guest sleeps.
-        wait_until_running(&first);
+        first.wait_until_running();
         drop(first.kill());
         let second = Worker::start(farm, pool, &["--jobs", "1"]);
         let response = waiting.join().unwrap();
@@ -406,22 +406,13 @@ fn a_killed_worker_s_action_completes_on_another_and_sigterm_drains() {
             None,
         );
         let waiting = s.spawn(move || client.execute(action, |_| {}));
-        wait_until_running(&second);
+        second.wait_until_running();
         let status = second.terminate(Duration::from_secs(60));
         assert_eq!(status.code(), Some(0));
         let response = waiting.join().unwrap();
         assert_eq!(code(&response), 0, "{}", message(&response));
         assert_eq!(stdout_of(client, &response), "slept\n");
     });
-}
-
-/// Waits until `worker` runs an action (its scratch directory is there).
-fn wait_until_running(worker: &Worker) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !worker.is_running() {
-        assert!(Instant::now() < deadline, "never taken: {}", worker.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The clang.wasm toolchain as `scripts/fetch-clang-wasm` fetched it.

@@ -61,14 +61,6 @@ fn kill(pid: u32) {
     rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
 }
 
-fn wait_until_running(worker: &Worker) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !worker.is_running() {
-        assert!(Instant::now() < deadline, "never taken: {}", worker.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_component_past_its_timeout_is_stopped_asleep_or_computing() {
     let farm = Farm::get();
@@ -121,7 +113,7 @@ fn a_slot_that_dies_fails_its_action_alone_and_a_killed_worker_leaves_no_guest_r
     );
     std::thread::scope(|s| {
         let waiting = s.spawn(move || client.execute(action, |_| {}));
-        wait_until_running(&worker);
+        worker.wait_until_running();
         // The slot is asked to run the guest just after the scratch directory is made.
         std::thread::sleep(Duration::from_millis(500));
         let slot = slots(&worker);
@@ -159,7 +151,7 @@ fn a_slot_that_dies_fails_its_action_alone_and_a_killed_worker_leaves_no_guest_r
     std::thread::scope(|s| {
         let name = &name;
         let waiting = s.spawn(move || client.execute(action, |n| *name.lock().unwrap() = n.into()));
-        wait_until_running(&worker);
+        worker.wait_until_running();
         // The slot is asked to run the guest just after the scratch directory is made.
         std::thread::sleep(Duration::from_millis(500));
         let slot = slots(&worker);

@@ -324,6 +324,15 @@ impl Worker {
         std::fs::read_dir(self.dir.path().join("actions")).is_ok_and(|mut d| d.next().is_some())
     }
 
+    /// Waits until it runs an action (its scratch directory is there).
+    pub fn wait_until_running(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.is_running() {
+            assert!(Instant::now() < deadline, "never taken: {}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

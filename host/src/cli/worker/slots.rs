@@ -171,6 +171,7 @@ impl Guests for Slots {
 
     fn run(&self, module: &PathBuf, run: GuestRun<'_>) -> Result<Ran, String> {
         let (socket, stdout, stderr) = self.paths(self.runs.fetch_add(1, Ordering::Relaxed));
+        let _gone_after = Removed([&socket, &stdout, &stderr]);
         for stream in [&stdout, &stderr] {
             std::fs::File::create(stream).map_err(|e| format!("{}: {e}", stream.display()))?;
         }
@@ -206,7 +207,6 @@ impl Guests for Slots {
         });
         let answer = slot.answer(Some(&run.cancel));
         serving.abort();
-        let _ = std::fs::remove_file(&socket);
         // What the guest wrote, also when it was stopped.
         let kept = |file: &Path, into: &Captured| -> Result<(), String> {
             let mut bytes = Vec::new();
@@ -216,10 +216,8 @@ impl Guests for Slots {
             into.push(&bytes);
             Ok(())
         };
-        let kept = kept(&stdout, &run.stdout).and_then(|()| kept(&stderr, &run.stderr));
-        let _ = std::fs::remove_file(&stdout);
-        let _ = std::fs::remove_file(&stderr);
-        kept?;
+        kept(&stdout, &run.stdout)?;
+        kept(&stderr, &run.stderr)?;
         match answer? {
             // Stopped: the slot was killed with its guest.
             None => Ok(Ran {
@@ -237,6 +235,17 @@ impl Guests for Slots {
                 Err(why)
             }
             Some(other) => Err(format!("a slot answered {other:?}")),
+        }
+    }
+}
+
+/// Files removed when it is dropped: a guest run's socket and streams.
+struct Removed<'a>([&'a PathBuf; 3]);
+
+impl Drop for Removed<'_> {
+    fn drop(&mut self) {
+        for path in self.0 {
+            let _ = std::fs::remove_file(path);
         }
     }
 }
