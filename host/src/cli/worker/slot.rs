@@ -215,7 +215,14 @@ pub fn worker_slot(args: SlotArgs) -> ExitCode {
         }
         // Dropping `requests` ends the loop below.
     });
-    let mut stdout = std::io::stdout().lock();
+    // Replies go to the worker's pipe, and whatever else would be printed on stdout
+    // to stderr, where it cannot pass for a reply.
+    let pipe = rustix::io::fcntl_dupfd_cloexec(std::io::stdout(), 3)
+        .and_then(|pipe| rustix::stdio::dup2_stdout(std::io::stderr()).map(|()| pipe));
+    let mut replies = match pipe {
+        Ok(pipe) => std::fs::File::from(pipe),
+        Err(e) => return fail(1, &format!("worker-slot: its stdout: {e}")),
+    };
     for line in next {
         let reply = match Request::parse(&line) {
             Err(e) => return fail(2, &format!("worker-slot: a bad request: {e}")),
@@ -225,9 +232,7 @@ pub fn worker_slot(args: SlotArgs) -> ExitCode {
             },
             Ok(Request::Run(run)) => run_guest(&tools, run),
         };
-        let written = stdout
-            .write_all(reply.to_line().as_bytes())
-            .and_then(|()| stdout.flush());
+        let written = replies.write_all(reply.to_line().as_bytes());
         busy.store(false, Ordering::SeqCst);
         if written.is_err() {
             break; // the worker is gone
