@@ -784,8 +784,9 @@ fn an_action_s_timeout_does_not_count_its_guest_s_waits_for_a_slow_cas() {
 }
 
 /// A file one action read costs the next action that reads it (same path, same bytes,
-/// another input root) no 9P read and no store read: its pages are in the worker's
-/// shared page cache. A file with other bytes, and a file an action wrote over, are
+/// another input root) no 9P read and no store read: its pages are in the page cache
+/// of the worker's slot (one slot here, `--jobs 1`). A file with other bytes, and a
+/// file an action wrote over, are
 /// never answered from another's pages.
 #[test]
 fn a_file_an_earlier_action_read_is_read_from_the_shared_page_cache() {

@@ -56,6 +56,34 @@ fn slots(worker: &Worker) -> Vec<u32> {
         .collect()
 }
 
+/// The slot of `worker` that runs a guest, once there is one: it has the guest's
+/// stdout file open (`N.out` in the worker's directory for its slots).
+fn running_slot(worker: &Worker) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let running: Vec<u32> = slots(worker)
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read_dir(format!("/proc/{pid}/fd"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                    .any(|target| {
+                        let target = target.to_string_lossy();
+                        target.contains("/wasm9p-worker-") && target.ends_with(".out")
+                    })
+            })
+            .collect();
+        match running[..] {
+            [pid] => return pid,
+            [] => assert!(Instant::now() < deadline, "no guest runs: {}", worker.log()),
+            _ => panic!("one action, slots running guests: {running:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn kill(pid: u32) {
     let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
@@ -113,11 +141,7 @@ fn a_slot_that_dies_fails_its_action_alone_and_a_killed_worker_leaves_no_guest_r
     );
     std::thread::scope(|s| {
         let waiting = s.spawn(move || client.execute(action, |_| {}));
-        worker.wait_until_running();
-        // The slot is asked to run the guest just after the scratch directory is made.
-        std::thread::sleep(Duration::from_millis(500));
-        let slot = slots(&worker);
-        assert_eq!(slot.len(), 1, "one slot for one action: {slot:?}");
+        let slot = [running_slot(&worker)];
         kill(slot[0]);
         let response = waiting.join().unwrap();
         let (code, message) = status(&response);
@@ -151,11 +175,7 @@ fn a_slot_that_dies_fails_its_action_alone_and_a_killed_worker_leaves_no_guest_r
     std::thread::scope(|s| {
         let name = &name;
         let waiting = s.spawn(move || client.execute(action, |n| *name.lock().unwrap() = n.into()));
-        worker.wait_until_running();
-        // The slot is asked to run the guest just after the scratch directory is made.
-        std::thread::sleep(Duration::from_millis(500));
-        let slot = slots(&worker);
-        assert_eq!(slot.len(), 1, "{slot:?}");
+        let slot = [running_slot(&worker)];
         drop(worker.kill());
         let deadline = Instant::now() + Duration::from_secs(10);
         while runs(slot[0]) {
@@ -163,7 +183,16 @@ fn a_slot_that_dies_fails_its_action_alone_and_a_killed_worker_leaves_no_guest_r
             std::thread::sleep(Duration::from_millis(20));
         }
         // The lease the killed worker held is the client's to take back.
-        client.cancel(&name.lock().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let name = loop {
+            let name = name.lock().unwrap().clone();
+            if !name.is_empty() {
+                break name;
+            }
+            assert!(Instant::now() < deadline, "the operation was never named");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        client.cancel(&name);
         assert_ne!(status(&waiting.join().unwrap()).0, 0);
     });
 }
