@@ -6,7 +6,7 @@
 
 mod farm;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use farm::{guest, stdout_of, Client, Farm, Root, Worker};
@@ -522,7 +522,10 @@ fn a_clang_compile_on_the_farm_makes_the_object_wasm9p_cc_makes_and_fetches_only
     assert!(compile("got2") == object);
     let second = &worker.actions()[1];
     assert_eq!(second["blobs_fetched"], 0, "{second}");
-    assert!(second["store_hits"].as_u64().unwrap() > 0, "{second}");
+    // Nor read from the store: clang.wasm is loaded by its digest (its code compiled
+    // by the first action at the latest), its files' pages are in the slot's cache.
+    assert_eq!(second["program_by_digest"], true, "{second}");
+    assert_eq!(second["store_hits"], 0, "{second}");
     // Its input root's Directory messages too: known from the first.
     assert!(first["directories_read"].as_u64().unwrap() > 10, "{first}");
     assert_eq!(second["directories_read"], 0, "{second}");
@@ -625,11 +628,11 @@ fn stat(action: &serde_json::Value, name: &str) -> u64 {
 }
 
 /// `worker` killed and started again in `pool` with `extra` on its directory, its
-/// content store emptied (its access profiles kept).
-fn cold_again(worker: Worker, pool: &str, extra: &[&str]) -> Worker {
+/// content store emptied (its access profiles kept), its compiled code in `modules`.
+fn cold_again(worker: Worker, pool: &str, extra: &[&str], modules: &Path) -> Worker {
     let dir = worker.kill();
     std::fs::remove_dir_all(dir.path().join("cas")).unwrap();
-    Worker::start_in(Farm::get(), pool, extra, dir)
+    Worker::start_with(Farm::get(), pool, extra, dir, modules)
 }
 
 #[test]
@@ -646,8 +649,16 @@ fn a_cold_worker_prefetches_what_its_profile_lists_and_a_stale_profile_changes_n
     };
     let tool = || Root::default().file("bin/tool.wasm", guest(), true);
 
-    // The first action of its kind: no profile; it records one.
-    let worker = Worker::start(farm, pool, &["--jobs", "1"]);
+    // The first action of its kind: no profile; it records one. Its program is new
+    // to the worker's module cache: fetched, and compiled.
+    let modules = tempfile::tempdir().unwrap();
+    let worker = Worker::start_with(
+        farm,
+        pool,
+        &["--jobs", "1"],
+        tempfile::tempdir().unwrap(),
+        modules.path(),
+    );
     let first = tool()
         .file("data/a", "profile a\n", false)
         .file("data/b", "profile b\n", false)
@@ -658,9 +669,15 @@ fn a_cold_worker_prefetches_what_its_profile_lists_and_a_stale_profile_changes_n
     let took = &worker.actions()[0];
     assert_eq!(stat(took, "profile_paths"), 0, "{took}");
     assert_eq!(stat(took, "prefetched_blobs"), 0, "{took}");
+    assert_eq!(
+        stat(took, "blobs_fetched"),
+        5,
+        "the program and 4 files: {took}"
+    );
+    assert_eq!(took["program_by_digest"], false, "{took}");
 
-    // The same worker's profiles, none of its blobs: a cold worker.
-    let worker = cold_again(worker, pool, &["--jobs", "1"]);
+    // The same worker's profiles and compiled code, none of its blobs: a cold worker.
+    let worker = cold_again(worker, pool, &["--jobs", "1"], modules.path());
     // An action of the same kind (same program, same mode, same top-level names) on
     // another tree: the profile's data/a is gone, data/b has other bytes, data/x is
     // there but not read, data/d is read but not in the profile.
@@ -676,10 +693,20 @@ fn a_cold_worker_prefetches_what_its_profile_lists_and_a_stale_profile_changes_n
     let took = &worker.actions()[0];
     assert_eq!(stat(took, "profile_paths"), 4, "{took}");
     // b (as it is now), c and x came in before the guest started; the guest fetched
-    // only data/d itself, besides the program the worker fetched to load it.
+    // only data/d itself. The program was not fetched: its code is known by its
+    // digest.
     assert_eq!(stat(took, "prefetched_blobs"), 3, "{took}");
-    assert_eq!(stat(took, "blobs_fetched"), 2, "{took}");
+    assert_eq!(stat(took, "blobs_fetched"), 1, "{took}");
     assert_eq!(stat(took, "files_read"), 3, "{took}");
+    assert_eq!(took["program_by_digest"], true, "{took}");
+    let program = Digest::of(&guest()).hex();
+    let blob = worker
+        .dir
+        .path()
+        .join("cas/blobs")
+        .join(&program[..2])
+        .join(&program);
+    assert!(!blob.exists(), "the program's bytes were fetched");
 
     // The next one has the profile the second recorded: b, c, d; all in the store.
     let out = cat(second(), &["data/d", "data/c"]);
@@ -690,13 +717,27 @@ fn a_cold_worker_prefetches_what_its_profile_lists_and_a_stale_profile_changes_n
     assert_eq!(stat(took, "blobs_fetched"), 0, "{took}");
 
     // --no-prefetch: cold again, every file fetched as it is read.
-    let worker = cold_again(worker, pool, &["--jobs", "1", "--no-prefetch"]);
+    let worker = cold_again(
+        worker,
+        pool,
+        &["--jobs", "1", "--no-prefetch"],
+        modules.path(),
+    );
     let out = cat(second(), &["data/b", "data/c", "data/d"]);
     assert_eq!(out, "profile b, changed\nprofile c\nprofile d\n");
     let took = &worker.actions()[0];
     assert_eq!(stat(took, "profile_paths"), 0, "{took}");
     assert_eq!(stat(took, "prefetched_blobs"), 0, "{took}");
-    assert_eq!(stat(took, "blobs_fetched"), 4, "{took}");
+    assert_eq!(stat(took, "blobs_fetched"), 3, "{took}");
+
+    // Its compiled code gone, a cold worker fetches the program and compiles it.
+    let no_modules = tempfile::tempdir().unwrap();
+    let worker = cold_again(worker, pool, &["--jobs", "1"], no_modules.path());
+    let out = cat(second(), &["data/c"]);
+    assert_eq!(out, "profile c\n");
+    let took = &worker.actions()[0];
+    assert_eq!(took["program_by_digest"], false, "{took}");
+    assert_eq!(stat(took, "blobs_fetched"), 1, "the program: {took}");
 }
 
 /// A TCP relay to `upstream` (`grpc://HOST:PORT`) that holds each chunk the server
@@ -768,11 +809,9 @@ fn an_action_s_timeout_does_not_count_its_guest_s_waits_for_a_slow_cas() {
     );
     let took = &worker.actions()[0];
     assert!(stat(took, "run_ms") >= 1600, "the waits were real: {took}");
-    assert_eq!(
-        stat(took, "blobs_fetched"),
-        5,
-        "the program and four files: {took}"
-    );
+    // The four files, and the program unless its code was kept by its digest.
+    let program = u64::from(took["program_by_digest"] == false);
+    assert_eq!(stat(took, "blobs_fetched"), 4 + program, "{took}");
     // Its metadata says so: the waits are in the input fetch.
     let m = response.result.unwrap().execution_metadata.unwrap();
     let secs = |t: Option<wasm9p_remote::apis::protobuf::Timestamp>| {
@@ -824,9 +863,10 @@ fn a_file_an_earlier_action_read_is_read_from_the_shared_page_cache() {
     assert_eq!(stat(&second, "read_9p"), 0, "{second}");
     assert_eq!(stat(&second, "files_read"), 0, "{second}");
     assert_eq!(stat(&second, "bytes_of_files_read"), 0, "{second}");
-    // The one blob looked up in the store is the program's, to load it.
-    assert_eq!(stat(&second, "store_hits"), 1, "{second}");
+    // Nothing looked up in the store, the program loaded by its digest.
+    assert_eq!(stat(&second, "store_hits"), 0, "{second}");
     assert_eq!(stat(&second, "blobs_fetched"), 0, "{second}");
+    assert_eq!(second["program_by_digest"], true, "{second}");
 
     // Other bytes at the same path: read from the server.
     let other = header.replace("LINE_7 7", "LINE_7 seven");

@@ -55,7 +55,10 @@ pub trait Guests: Send + Sync + 'static {
     type Program;
 
     /// Loads the module whose digest is `module` and whose bytes are the file
-    /// `path` (a blob of the content store, which never changes).
+    /// `path` (a blob of the content store, which never changes). The file may not
+    /// have been fetched yet: a worker that keeps the module's compiled code by its
+    /// digest loads it without the bytes; one that needs them says
+    /// [`NotLoaded::NotFetched`], and is asked again once they are in.
     fn load(&self, module: Digest, path: &Path) -> Result<Self::Program, NotLoaded>;
 
     /// Runs `program` as `run` says, to its end: how it ended, or one line saying
@@ -72,6 +75,8 @@ pub enum NotLoaded {
     NotAProgram(String),
     /// The worker could not load it (its fault: INTERNAL).
     Worker(String),
+    /// Its compiled code is not kept: its bytes are needed, and not fetched yet.
+    NotFetched,
 }
 
 /// One guest to run: its argv in its namespace.
@@ -202,6 +207,9 @@ pub struct ActionStats {
     pub prefetched_blobs: u64,
     /// Their bytes.
     pub prefetched_bytes: u64,
+    /// The program was loaded by its digest alone (its compiled code kept), its bytes
+    /// neither fetched nor read.
+    pub program_by_digest: bool,
     /// Milliseconds loading the program.
     pub load_ms: u64,
     /// Milliseconds running the guest.
@@ -376,29 +384,47 @@ impl<G: Guests> Actions<G> {
                     digests,
                 )))
             });
-        let blob = rt
-            .block_on(self.store.get(program_digest, &**fetch))
-            .map_err(fetch_failed)?;
-        let mut magic = [0u8; 4];
-        use std::os::unix::fs::FileExt;
-        if blob.read_exact_at(&mut magic, 0).is_err() || &magic != b"\0asm" {
-            let only = match test {
-                Some(_) => " (this worker runs tests built for wasm only)",
-                None => "",
-            };
-            return Err(invalid(format!(
-                "{what} {argv0:?} is not a wasm module or component{only}"
-            )));
-        }
-        let loading = Instant::now();
+        let not_loaded = |e| match e {
+            NotLoaded::NotAProgram(why) => invalid(format!("{what} {argv0:?}: {why}")),
+            NotLoaded::Worker(why) => internal(format!("loading {what} {argv0:?}: {why}")),
+            NotLoaded::NotFetched => internal(format!(
+                "loading {what} {argv0:?}: its bytes were asked for once they were in"
+            )),
+        };
+        let module = self.store.path(&program_digest);
+        // A module whose compiled code the guests keep needs no bytes: clang.wasm's
+        // 75 MB are not fetched by a worker that has compiled it (`wasm9p compile`).
+        let mut loading = Instant::now();
+        let compiled = match self.store.has(&program_digest) {
+            true => Err(NotLoaded::NotFetched),
+            false => self.guests.load(program_digest, &module),
+        };
+        stats.program_by_digest = compiled.is_ok();
+        let program = match compiled {
+            Ok(program) => program,
+            Err(NotLoaded::NotFetched) => {
+                let blob = rt
+                    .block_on(self.store.get(program_digest, &**fetch))
+                    .map_err(fetch_failed)?;
+                let mut magic = [0u8; 4];
+                use std::os::unix::fs::FileExt;
+                if blob.read_exact_at(&mut magic, 0).is_err() || &magic != b"\0asm" {
+                    let only = match test {
+                        Some(_) => " (this worker runs tests built for wasm only)",
+                        None => "",
+                    };
+                    return Err(invalid(format!(
+                        "{what} {argv0:?} is not a wasm module or component{only}"
+                    )));
+                }
+                loading = Instant::now();
+                self.guests
+                    .load(program_digest, &module)
+                    .map_err(not_loaded)?
+            }
+            Err(e) => return Err(not_loaded(e)),
+        };
         timeline.eager_fetch = loading - timeline.started;
-        let program = self
-            .guests
-            .load(program_digest, &self.store.path(&program_digest))
-            .map_err(|e| match e {
-                NotLoaded::NotAProgram(why) => invalid(format!("{what} {argv0:?}: {why}")),
-                NotLoaded::Worker(why) => internal(format!("loading {what} {argv0:?}: {why}")),
-            })?;
         stats.load_ms = loading.elapsed().as_millis() as u64;
 
         // The file system: the input root with a layer of its own, a private /tmp.

@@ -82,6 +82,11 @@ impl Digest {
         hex::encode(self.hash)
     }
 
+    /// The SHA-256 itself.
+    pub fn sha256(&self) -> [u8; 32] {
+        self.hash
+    }
+
     /// The size in bytes.
     pub fn size(&self) -> u64 {
         self.size

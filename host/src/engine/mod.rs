@@ -37,7 +37,7 @@ pub use outcome::Outcome;
 pub use tiered::guest_engines;
 pub(crate) use tiered::{link_error, OnTier, Runner, TieredProgram};
 
-use crate::module_cache::{ModuleCache, Progress, Tier, TierChoice, UpgradeIn};
+use crate::module_cache::{Digest, ModuleCache, Progress, Tier, TierChoice, UpgradeIn};
 use crate::mounts::{MountTable, MountTableBuilder};
 use crate::p1::{Input, Output, WasiP1Ctx};
 use crate::p2::{MountGrant, RuntimeMountRecord, WasiP2Ctx, WasiP2Fs};
@@ -163,6 +163,7 @@ pub struct Finished {
 /// Makes a [`GuestEngine`] (see [`GuestEngine::builder`]).
 pub struct EngineBuilder {
     program: PathBuf,
+    digest: Option<Digest>,
     mounts: MountTableBuilder,
     cache: ModuleCache,
     tier: TierChoice,
@@ -183,6 +184,16 @@ impl EngineBuilder {
     /// Where compiled code is kept (default: [`ModuleCache::user_default`]).
     pub fn module_cache(mut self, cache: ModuleCache) -> Self {
         self.cache = cache;
+        self
+    }
+
+    /// The SHA-256 of the program's bytes, when the caller knows it (a
+    /// content-addressed store names its files so): compiled code cached for it is
+    /// mapped without the program's file being read, or even present, and only
+    /// without it is the file loaded. The caller vouches for it (see
+    /// [`ModuleCache::load_tiered_by_digest`]).
+    pub fn program_digest(mut self, sha256: Digest) -> Self {
+        self.digest = Some(sha256);
         self
     }
 
@@ -266,7 +277,7 @@ impl EngineBuilder {
         }
         let program = TieredProgram::load(
             &self.cache,
-            &self.program,
+            (&self.program, self.digest.as_ref()),
             self.tier,
             (guest_engines(self.interruptible)?, self.interruptible),
             tiered::runner(&self.program, !self.grants.is_empty()),
@@ -310,6 +321,7 @@ impl GuestEngine {
     pub fn builder(program: impl Into<PathBuf>) -> EngineBuilder {
         EngineBuilder {
             program: program.into(),
+            digest: None,
             mounts: MountTable::builder(),
             cache: ModuleCache::user_default(),
             tier: TierChoice::Auto,

@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{Notes, SetupError};
-use crate::module_cache::{Engines, ModuleCache, Program, Progress, Tier, TierChoice, Upgrade};
+use crate::module_cache::{
+    Digest, Engines, ModuleCache, Program, Progress, Tier, TierChoice, Upgrade,
+};
 use crate::p1::P1Program;
 use crate::p2::P2Program;
 use crate::p3::P3Program;
@@ -118,12 +120,13 @@ fn command(
 }
 
 impl<R> TieredProgram<R> {
-    /// Loads the guest at `path` on the tier `tier` says, on `engines` (interruptible:
-    /// they have epoch interruption, and are ticked from now on), linked by `link`,
-    /// telling `progress` how a first compile goes.
+    /// Loads the guest at `path` (whose bytes have the SHA-256 `digest`, when the caller
+    /// knows it: see [`ModuleCache::load_tiered_by_digest`]) on the tier `tier` says, on
+    /// `engines` (interruptible: they have epoch interruption, and are ticked from now
+    /// on), linked by `link`, telling `progress` how a first compile goes.
     pub(crate) fn load(
         cache: &ModuleCache,
-        path: &Path,
+        (path, digest): (&Path, Option<&Digest>),
         tier: TierChoice,
         (engines, interruptible): (Engines, bool),
         link: Link<R>,
@@ -135,9 +138,11 @@ impl<R> TieredProgram<R> {
                 crate::interrupt::tick(engines.get(tier));
             }
         }
-        let loaded = cache
-            .load_tiered(&engines, path, tier, progress)
-            .map_err(|e| SetupError::Program(with_hint(e.to_string())))?;
+        let loaded = match digest {
+            Some(digest) => cache.load_tiered_by_digest(&engines, (path, digest), tier, progress),
+            None => cache.load_tiered(&engines, path, tier, progress),
+        }
+        .map_err(|e| SetupError::Program(with_hint(e.to_string())))?;
         let first = link(engines.get(loaded.tier), loaded.program)?;
         Ok(TieredProgram {
             path: path.to_owned(),

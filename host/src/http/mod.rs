@@ -185,7 +185,7 @@ impl HttpBuilder {
         let path = self.program.clone();
         let program = crate::engine::TieredProgram::load(
             &self.cache,
-            &self.program,
+            (&self.program, None),
             self.tier,
             (engines, true),
             Box::new(move |engine, program| proxy::link(engine, program, &path)),

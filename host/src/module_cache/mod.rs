@@ -25,7 +25,10 @@
 //! when Cranelift's is not cached yet, and compiles Cranelift's in the background.
 //!
 //! Sources ([`source`]): the digest of a guest's bytes is remembered by the file's
-//! identity, so a hit maps its artifact without reading or hashing the guest.
+//! identity, so a hit maps its artifact without reading or hashing the guest. A caller
+//! that knows the digest already (a content-addressed store: the build farm's worker)
+//! loads by it ([`ModuleCache::load_tiered_by_digest`]), and a hit needs no file at
+//! all: a worker runs a compiler it has compiled before without fetching its bytes.
 
 use std::hash::Hasher;
 use std::path::{Path, PathBuf};
@@ -36,7 +39,8 @@ use sha2::{Digest as _, Sha256};
 mod source;
 mod tiers;
 
-use source::{Digest, Source};
+pub use source::Digest;
+use source::Source;
 
 pub use tiers::{Engines, Loaded, Tier, TierChoice, Upgrade, UpgradeIn};
 use wasmtime::component::Component;
@@ -205,6 +209,20 @@ impl ModuleCache {
     fn cached(&self, engine: &Engine, source: &Source) -> Option<Program> {
         let artifact = self.artifact_path(engine, source.digest())?;
         let program = load_artifact(engine, &artifact, source.component())?;
+        touch(&artifact);
+        Some(program)
+    }
+
+    /// The stored artifact of the bytes with `digest` for `engine`, mapped, if there is
+    /// a usable one: a module or a component, as the artifact says.
+    fn cached_by_digest(&self, engine: &Engine, digest: &Digest) -> Option<Program> {
+        let artifact = self.artifact_path(engine, Some(digest))?;
+        let component = match Engine::detect_precompiled_file(&artifact) {
+            Ok(Some(wasmtime::Precompiled::Component)) => true,
+            Ok(Some(wasmtime::Precompiled::Module)) => false,
+            _ => return None,
+        };
+        let program = load_artifact(engine, &artifact, component)?;
         touch(&artifact);
         Some(program)
     }

@@ -30,7 +30,7 @@ use sha2::{Digest as _, Sha256};
 use super::{create_private_dir, is_component, refuse_precompiled, tempfile_in, LoadError};
 
 /// The SHA-256 of a guest's bytes.
-pub(super) type Digest = [u8; 32];
+pub type Digest = [u8; 32];
 
 /// How old a file's change time must be before its identity is remembered.
 pub(super) const SETTLED: Duration = Duration::from_secs(2);

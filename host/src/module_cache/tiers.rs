@@ -215,6 +215,40 @@ impl ModuleCache {
         self.load_tiered_source(engines, source, choice, &UpgradeIn::Thread, progress)
     }
 
+    /// As [`ModuleCache::load_tiered`], for a guest whose bytes the caller knows to have
+    /// the SHA-256 `digest` (a content-addressed store names its blobs so): the
+    /// compiled code cached for that digest is mapped without the file being opened,
+    /// nor even present; without it, the file is loaded as `load_tiered` does. The
+    /// caller vouches for the digest: the code run is that of the bytes it names.
+    ///
+    /// The code looked up is the optimized tier's (the baseline's under
+    /// [`TierChoice::Baseline`]): a baseline artifact alone leaves an optimized compile
+    /// to start, which needs the bytes.
+    pub fn load_tiered_by_digest(
+        &self,
+        engines: &Engines,
+        (path, digest): (&Path, &Digest),
+        choice: TierChoice,
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<Loaded, LoadError> {
+        let tier = match choice {
+            TierChoice::Baseline => Tier::Baseline,
+            TierChoice::Auto | TierChoice::Optimized => Tier::Optimized,
+        };
+        match self.cached_by_digest(engines.get(tier), digest) {
+            Some(program) => Ok(Loaded {
+                program,
+                tier,
+                compiled_in: None,
+                waited: None,
+                upgrade: None,
+                handed_off: false,
+                storing: None,
+            }),
+            None => self.load_tiered(engines, path, choice, progress),
+        }
+    }
+
     /// As [`ModuleCache::load_tiered`], for a file that must be a component (a plugin):
     /// a core module is refused before anything is compiled. The optimized compile,
     /// when there is one to do, runs where `upgrade_in` says.

@@ -269,6 +269,17 @@ impl Worker {
 
     /// A worker with its cache directory in `dir` (as a restarted one would have).
     pub fn start_in(farm: &Farm, pool: &str, extra: &[&str], dir: tempfile::TempDir) -> Worker {
+        Self::start_with(farm, pool, extra, dir, &module_cache())
+    }
+
+    /// As [`Worker::start_in`], its compiled code kept in `modules`.
+    pub fn start_with(
+        farm: &Farm,
+        pool: &str,
+        extra: &[&str],
+        dir: tempfile::TempDir,
+        modules: &Path,
+    ) -> Worker {
         let log = std::fs::File::options()
             .create(true)
             .append(true)
@@ -284,7 +295,7 @@ impl Worker {
             .arg("--stats")
             .arg(dir.path().join("stats.jsonl"))
             .arg("--module-cache")
-            .arg(module_cache())
+            .arg(modules)
             .args(extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())

@@ -389,6 +389,7 @@ fn action_json(took: &ActionStats) -> serde_json::Value {
         "profile_paths": took.profile_paths,
         "prefetched_blobs": took.prefetched_blobs,
         "prefetched_bytes": took.prefetched_bytes,
+        "program_by_digest": took.program_by_digest,
         "load_ms": took.load_ms,
         "run_ms": took.run_ms,
         "total_ms": took.total_ms,

@@ -7,10 +7,12 @@
 //! and a guest that brings down its process takes no other action with it.
 //!
 //! One JSON request a line on stdin, one JSON reply a line on stdout:
-//! - `{"load": {"module": PATH}}`: load the module (a content-store file); `{"loaded":
-//!   true}` or `{"not_a_program": WHY}`.
-//! - `{"run": {"module", "argv", "env", "working_dir", "socket", "tmp", "stdout",
-//!   "stderr", "output_limit", "memory_limit"}}`: run a guest on the input root the
+//! - `{"load": {"module": PATH, "sha256": HEX}}`: load the module (a content-store
+//!   file, whose bytes have that digest, and which may not have been fetched yet);
+//!   `{"loaded": true}`, `{"not_fetched": true}` (its compiled code is not kept, and
+//!   its file is not there) or `{"not_a_program": WHY}`.
+//! - `{"run": {"module", "sha256", "argv", "env", "working_dir", "socket", "tmp",
+//!   "stdout", "stderr", "output_limit", "memory_limit"}}`: run a guest on the input root the
 //!   worker serves on `socket`, its streams into the files `stdout` and `stderr` (at
 //!   most `output_limit` bytes each); `{"ended": ..., "rpcs_9p", "reads_9p",
 //!   "shared_page_hits"}` or `{"failed": WHY}` (it could not start).
@@ -28,7 +30,7 @@ use clap::Args;
 use serde_json::{json, Value};
 use wasm9p_remote::action::{Ended, Ran};
 
-use super::tools::{SlotRun, Tools};
+use super::tools::{NoProgram, SlotRun, Tools};
 use crate::cli::shared::{fail, parse_bytes};
 use crate::p1::Sink;
 
@@ -46,14 +48,21 @@ pub struct SlotArgs {
 /// What the worker asks of a slot.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) enum Request {
-    Load { module: PathBuf },
+    Load(ModuleFile),
     Run(RunRequest),
+}
+
+/// A module: the content-store file of its bytes (fetched or not), and their SHA-256.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct ModuleFile {
+    pub path: PathBuf,
+    pub sha256: [u8; 32],
 }
 
 /// A guest to run (see the module's doc).
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct RunRequest {
-    pub module: PathBuf,
+    pub module: ModuleFile,
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub working_dir: String,
@@ -69,6 +78,7 @@ pub(super) struct RunRequest {
 #[derive(Clone, Debug, PartialEq)]
 pub(super) enum Reply {
     Loaded,
+    NotFetched,
     NotAProgram(String),
     Ran(Ran),
     Failed(String),
@@ -78,9 +88,13 @@ impl Request {
     pub(super) fn to_line(&self) -> String {
         let path = |p: &PathBuf| p.to_string_lossy().into_owned();
         let json = match self {
-            Request::Load { module } => json!({ "load": { "module": path(module) } }),
+            Request::Load(module) => json!({ "load": {
+                "module": path(&module.path),
+                "sha256": hex::encode(module.sha256),
+            }}),
             Request::Run(r) => json!({ "run": {
-                "module": path(&r.module),
+                "module": path(&r.module.path),
+                "sha256": hex::encode(r.module.sha256),
                 "argv": r.argv,
                 "env": r.env,
                 "working_dir": r.working_dir,
@@ -98,9 +112,7 @@ impl Request {
     pub(super) fn parse(line: &str) -> Result<Request, String> {
         let json: Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
         if let Some(load) = json.get("load") {
-            return Ok(Request::Load {
-                module: field(load, "module", Value::as_str)?.into(),
-            });
+            return ModuleFile::parse(load).map(Request::Load);
         }
         let r = json.get("run").ok_or("neither load nor run")?;
         let strings = |v: &Value| -> Option<Vec<String>> {
@@ -117,7 +129,7 @@ impl Request {
         };
         let path = |name| field(r, name, Value::as_str).map(PathBuf::from);
         Ok(Request::Run(RunRequest {
-            module: path("module")?,
+            module: ModuleFile::parse(r)?,
             argv: field(r, "argv", strings)?,
             env: field(r, "env", pairs)?,
             working_dir: field(r, "working_dir", Value::as_str)?.into(),
@@ -131,10 +143,24 @@ impl Request {
     }
 }
 
+impl ModuleFile {
+    /// The `module` and `sha256` of a request.
+    fn parse(json: &Value) -> Result<ModuleFile, String> {
+        let mut sha256 = [0u8; 32];
+        hex::decode_to_slice(field(json, "sha256", Value::as_str)?, &mut sha256)
+            .map_err(|e| format!("sha256: {e}"))?;
+        Ok(ModuleFile {
+            path: field(json, "module", Value::as_str)?.into(),
+            sha256,
+        })
+    }
+}
+
 impl Reply {
     pub(super) fn to_line(&self) -> String {
         let json = match self {
             Reply::Loaded => json!({ "loaded": true }),
+            Reply::NotFetched => json!({ "not_fetched": true }),
             Reply::NotAProgram(why) => json!({ "not_a_program": why }),
             Reply::Failed(why) => json!({ "failed": why }),
             Reply::Ran(ran) => json!({
@@ -157,6 +183,9 @@ impl Reply {
         let text = |name| field(&json, name, Value::as_str).map(str::to_owned);
         if json.get("loaded").is_some() {
             return Ok(Reply::Loaded);
+        }
+        if json.get("not_fetched").is_some() {
+            return Ok(Reply::NotFetched);
         }
         if json.get("not_a_program").is_some() {
             return text("not_a_program").map(Reply::NotAProgram);
@@ -226,9 +255,10 @@ pub fn worker_slot(args: SlotArgs) -> ExitCode {
     for line in next {
         let reply = match Request::parse(&line) {
             Err(e) => return fail(2, &format!("worker-slot: a bad request: {e}")),
-            Ok(Request::Load { module }) => match tools.get(&module) {
+            Ok(Request::Load(module)) => match tools.get(&module) {
                 Ok(_) => Reply::Loaded,
-                Err(why) => Reply::NotAProgram(why),
+                Err(NoProgram::NotFetched) => Reply::NotFetched,
+                Err(NoProgram::NotLoaded(why)) => Reply::NotAProgram(why),
             },
             Ok(Request::Run(run)) => run_guest(&tools, run),
         };
@@ -246,7 +276,7 @@ pub fn worker_slot(args: SlotArgs) -> ExitCode {
 fn run_guest(tools: &Tools, run: RunRequest) -> Reply {
     let engine = match tools.get(&run.module) {
         Ok(engine) => engine,
-        Err(why) => return Reply::Failed(why),
+        Err(why) => return Reply::Failed(why.to_string()),
     };
     let stream = |path: &PathBuf| {
         file_sink(path, run.output_limit).map_err(|e| format!("{}: {e}", path.display()))
@@ -295,8 +325,12 @@ mod tests {
 
     #[test]
     fn requests_and_replies_read_back_as_written() {
+        let module = ModuleFile {
+            path: "/cas/ab/cd".into(),
+            sha256: [0xa7; 32],
+        };
         let run = Request::Run(RunRequest {
-            module: "/cas/ab/cd".into(),
+            module: module.clone(),
             argv: vec!["bin/tool.wasm".into(), "a \"quoted\"\nline".into()],
             env: vec![("K".into(), "v=1".into())],
             working_dir: "/src".into(),
@@ -307,9 +341,7 @@ mod tests {
             output_limit: 1 << 30,
             memory_limit: 4 << 30,
         });
-        let load = Request::Load {
-            module: "/cas/ab/cd".into(),
-        };
+        let load = Request::Load(module);
         for request in [run, load] {
             let line = request.to_line();
             assert_eq!(line.matches('\n').count(), 1, "one line: {line}");
@@ -325,6 +357,7 @@ mod tests {
         };
         for reply in [
             Reply::Loaded,
+            Reply::NotFetched,
             Reply::NotAProgram("its module does not load: bad magic".into()),
             Reply::Failed("the action's mounts: refused".into()),
             ran(Ended::Exited(-3)),
@@ -335,6 +368,8 @@ mod tests {
             assert_eq!(Reply::parse(&reply.to_line()).unwrap(), reply);
         }
         assert!(Request::parse("{\"run\": {\"module\": 3}}").is_err());
+        let short = r#"{"load": {"module": "/cas/ab/cd", "sha256": "a7a7"}}"#;
+        assert!(Request::parse(short).is_err());
         assert!(Reply::parse("{}").is_err());
     }
 }

@@ -31,7 +31,7 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use wasm9p_remote::action::{Captured, Ended, GuestRun, Guests, NotLoaded, Ran};
 use wasm9p_remote::Digest;
 
-use super::slot::{Reply, Request, RunRequest};
+use super::slot::{ModuleFile, Reply, Request, RunRequest};
 
 /// How often a slot's reply is looked for while its guest may be stopped.
 const CANCEL_POLL: Duration = Duration::from_millis(10);
@@ -148,28 +148,29 @@ impl Slots {
 }
 
 impl Guests for Slots {
-    /// The module's content-store file: every slot loads it from there.
-    type Program = PathBuf;
+    /// The module's content-store file and digest: every slot loads it by them.
+    type Program = ModuleFile;
 
-    fn load(&self, _module: Digest, path: &Path) -> Result<PathBuf, NotLoaded> {
-        let asked = Request::Load {
-            module: path.to_owned(),
+    fn load(&self, module: Digest, path: &Path) -> Result<ModuleFile, NotLoaded> {
+        let module = ModuleFile {
+            path: path.to_owned(),
+            sha256: module.sha256(),
         };
-        let mut slot = self.sent(&asked).map_err(NotLoaded::Worker)?;
-        match slot.answer(None).map_err(NotLoaded::Worker)? {
-            Some(Reply::Loaded) => {
-                self.put(slot);
-                Ok(path.to_owned())
-            }
-            Some(Reply::NotAProgram(why)) => {
-                self.put(slot);
-                Err(NotLoaded::NotAProgram(why))
-            }
-            other => Err(NotLoaded::Worker(format!("a slot answered {other:?}"))),
-        }
+        let mut slot = self
+            .sent(&Request::Load(module.clone()))
+            .map_err(NotLoaded::Worker)?;
+        let answer = slot.answer(None).map_err(NotLoaded::Worker)?;
+        let loaded = match answer {
+            Some(Reply::Loaded) => Ok(module),
+            Some(Reply::NotFetched) => Err(NotLoaded::NotFetched),
+            Some(Reply::NotAProgram(why)) => Err(NotLoaded::NotAProgram(why)),
+            other => return Err(NotLoaded::Worker(format!("a slot answered {other:?}"))),
+        };
+        self.put(slot);
+        loaded
     }
 
-    fn run(&self, module: &PathBuf, run: GuestRun<'_>) -> Result<Ran, String> {
+    fn run(&self, module: &ModuleFile, run: GuestRun<'_>) -> Result<Ran, String> {
         let (socket, stdout, stderr) = self.paths(self.runs.fetch_add(1, Ordering::Relaxed));
         let _gone_after = Removed([&socket, &stdout, &stderr]);
         for stream in [&stdout, &stderr] {

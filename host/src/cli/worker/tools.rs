@@ -2,11 +2,14 @@
 //! of their module: each compiled (or mapped from the module cache) once per process,
 //! whatever number of actions use it; and how one action's guest runs on them.
 //!
-//! A module is a blob of the content store, a file that never changes: the module
-//! cache knows its digest by the file's identity and does not hash it again, and its
-//! compiled code is kept on disk for every slot and the worker's restarts (`--tier
-//! auto`: a big module starts on the baseline code while the optimized one is
-//! compiled in the background, one compile across processes). The engines have no
+//! A module is a blob of the content store, named by the SHA-256 of its bytes: its
+//! optimized code, when the module cache has it, is mapped by that digest, and the
+//! blob need not be fetched at all (a worker whose image was given clang.wasm's code
+//! by `wasm9p compile` never fetches its 75 MB). Otherwise the file is loaded: the
+//! module cache knows its digest by the file's identity and does not hash it again,
+//! and its compiled code is kept on disk for every slot and the worker's restarts
+//! (`--tier auto`: a big module starts on the baseline code while the optimized one
+//! is compiled in the background, one compile across processes). The engines have no
 //! epoch interruption: a slot's guest is stopped by killing its process (see
 //! `slots`), so its code runs as fast as in `wasm9p cc`, and the daemon and the
 //! worker share compiled artifacts. A module that does not load fails its actions
@@ -39,6 +42,8 @@ use crate::engine::{Guest, GuestEngine, Outcome, Stdio};
 use crate::module_cache::ModuleCache;
 use crate::p1::{Input, Output, Sink};
 
+use super::slot::ModuleFile;
+
 /// One guest to run in a slot: its argv in the namespace of one action.
 pub(super) struct SlotRun {
     /// Its arguments, `argv[0]` as the `Command` gives it.
@@ -64,7 +69,18 @@ pub(super) struct Tools {
     /// The input files' pages every action of this slot reads and keeps (see
     /// `wasm9p_remote::layer::fixed_content`); none with a size of 0.
     shared_pages: Option<Arc<SharedPages>>,
-    loaded: Mutex<HashMap<PathBuf, Result<Arc<GuestEngine>, String>>>,
+    loaded: Mutex<HashMap<ModuleFile, Result<Arc<GuestEngine>, String>>>,
+}
+
+/// Why a slot has no program for a module.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(super) enum NoProgram {
+    /// Its compiled code is not kept, and its file is not fetched yet.
+    #[error("its compiled code is not kept and its module is not fetched")]
+    NotFetched,
+    /// It does not load (one line).
+    #[error("{0}")]
+    NotLoaded(String),
 }
 
 impl Tools {
@@ -79,23 +95,31 @@ impl Tools {
         }
     }
 
-    /// The program whose module is the content-store file `path`: loaded once (an
-    /// error is one line, and kept: the same module fails the same way).
-    pub(super) fn get(&self, path: &Path) -> Result<Arc<GuestEngine>, String> {
+    /// The program of `module`: loaded once, by its digest or from its file (an error
+    /// is one line, and kept: the same module fails the same way; a module not
+    /// fetched is asked for again once it is).
+    pub(super) fn get(&self, module: &ModuleFile) -> Result<Arc<GuestEngine>, NoProgram> {
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(known) = loaded.get(path) {
-            return known.clone();
+        if let Some(known) = loaded.get(module) {
+            return known.clone().map_err(NoProgram::NotLoaded);
         }
+        // Looked at before the load: a file that comes in meanwhile is not taken
+        // for one that will never load.
+        let fetched = module.path.exists();
         let engine = tier_from_env(ModuleCache::at(&self.module_cache))
             .map_err(|_| "WASM9P_TIER_FROM is not a number of bytes".to_owned())
             .and_then(|cache| {
-                engine_for(path, cache)
+                engine_for(&module.path, cache)
+                    .program_digest(module.sha256)
                     .build()
                     .map_err(|e| format!("its module does not load: {e}"))
             })
             .map(Arc::new);
-        loaded.insert(path.to_owned(), engine.clone());
-        engine
+        if engine.is_err() && !fetched {
+            return Err(NoProgram::NotFetched);
+        }
+        loaded.insert(module.clone(), engine.clone());
+        engine.map_err(NoProgram::NotLoaded)
     }
 
     /// Waits for what the programs still store, and hands their unfinished optimized
