@@ -588,3 +588,63 @@ fn a_guest_rewritten_in_place_with_its_old_size_and_mtime_is_compiled_again() {
         .unwrap();
     assert_eq!(add(engines.get(loaded.tier), loaded.program), 2 - 40);
 }
+
+#[test]
+fn a_guest_known_by_its_digest_loads_without_its_file_once_its_optimized_code_is_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = ModuleCache::at(tmp.path().join("cache")).tier_from(0);
+    let engines = engines();
+    let guest = wasm(tmp.path(), "add.wasm", ADD_WAT);
+    let digest: Digest = Sha256::digest(std::fs::read(&guest).unwrap()).into();
+    let absent = tmp.path().join("not-fetched.wasm");
+    // Nothing compiled yet: the file is needed, and it is not there.
+    let err = cache
+        .load_tiered_by_digest(&engines, (&absent, &digest), TierChoice::Auto, &quiet())
+        .err()
+        .unwrap();
+    assert!(matches!(err, LoadError::Read { .. }), "{err}");
+    // With its file, loaded as ever (here: a big module on the baseline tier, whose
+    // optimized code comes after).
+    let first = cache
+        .load_tiered_by_digest(&engines, (&guest, &digest), TierChoice::Auto, &quiet())
+        .unwrap();
+    assert_eq!(first.tier, Tier::Baseline);
+    first.upgrade.unwrap().wait().unwrap();
+    // Then by its digest alone, on the optimized tier, compiling nothing.
+    let known = cache
+        .load_tiered_by_digest(&engines, (&absent, &digest), TierChoice::Auto, &quiet())
+        .unwrap();
+    assert_eq!(known.tier, Tier::Optimized);
+    assert!(known.compiled_in.is_none() && known.upgrade.is_none());
+    assert_eq!(add(engines.get(Tier::Optimized), known.program), 42);
+    // Another digest is another program: not this one's code.
+    let other = [0x5a; 32];
+    assert!(cache
+        .load_tiered_by_digest(&engines, (&absent, &other), TierChoice::Auto, &quiet())
+        .is_err());
+    // A component's code is mapped as a component.
+    let component = tmp.path().join("c.wasm");
+    let bytes = wat::parse_str(r#"(component (core module (func (export "f"))))"#).unwrap();
+    std::fs::write(&component, &bytes).unwrap();
+    let digest: Digest = Sha256::digest(&bytes).into();
+    let loaded = cache
+        .load_tiered_by_digest(
+            &engines,
+            (&component, &digest),
+            TierChoice::Optimized,
+            &quiet(),
+        )
+        .unwrap();
+    if let Some(storing) = loaded.storing {
+        storing.join().unwrap();
+    }
+    let known = cache
+        .load_tiered_by_digest(
+            &engines,
+            (&absent, &digest),
+            TierChoice::Optimized,
+            &quiet(),
+        )
+        .unwrap();
+    assert!(matches!(known.program, Program::Component(_)));
+}
