@@ -177,7 +177,9 @@ impl NinepFs {
     }
 
     /// Takes in `dir`'s record from the store, if it has one (once per process, see
-    /// `load_dir`); whether it had one.
+    /// `load_dir`); whether it had one. A caller that comes while another is taking
+    /// the record in waits for it (the store still says it has one, and the load is
+    /// coalesced), so that both find its names in the cache.
     pub(super) async fn dir_from_store(&self, dir: &Node, name: Option<&str>) -> bool {
         let Some(store) = self.store() else {
             return false;

@@ -143,6 +143,10 @@ pub struct Store {
     /// What was on disk at mount, for lookups; a directory's record is taken out once
     /// tried (it is then in memory, or out of date).
     index: Mutex<Records>,
+    /// Directories whose records were taken out of `index` (changed under its lock):
+    /// a lookup that comes while one is being taken in waits for it, rather than
+    /// asking the server what the record answers.
+    taken: Mutex<std::collections::HashSet<u64>>,
     /// Directories found changed, with the version their records had: dropped from
     /// disk at the next flush.
     stale: Mutex<HashMap<u64, u32>>,
@@ -185,6 +189,7 @@ impl Store {
             bound,
             on_disk: Mutex::new(index.clone()),
             index: Mutex::new(index),
+            taken: Mutex::default(),
             stale: Mutex::default(),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -255,14 +260,28 @@ impl Store {
         self.index.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether a record of directory `dir` waits to be tried.
+    /// Whether the store kept a record of directory `dir`: one that waits to be tried,
+    /// or one taken out to be (it may be on its way into the mount's cache; see
+    /// [`Store::take_dir`]).
     pub fn has_dir(&self, dir: u64) -> bool {
-        self.index().dirs.contains_key(&dir)
+        let index = self.index();
+        index.dirs.contains_key(&dir) || self.taken().contains(&dir)
     }
 
-    /// Directory `dir`'s record, taken out: each is tried once per process.
+    /// Directory `dir`'s record, taken out: each is tried once per process. The
+    /// directory is still said to have one ([`Store::has_dir`]): whoever looks it up
+    /// meanwhile must wait for the one taking it in, and find its names in the cache,
+    /// not ask the server for them (a name the record says is missing would be a
+    /// failed walk).
     pub fn take_dir(&self, dir: u64) -> Option<DirRecord> {
-        self.index().dirs.remove(&dir)
+        let mut index = self.index();
+        let record = index.dirs.remove(&dir)?;
+        self.taken().insert(dir);
+        Some(record)
+    }
+
+    fn taken(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<u64>> {
+        self.taken.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Directory `dir` is no longer at `version`: its record goes at the next flush.
