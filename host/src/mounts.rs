@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use wasm9p_guest_fs::backend::bind::BindFs;
 use wasm9p_guest_fs::backend::ninep::{MountStats, NinepFs};
-use wasm9p_guest_fs::cache::SharedPages;
+use wasm9p_guest_fs::cache::SharedCache;
 use wasm9p_guest_fs::client::{ClientConfig, Session};
 use wasm9p_guest_fs::mount_options::{NinepOptions, OptionError, OptionKey};
 use wasm9p_guest_fs::namespace::Namespace;
@@ -409,11 +409,12 @@ impl Mounted {
 
 /// The 9p client and its caches over `stream` to a server that is there for this
 /// mount alone (an in-process server's end of a duplex, a worker's socket to its
-/// slot): no reconnect; its pages of fixed contents in `shared` too, when given.
+/// slot): no reconnect; its pages and metadata of fixed contents in `shared` too, when
+/// given.
 pub(crate) async fn attach_over(
     client_end: wasm9p_proto::transport::BoxStream,
     options: &NinepOptions,
-    shared: Option<Arc<SharedPages>>,
+    shared: Option<Arc<SharedCache>>,
 ) -> Result<Arc<NinepFs>, String> {
     let config = ClientConfig {
         msize: options.msize,
@@ -422,7 +423,7 @@ pub(crate) async fn attach_over(
     let session = Session::over(client_end, config)
         .await
         .map_err(|e| e.to_string())?;
-    let fs = NinepFs::attach_sharing_pages(&session, "", options, shared)
+    let fs = NinepFs::attach_sharing(&session, "", options, shared)
         .await
         .map_err(|e| format!("attach: {e}"))?;
     Ok(Arc::new(fs))

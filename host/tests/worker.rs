@@ -860,13 +860,21 @@ fn a_file_an_earlier_action_read_is_read_from_the_shared_page_cache() {
     let (out, second) = act(1, &header, &["cat", "inc/shared.h"]);
     assert_eq!(out, header);
     assert!(stat(&second, "shared_page_hits") > 0, "{second}");
+    // Nor a walk or a Tgetattr for what the first learnt of inc/ and the header:
+    // the names and attributes of the tree are shared too.
+    assert!(stat(&second, "shared_metadata_hits") > 0, "{second}");
+    assert!(
+        stat(&second, "rpc_9p") < stat(&first, "rpc_9p"),
+        "{first}\n{second}"
+    );
     assert_eq!(stat(&second, "read_9p"), 0, "{second}");
     assert_eq!(stat(&second, "files_read"), 0, "{second}");
     assert_eq!(stat(&second, "bytes_of_files_read"), 0, "{second}");
-    // Nothing looked up in the store, the program loaded by its digest.
-    assert_eq!(stat(&second, "store_hits"), 0, "{second}");
+    // Nothing looked up in the store but the program, if the first action fetched it
+    // (its code was not kept yet); else it is loaded by its digest.
+    let program = u64::from(second["program_by_digest"] == false);
+    assert_eq!(stat(&second, "store_hits"), program, "{second}");
     assert_eq!(stat(&second, "blobs_fetched"), 0, "{second}");
-    assert_eq!(second["program_by_digest"], true, "{second}");
 
     // Other bytes at the same path: read from the server.
     let other = header.replace("LINE_7 7", "LINE_7 seven");
@@ -882,4 +890,28 @@ fn a_file_an_earlier_action_read_is_read_from_the_shared_page_cache() {
     assert_eq!(out, header);
     assert!(stat(&fifth, "shared_page_hits") > 0, "{fifth}");
     assert_eq!(stat(&fifth, "read_9p"), 0, "{fifth}");
+
+    // A name one action found missing in inc/ ...
+    let stdout_and_exit = |n: usize, args: &[&str]| {
+        let mut argv = vec!["bin/tool.wasm"];
+        argv.extend(args);
+        let response = run(&client, root(n, &header).make(), &argv, &[], pool, None);
+        assert_eq!(code(&response), 0, "{}", message(&response));
+        let exit = response.result.as_ref().unwrap().exit_code;
+        (
+            stdout_of(&client, &response),
+            exit,
+            worker.actions()[n].clone(),
+        )
+    };
+    let (_, exit, _) = stdout_and_exit(5, &["cat", "inc/absent.h"]);
+    assert_eq!(exit, 1);
+    // ... the next action, told it is missing by what the first learnt, makes it and
+    // reads it back: its own change, not the shared answer.
+    let (out, exit, made) = stdout_and_exit(6, &["make", "inc/absent.h", "made here"]);
+    assert_eq!((out.as_str(), exit), ("made here", 0), "{made}");
+    assert!(stat(&made, "shared_metadata_hits") > 0, "{made}");
+    // And the one after does not see it: it was that action's.
+    let (_, exit, _) = stdout_and_exit(7, &["cat", "inc/absent.h"]);
+    assert_eq!(exit, 1);
 }

@@ -134,8 +134,11 @@ pub struct Ran {
     /// Of those, the Treads.
     pub reads_9p: u64,
     /// Reads of input files its mount answered from pages an earlier action left in
-    /// the worker's shared page cache.
+    /// the worker's shared cache.
     pub shared_page_hits: u64,
+    /// Lookups, listings, attributes and symlink targets its mount took from what an
+    /// earlier action learnt (the same shared cache), with no request.
+    pub shared_metadata_hits: u64,
 }
 
 /// What every action of a worker shares.
@@ -201,6 +204,9 @@ pub struct ActionStats {
     pub reads_9p: u64,
     /// Reads answered from pages an earlier action read (the worker's shared cache).
     pub shared_page_hits: u64,
+    /// Lookups, listings, attributes and symlink targets answered from what an
+    /// earlier action learnt (the same cache).
+    pub shared_metadata_hits: u64,
     /// Paths in the access profile of the action's kind (0: none was recorded).
     pub profile_paths: u64,
     /// Blobs prefetched from the CAS for those paths (the store lacked them).
@@ -514,6 +520,7 @@ impl<G: Guests> Actions<G> {
         stats.rpcs_9p = ran.rpcs_9p;
         stats.reads_9p = ran.reads_9p;
         stats.shared_page_hits = ran.shared_page_hits;
+        stats.shared_metadata_hits = ran.shared_metadata_hits;
         let layer = fs.stats();
         stats.files_read = layer.files_read;
         stats.bytes_of_files_read = layer.bytes_of_files_read;

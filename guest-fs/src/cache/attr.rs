@@ -51,6 +51,9 @@ impl MountCache {
     pub fn confirm_attr(&self, attr: Arc<Rgetattr>, asked: Asked) {
         let path = attr.qid.path;
         self.answered(asked, path, || {
+            if let Some(shared) = &self.shared {
+                shared.keep_attr(&attr);
+            }
             self.store
                 .insert(Key::Attr(path), Entry::Attr { attr, at: asked.at })
         });

@@ -89,6 +89,12 @@ impl MountCache {
         change()
     }
 
+    /// Whether no change to `subject` was ever made through this mount (a change to
+    /// another subject of its stripe counts too: the answer errs towards "changed").
+    pub(super) fn unchanged_here(&self, subject: u64) -> bool {
+        *self.changes.stripe(subject) == 0
+    }
+
     /// Stores an answer about `subject` asked for at `asked` (`store` does it), unless
     /// a change to the subject was made through this mount since: whether it was.
     pub(super) fn answered(&self, asked: Asked, subject: u64, store: impl FnOnce()) -> bool {

@@ -117,6 +117,9 @@ impl MountCache {
             },
             Entry::Positive { qid, seen },
         );
+        if let Some(shared) = &self.shared {
+            shared.keep_name((dir, seen.dir_version), name, Some(qid));
+        }
     }
 
     /// Forgets whatever is known about `name` in `dir`: called for every local unlink,

@@ -28,8 +28,8 @@
 //! changed through the mount since it was asked for, so a late reply never undoes a
 //! change (see the `changes` module: every store of a server's answer takes the
 //! [`Asked`] of its request). What is kept on disk for later processes
-//! (`cache=fscache`) is [`fscache`]'s; pages shared with other mounts of a server that
-//! promises fixed contents are [`SharedPages`]'.
+//! (`cache=fscache`) is [`fscache`]'s; pages and metadata shared with other mounts of a
+//! server that promises fixed contents are [`SharedCache`]'s.
 
 mod attr;
 mod changes;
@@ -40,7 +40,7 @@ mod negative;
 mod page;
 mod policy;
 mod readdir;
-mod shared_pages;
+mod shared;
 mod symlink;
 mod validity;
 
@@ -57,7 +57,7 @@ pub use complete::MAX_COMPLETE;
 pub use dentry::Lookup;
 pub use page::PAGE_SIZE;
 pub use policy::Policy;
-pub use shared_pages::{SharedPages, SharedPagesStats};
+pub use shared::{SharedCache, SharedCacheStats};
 pub use validity::Seen;
 
 use crate::mount_options::NegTimeout;
@@ -226,6 +226,7 @@ pub struct CacheCounters {
     page_hits: AtomicU64,
     page_misses: AtomicU64,
     shared_page_hits: AtomicU64,
+    shared_metadata_hits: AtomicU64,
     readdir_hits: AtomicU64,
     revalidated: AtomicU64,
     listings_read: AtomicU64,
@@ -253,8 +254,12 @@ pub struct CacheStats {
     pub page_hits: u64,
     /// Reads that had to go to the server.
     pub page_misses: u64,
-    /// Of the page hits, those from pages another mount read ([`SharedPages`]).
+    /// Of the page hits, those from pages another mount read ([`SharedCache`]).
     pub shared_page_hits: u64,
+    /// Lookups, listings, attributes and symlink targets another mount learnt
+    /// ([`SharedCache`]), answered with no request (this mount's own cache had missed
+    /// them: a lookup is also in `dentry_misses`, an attribute in `attr_misses`).
+    pub shared_metadata_hits: u64,
     /// Directory listings served from the cache.
     pub readdir_hits: u64,
     /// Answers past their trust window that a check with the server confirmed, so they
@@ -296,8 +301,8 @@ pub struct MountCache {
     pages: Arc<page::PagePool>,
     /// `cache=fscache`: where what is learnt is also kept, for later processes.
     persist: Option<Arc<crate::fscache::Store>>,
-    /// Pages other mounts may read too ([`SharedPages`]).
-    shared: Option<Arc<SharedPages>>,
+    /// Pages and metadata other mounts may read too ([`SharedCache`]).
+    shared: Option<Arc<SharedCache>>,
     /// The change clock that keeps late answers out (see the `changes` module).
     changes: changes::Changes,
 }
@@ -335,9 +340,9 @@ impl MountCache {
         }
     }
 
-    /// The same cache, reading and keeping the pages of fixed contents in `shared`
-    /// too, with the other mounts given it.
-    pub fn sharing_pages(mut self, shared: Option<Arc<SharedPages>>) -> MountCache {
+    /// The same cache, reading and keeping the pages and metadata of fixed contents
+    /// in `shared` too, with the other mounts given it.
+    pub fn sharing(mut self, shared: Option<Arc<SharedCache>>) -> MountCache {
         self.shared = shared;
         self
     }
@@ -422,6 +427,7 @@ impl MountCache {
             page_hits: get(&c.page_hits),
             page_misses: get(&c.page_misses),
             shared_page_hits: get(&c.shared_page_hits),
+            shared_metadata_hits: get(&c.shared_metadata_hits),
             readdir_hits: get(&c.readdir_hits),
             revalidated: get(&c.revalidated),
             listings_read: get(&c.listings_read),

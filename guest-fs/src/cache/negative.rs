@@ -59,5 +59,8 @@ impl MountCache {
             },
             Entry::Negative { expires, seen },
         );
+        if let Some(shared) = &self.shared {
+            shared.keep_name((dir, seen.dir_version), name, None);
+        }
     }
 }

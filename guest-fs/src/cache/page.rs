@@ -70,7 +70,7 @@ impl MountCache {
 
     /// Page `index` of `path` at `version` from the pages shared with other mounts.
     fn shared_page(&self, path: u64, version: u32, index: u64) -> Option<Bytes> {
-        let page = self.shared.as_ref()?.get(path, version, index)?;
+        let page = self.shared.as_ref()?.page(path, version, index)?;
         bump(&self.counters.shared_page_hits);
         Some(page)
     }
@@ -102,7 +102,7 @@ impl MountCache {
             };
             self.persist_page(key, data.clone());
             if let Some(shared) = &self.shared {
-                shared.insert(path, version, index, &data);
+                shared.keep_page(path, version, index, &data);
             }
         }
         let key = Key::Page {

@@ -37,6 +37,9 @@ impl MountCache {
     }
 
     pub(super) fn put_readdir(&self, dir: u64, entries: Listing, seen: Seen) {
+        if let Some(shared) = &self.shared {
+            shared.keep_listing((dir, seen.dir_version), &entries);
+        }
         self.store
             .insert(Key::Readdir(dir), Entry::Listing { entries, seen });
     }

@@ -46,6 +46,9 @@ impl MountCache {
     /// link was removed or replaced through this mount since).
     pub fn insert_symlink_read(&self, qid: Qid, target: Arc<str>, read_at: u32, asked: Asked) {
         self.answered(asked, qid.path, || {
+            if let Some(shared) = &self.shared {
+                shared.keep_link((qid.path, read_at), &target);
+            }
             self.store.insert(
                 Key::Symlink(qid.path),
                 Entry::Symlink {

@@ -540,3 +540,67 @@ fn concurrent_changes_to_one_complete_listing_all_land() {
         }
     }
 }
+
+/// Two mounts of a server that promises odd versions of paths below 1000 never change
+/// (as a worker's input roots do): what one learns, the other answers with no request,
+/// and only what it learnt at a fixed version, about a node it never changed itself.
+#[test]
+fn mounts_sharing_a_cache_answer_what_another_learnt_at_a_fixed_version_only() {
+    use super::SharedCache;
+    let shared = Arc::new(SharedCache::new(1 << 20, |path, version| {
+        path < 1000 && version % 2 == 1
+    }));
+    let mount = || loose().sharing(Some(shared.clone()));
+    let dir = |version| Qid {
+        ty: qid::DIR,
+        version,
+        path: DIR,
+    };
+    let (a, b) = (mount(), mount());
+    a.insert_dentry_seen(DIR, "a.h", file(42), a.asking().seen(3));
+    a.insert_negative_seen(DIR, "gone.h", a.asking().seen(3));
+    a.insert_negative_seen(DIR, "changed.h", a.asking().seen(4)); // not fixed
+    a.insert_attr(
+        Rgetattr {
+            qid: file(42),
+            size: 99,
+            ..Rgetattr::default()
+        },
+        a.asking(),
+    );
+    a.insert_symlink_read(link(43, 1), Arc::from("a.h"), 1, a.asking());
+    a.insert_readdir(
+        DIR,
+        Arc::new(vec![crate::node::Entry {
+            name: "a.h".into(),
+            kind: crate::node::Kind::File,
+            id: 42,
+            cookie: 1,
+        }]),
+        a.asking().seen(3),
+    );
+
+    assert_eq!(b.shared_lookup(dir(3), "a.h"), Some(Some(file(42))));
+    assert_eq!(
+        b.lookup(DIR, "a.h"),
+        Lookup::Found(file(42)),
+        "kept by b too"
+    );
+    assert_eq!(b.shared_lookup(dir(3), "gone.h"), Some(None));
+    assert_eq!(b.shared_lookup(dir(4), "changed.h"), None);
+    assert_eq!(b.shared_lookup(dir(5), "a.h"), None, "another version");
+    assert_eq!(b.shared_attr(file(42)).map(|a| a.size), Some(99));
+    assert_eq!(b.shared_link(link(43, 1)).as_deref(), Some("a.h"));
+    assert_eq!(b.shared_listing(dir(3)).map(|l| l.len()), Some(1));
+    assert_eq!(b.stats().shared_metadata_hits, 5);
+
+    // A mount that changed the directory, or wrote the file, asks the server.
+    let c = mount();
+    c.forget(DIR, "new.h");
+    assert_eq!(c.shared_lookup(dir(3), "a.h"), None);
+    assert_eq!(c.shared_listing(dir(3)), None);
+    c.mark_written(42);
+    assert_eq!(c.shared_attr(file(42)), None);
+    // A mount without the shared cache has none of it.
+    assert_eq!(loose().shared_lookup(dir(3), "a.h"), None);
+}

@@ -38,6 +38,29 @@ int main(int argc, char **argv) {
         printf("wrote %s\n", argv[2]);
         return 0;
     }
+    if (!strcmp(mode, "make") && argc == 4) {
+        /* A file that must not be there yet, written and read back. */
+        FILE *f = fopen(argv[2], "r");
+        if (f) {
+            fprintf(stderr, "%s is there already\n", argv[2]);
+            return 1;
+        }
+        f = fopen(argv[2], "w");
+        if (!f || fputs(argv[3], f) < 0 || fclose(f)) {
+            perror(argv[2]);
+            return 1;
+        }
+        f = fopen(argv[2], "r");
+        if (!f) {
+            perror(argv[2]);
+            return 1;
+        }
+        int c;
+        while ((c = fgetc(f)) != EOF)
+            putchar(c);
+        fclose(f);
+        return 0;
+    }
     if ((!strcmp(mode, "read") && argc == 3) || !strcmp(mode, "cat")) {
         for (int i = 2; i < argc; i++) {
             FILE *f = fopen(argv[i], "r");

@@ -10,9 +10,10 @@
 //!   the same path has the same qid in every action (the client's caches know it); its
 //!   qid version is the digest's first bytes. Nodes the action makes have numbers of
 //!   their own (the top bit set, from a counter of the worker's, never reused) and
-//!   versions that move with every change (a file's are even, the tree's files' odd:
-//!   so a tree file's qid names its bytes for ever, [`fixed_content`], and a worker
-//!   may share its pages between actions).
+//!   versions that move with every change (even ones; the tree's nodes' are odd, and
+//!   a tree directory the action changes moves to even versions too: so a tree node's
+//!   qid names its bytes, names or target for ever, [`fixed_content`], and a worker
+//!   may share its pages and metadata between actions).
 //! - **The writable layer.** What the action makes (files, directories, symlinks) is
 //!   kept in a scratch directory of its own: file bytes in files there, the rest in
 //!   memory. A directory of the tree that gains or loses names keeps them beside its
@@ -51,10 +52,11 @@ const MADE: u64 = 1 << 63;
 /// (number, odd version) names one content for ever ([`fixed_content`]).
 const MADE_FILE_VERSION: u32 = 2;
 
-/// Whether the node numbered `path` at qid `version` is a file of a tree as the tree
-/// has it: the same bytes in every action, for ever (a shared page cache keeps them
-/// across actions). Nodes an action made, and files it changed (copied up: even
-/// versions), are not.
+/// Whether the node numbered `path` at qid `version` is a node of a tree as the tree
+/// has it: the same bytes, names, attributes or target in every action, for ever (a
+/// slot's shared cache keeps them across actions). Nodes an action made, files it
+/// changed (copied up) and directories it changed (names added or removed) are not:
+/// those have even versions.
 pub fn fixed_content(path: u64, version: u32) -> bool {
     path & MADE == 0 && version & 1 == 1
 }
@@ -509,8 +511,9 @@ impl ActionFs {
 
     fn version_of_tree(&self, layer: &Layer, id: u64, base: u32) -> u32 {
         match layer.changed.get(&id) {
-            // A changed directory: its version moves away from the digest's.
-            Some(n) => base ^ n.wrapping_mul(0x9e37_79b9) ^ 1,
+            // A changed directory: its version moves away from the digest's, to an
+            // even one, so that it is never taken for the tree's (`fixed_content`).
+            Some(n) => (base ^ n.wrapping_mul(0x9e37_79b9)) & !1,
             None => base,
         }
     }

@@ -113,6 +113,9 @@ impl NinepFs {
             if let Some(listing) = self.cache.readdir(dir.id) {
                 return Ok(rest_of(&listing, cookie));
             }
+            if let Some(listing) = self.cache.shared_listing(parts(dir)?.qid) {
+                return Ok(rest_of(&listing, cookie));
+            }
             if let Some((listing, version)) = self.cache.unconfirmed_readdir(dir.id) {
                 if version != 0 && self.check_dir(dir, &path).await == Ok(version) {
                     self.cache.count_revalidated();

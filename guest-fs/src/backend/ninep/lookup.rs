@@ -160,6 +160,11 @@ impl NinepFs {
         if let Some(a) = self.attr_from_store(n).await {
             return Ok(attr_of(&a));
         }
+        if self.policy().metadata() {
+            if let Some(a) = self.cache.shared_attr(parts(n)?.qid) {
+                return Ok(attr_of(&a));
+            }
+        }
         let path = &parts(n)?.path;
         let asked = self.cache.asking();
         // Attributes past the window may be confirmed by the walk's qid alone;

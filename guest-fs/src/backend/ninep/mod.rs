@@ -205,17 +205,17 @@ impl NinepFs {
         aname: &str,
         options: &NinepOptions,
     ) -> Result<NinepFs, Errno> {
-        NinepFs::attach_sharing_pages(session, aname, options, None).await
+        NinepFs::attach_sharing(session, aname, options, None).await
     }
 
-    /// Like [`NinepFs::attach`], with the pages of fixed contents kept in `shared` too,
-    /// for the other mounts given it (a server that promises what is fixed: see
-    /// [`SharedPages`](crate::cache::SharedPages)).
-    pub async fn attach_sharing_pages(
+    /// Like [`NinepFs::attach`], with the pages and metadata of fixed contents kept in
+    /// `shared` too, for the other mounts given it (a server that promises what is
+    /// fixed: see [`SharedCache`](crate::cache::SharedCache)).
+    pub async fn attach_sharing(
         session: &Session,
         aname: &str,
         options: &NinepOptions,
-        shared: Option<Arc<crate::cache::SharedPages>>,
+        shared: Option<Arc<crate::cache::SharedCache>>,
     ) -> Result<NinepFs, Errno> {
         if !options.pipeline {
             session.without_flights();
@@ -223,8 +223,7 @@ impl NinepFs {
         let root = session.attach(aname).await?;
         let policy = Policy::of(options);
         let cache = MountCache::new(options.cache_size, options.negtimeout).with_policy(policy);
-        let cache =
-            store::with_store(cache, store::open_store(options, aname)).sharing_pages(shared);
+        let cache = store::with_store(cache, store::open_store(options, aname)).sharing(shared);
         cache.dir_seen(root.qid.path, root.qid.version, cache.asking());
         Ok(NinepFs {
             root: Arc::new(root),
@@ -298,11 +297,21 @@ impl Backend for NinepFs {
     }
 
     fn lookup_cached(&self, dir: &Node, name: &str) -> Option<Result<Node, Errno>> {
-        match self.cache.lookup(dir.id, name) {
-            Lookup::Found(q) => Some(child_path(dir, name).map(|path| node(path, q))),
-            Lookup::Missing => Some(Err(Errno::ENOENT)),
-            Lookup::Unknown | Lookup::Unconfirmed { .. } => None,
-        }
+        let found = match self.cache.lookup(dir.id, name) {
+            Lookup::Found(q) => Some(q),
+            Lookup::Missing => None,
+            Lookup::Unconfirmed { .. } => return None,
+            // What another mount learnt of a directory this one never changed (a
+            // server that promises fixed contents; see `SharedCache`).
+            Lookup::Unknown if self.policy().metadata() => {
+                self.cache.shared_lookup(parts(dir).ok()?.qid, name)?
+            }
+            Lookup::Unknown => return None,
+        };
+        Some(match found {
+            Some(q) => child_path(dir, name).map(|path| node(path, q)),
+            None => Err(Errno::ENOENT),
+        })
     }
 
     fn lookup<'a>(&'a self, dir: &'a Node, name: &'a str) -> BoxFuture<'a, Result<Node, Errno>> {
@@ -317,6 +326,7 @@ impl Backend for NinepFs {
         self.cache
             .symlink(qid)
             .or_else(|| self.cache.stored_symlink(qid))
+            .or_else(|| self.cache.shared_link(qid))
     }
 
     fn readlink<'a>(&'a self, link: &'a Node) -> BoxFuture<'a, Result<Arc<str>, Errno>> {

@@ -75,9 +75,10 @@ pub struct WorkerArgs {
     /// The most bytes the content store keeps (K, M or G; default 10G).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub cache_size: Option<u64>,
-    /// The most bytes of input files' pages kept in memory for the actions after to
-    /// read (K, M or G; default 512M, shared out among the --jobs slots; 0: each
-    /// action reads its inputs afresh).
+    /// The most bytes of input files' pages, and of the names, listings and
+    /// attributes of the input trees, kept in memory for the actions after (K, M or
+    /// G; default 512M, shared out among the --jobs slots; 0: each action reads its
+    /// inputs afresh).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub page_cache_size: Option<u64>,
     /// The bot's id (default: made once and kept in the cache directory).
@@ -319,6 +320,7 @@ struct Totals {
     prefetched_blobs: u64,
     rpcs_9p: u64,
     shared_page_hits: u64,
+    shared_metadata_hits: u64,
     run_ms: u64,
 }
 
@@ -349,6 +351,7 @@ impl Stats {
             t.prefetched_blobs += took.prefetched_blobs;
             t.rpcs_9p += took.rpcs_9p;
             t.shared_page_hits += took.shared_page_hits;
+            t.shared_metadata_hits += took.shared_metadata_hits;
             t.run_ms += took.run_ms;
         }
         self.line(serde_json::json!({ "action": action_json(took) }));
@@ -365,6 +368,7 @@ impl Stats {
             "prefetched_blobs": t.prefetched_blobs,
             "rpc_9p": t.rpcs_9p,
             "shared_page_hits": t.shared_page_hits,
+            "shared_metadata_hits": t.shared_metadata_hits,
             "run_ms": t.run_ms,
         }}));
     }
@@ -386,6 +390,7 @@ fn action_json(took: &ActionStats) -> serde_json::Value {
         "rpc_9p": took.rpcs_9p,
         "read_9p": took.reads_9p,
         "shared_page_hits": took.shared_page_hits,
+        "shared_metadata_hits": took.shared_metadata_hits,
         "profile_paths": took.profile_paths,
         "prefetched_blobs": took.prefetched_blobs,
         "prefetched_bytes": took.prefetched_bytes,

@@ -15,7 +15,7 @@
 //!   "stdout", "stderr", "output_limit", "memory_limit"}}`: run a guest on the input root the
 //!   worker serves on `socket`, its streams into the files `stdout` and `stderr` (at
 //!   most `output_limit` bytes each); `{"ended": ..., "rpcs_9p", "reads_9p",
-//!   "shared_page_hits"}` or `{"failed": WHY}` (it could not start).
+//!   "shared_page_hits", "shared_metadata_hits"}` or `{"failed": WHY}` (it could not start).
 //!
 //! At the end of its stdin the slot ends: at once when it has a guest running (the
 //! worker is gone), else after handing its unfinished optimized compiles on.
@@ -40,7 +40,8 @@ pub struct SlotArgs {
     /// Where compiled modules are kept.
     #[arg(long, value_name = "DIR")]
     pub module_cache: PathBuf,
-    /// The most bytes of input files' pages this slot keeps for its actions.
+    /// The most bytes of input files' pages and input trees' metadata this slot keeps
+    /// for its actions.
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub page_cache_size: u64,
 }
@@ -173,6 +174,7 @@ impl Reply {
                 "rpcs_9p": ran.rpcs_9p,
                 "reads_9p": ran.reads_9p,
                 "shared_page_hits": ran.shared_page_hits,
+                "shared_metadata_hits": ran.shared_metadata_hits,
             }),
         };
         format!("{json}\n")
@@ -208,6 +210,7 @@ impl Reply {
             rpcs_9p: field(&json, "rpcs_9p", Value::as_u64)?,
             reads_9p: field(&json, "reads_9p", Value::as_u64)?,
             shared_page_hits: field(&json, "shared_page_hits", Value::as_u64)?,
+            shared_metadata_hits: field(&json, "shared_metadata_hits", Value::as_u64)?,
         }))
     }
 }
@@ -353,6 +356,7 @@ mod tests {
                 rpcs_9p: 358,
                 reads_9p: 2,
                 shared_page_hits: 74,
+                shared_metadata_hits: 203,
             })
         };
         for reply in [

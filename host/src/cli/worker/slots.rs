@@ -226,6 +226,7 @@ impl Guests for Slots {
                 rpcs_9p: 0,
                 reads_9p: 0,
                 shared_page_hits: 0,
+                shared_metadata_hits: 0,
             }),
             Some(Reply::Ran(ran)) => {
                 self.put(slot);

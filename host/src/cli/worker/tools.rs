@@ -17,7 +17,7 @@
 //!
 //! A guest's namespace: the input root at `/` over 9P (a Unix socket to the worker's
 //! `ActionFs`, `cache=loose`, the pages of its tree's files in this slot's
-//! [`SharedPages`] too), the action's scratch directory at `/tmp`. A multi-call LLVM
+//! [`SharedCache`] too), the action's scratch directory at `/tmp`. A multi-call LLVM
 //! module (clang.wasm) runs as the tool its file is named after, the driver's jobs
 //! one by one as `wasm9p cc` runs them; any other module or component runs as it is.
 //! How it ended is the engine's typed [`Outcome`], the memory limit included.
@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 
 use wasm9p_guest_fs::backend::bind::BindFs;
 use wasm9p_guest_fs::backend::ninep::NinepFs;
-use wasm9p_guest_fs::cache::SharedPages;
+use wasm9p_guest_fs::cache::SharedCache;
 use wasm9p_guest_fs::mount_options::NinepOptions;
 use wasm9p_guest_fs::namespace::Namespace;
 use wasm9p_remote::action::{Ended, Ran};
@@ -66,9 +66,10 @@ pub(super) struct SlotRun {
 /// A slot's programs.
 pub(super) struct Tools {
     module_cache: PathBuf,
-    /// The input files' pages every action of this slot reads and keeps (see
+    /// The input files' pages, and the input trees' names, listings, attributes and
+    /// link targets, every action of this slot reads and keeps (see
     /// `wasm9p_remote::layer::fixed_content`); none with a size of 0.
-    shared_pages: Option<Arc<SharedPages>>,
+    shared: Option<Arc<SharedCache>>,
     loaded: Mutex<HashMap<ModuleFile, Result<Arc<GuestEngine>, String>>>,
 }
 
@@ -85,12 +86,12 @@ pub(super) enum NoProgram {
 
 impl Tools {
     /// Programs whose compiled code is kept in `module_cache`, their actions' mounts
-    /// sharing up to `page_cache` bytes of input files' pages.
+    /// sharing up to `page_cache` bytes of input files' pages and metadata.
     pub(super) fn new(module_cache: PathBuf, page_cache: u64) -> Tools {
         Tools {
             module_cache,
-            shared_pages: (page_cache > 0)
-                .then(|| Arc::new(SharedPages::new(page_cache, layer::fixed_content))),
+            shared: (page_cache > 0)
+                .then(|| Arc::new(SharedCache::new(page_cache, layer::fixed_content))),
             loaded: Mutex::default(),
         }
     }
@@ -136,7 +137,7 @@ impl Tools {
     pub(super) fn run(&self, engine: &GuestEngine, run: SlotRun) -> Result<Ran, String> {
         let (namespace, mount) = engine
             .runtime()
-            .block_on(namespace(&run.socket, &run.tmp, self.shared_pages.clone()))
+            .block_on(namespace(&run.socket, &run.tmp, self.shared.clone()))
             .map_err(|e| format!("the action's mounts: {e}"))?;
         // A slot's guest is stopped by killing the slot: nothing sets this.
         let never = Arc::new(AtomicBool::new(false));
@@ -199,6 +200,7 @@ impl Tools {
             rpcs_9p: stats.rpc_total,
             reads_9p: reads_9p.map_or(0, |(_, n)| *n),
             shared_page_hits: stats.cache.shared_page_hits,
+            shared_metadata_hits: stats.cache.shared_metadata_hits,
         })
     }
 }
@@ -209,7 +211,7 @@ impl Tools {
 async fn namespace(
     socket: &Path,
     tmp: &Path,
-    shared: Option<Arc<SharedPages>>,
+    shared: Option<Arc<SharedCache>>,
 ) -> Result<(Arc<Namespace>, Arc<NinepFs>), String> {
     let stream = tokio::net::UnixStream::connect(socket)
         .await
