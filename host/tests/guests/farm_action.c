@@ -16,6 +16,20 @@
 #include <sys/stat.h>
 #include <time.h>
 
+/* Copies the file at `path` to stdout: 0, or 1 after saying why it could not. */
+static int print_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        perror(path);
+        return 1;
+    }
+    int c;
+    while ((c = fgetc(f)) != EOF)
+        putchar(c);
+    fclose(f);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: farm_action MODE ...\n");
@@ -50,28 +64,12 @@ int main(int argc, char **argv) {
             perror(argv[2]);
             return 1;
         }
-        f = fopen(argv[2], "r");
-        if (!f) {
-            perror(argv[2]);
-            return 1;
-        }
-        int c;
-        while ((c = fgetc(f)) != EOF)
-            putchar(c);
-        fclose(f);
-        return 0;
+        return print_file(argv[2]);
     }
     if ((!strcmp(mode, "read") && argc == 3) || !strcmp(mode, "cat")) {
         for (int i = 2; i < argc; i++) {
-            FILE *f = fopen(argv[i], "r");
-            if (!f) {
-                perror(argv[i]);
+            if (print_file(argv[i]))
                 return 1;
-            }
-            int c;
-            while ((c = fgetc(f)) != EOF)
-                putchar(c);
-            fclose(f);
         }
         return 0;
     }
