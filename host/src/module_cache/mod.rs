@@ -207,20 +207,26 @@ impl ModuleCache {
 
     /// The stored artifact of `source` for `engine`, mapped, if there is a usable one.
     fn cached(&self, engine: &Engine, source: &Source) -> Option<Program> {
-        let artifact = self.artifact_path(engine, source.digest())?;
-        let program = load_artifact(engine, &artifact, source.component())?;
-        touch(&artifact);
-        Some(program)
+        self.mapped(engine, source.digest()?, Some(source.component()))
     }
 
     /// The stored artifact of the bytes with `digest` for `engine`, mapped, if there is
     /// a usable one: a module or a component, as the artifact says.
     fn cached_by_digest(&self, engine: &Engine, digest: &Digest) -> Option<Program> {
+        self.mapped(engine, digest, None)
+    }
+
+    /// The artifact of the bytes with `digest` for `engine`, mapped and marked used: a
+    /// component or not as `component` says, or as the artifact says when `None`.
+    fn mapped(&self, engine: &Engine, digest: &Digest, component: Option<bool>) -> Option<Program> {
         let artifact = self.artifact_path(engine, Some(digest))?;
-        let component = match Engine::detect_precompiled_file(&artifact) {
-            Ok(Some(wasmtime::Precompiled::Component)) => true,
-            Ok(Some(wasmtime::Precompiled::Module)) => false,
-            _ => return None,
+        let component = match component {
+            Some(component) => component,
+            None => match Engine::detect_precompiled_file(&artifact) {
+                Ok(Some(wasmtime::Precompiled::Component)) => true,
+                Ok(Some(wasmtime::Precompiled::Module)) => false,
+                _ => return None,
+            },
         };
         let program = load_artifact(engine, &artifact, component)?;
         touch(&artifact);

@@ -12,10 +12,11 @@
 //!   `{"loaded": true}`, `{"not_fetched": true}` (its compiled code is not kept, and
 //!   its file is not there) or `{"not_a_program": WHY}`.
 //! - `{"run": {"module", "sha256", "argv", "env", "working_dir", "socket", "tmp",
-//!   "stdout", "stderr", "output_limit", "memory_limit"}}`: run a guest on the input root the
-//!   worker serves on `socket`, its streams into the files `stdout` and `stderr` (at
-//!   most `output_limit` bytes each); `{"ended": ..., "rpcs_9p", "reads_9p",
-//!   "shared_page_hits", "shared_metadata_hits"}` or `{"failed": WHY}` (it could not start).
+//!   "stdout", "stderr", "output_limit", "memory_limit"}}`: run a guest on the input
+//!   root the worker serves on `socket`, its streams into the files `stdout` and
+//!   `stderr` (at most `output_limit` bytes each); `{"ended": ..., "rpcs_9p",
+//!   "reads_9p", "shared_page_hits", "shared_metadata_hits"}` or `{"failed": WHY}` (it
+//!   could not start).
 //!
 //! At the end of its stdin the slot ends: at once when it has a guest running (the
 //! worker is gone), else after handing its unfinished optimized compiles on.
