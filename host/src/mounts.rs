@@ -14,7 +14,10 @@
 //! - `type=bind,source=HOSTDIR,target=/g[,ro]`, which is what `--dir HOSTDIR::/g` means;
 //! - `type=plugin,component=FILE.wasm,target=/g[,instances=N][,fuel=N][,call_timeout=S][,cache=..]...`: a
 //!   file system written as a component (world `fs-plugin` of `wit/fs.wit`; see
-//!   [`crate::plugin`]), with the 9p mount options.
+//!   [`crate::plugin`]), with the 9p mount options;
+//! - `type=empty,target=/g`: an empty read-only directory over whatever another mount
+//!   has at `/g`, hiding it (the containerd shim hides a container's `/proc`, `/sys`
+//!   and `/dev` this way).
 //!
 //! Values cannot contain commas. Every mistake is one line naming the SPEC and what is
 //! wrong with it.
@@ -23,9 +26,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use wasm9p_guest_fs::backend::bind::BindFs;
+use wasm9p_guest_fs::backend::memory::MemoryFs;
 use wasm9p_guest_fs::backend::ninep::{MountStats, NinepFs};
 use wasm9p_guest_fs::cache::SharedCache;
-use wasm9p_guest_fs::client::{ClientConfig, Session};
+use wasm9p_guest_fs::client::{ClientConfig, Dialer, Session};
 use wasm9p_guest_fs::mount_options::{NinepOptions, OptionError, OptionKey};
 use wasm9p_guest_fs::namespace::Namespace;
 use wasm9p_proto::Addr;
@@ -93,6 +97,8 @@ pub enum MountKind {
         /// The directory.
         source: PathBuf,
     },
+    /// An empty read-only directory, hiding what another mount has there.
+    Empty,
     /// A filesystem written as a component (world `wasm9p:fs/fs-plugin`), served to
     /// the 9p client in process.
     Plugin {
@@ -208,7 +214,7 @@ impl MountSpec {
             None => Ok(()),
         };
         let kind = match ty
-            .ok_or_else(|| spec_error(spec, "type= is missing (9p, bind or plugin)"))?
+            .ok_or_else(|| spec_error(spec, "type= is missing (9p, bind, plugin or empty)"))?
         {
             "9p" => {
                 match (source, export) {
@@ -281,10 +287,27 @@ impl MountSpec {
                     limits,
                 }
             }
+            "empty" => {
+                no_cache_options("empty mounts")?;
+                if let Some(key) = [
+                    ("source", source),
+                    ("export", export),
+                    ("component", component),
+                ]
+                .iter()
+                .find_map(|(key, value)| value.map(|_| key))
+                {
+                    return Err(spec_error(
+                        spec,
+                        format!("{key}= does not apply to an empty mount"),
+                    ));
+                }
+                MountKind::Empty
+            }
             other => {
                 return Err(spec_error(
                     spec,
-                    format!("unknown type {other:?}: expected 9p, bind or plugin"),
+                    format!("unknown type {other:?}: expected 9p, bind, plugin or empty"),
                 ))
             }
         };
@@ -300,8 +323,8 @@ impl MountSpec {
         }
         Ok(MountSpec {
             target: target.to_owned(),
+            read_only: read_only || kind == MountKind::Empty,
             kind,
-            read_only,
         })
     }
 
@@ -326,7 +349,7 @@ impl MountSpec {
             MountKind::NinepRemote { options, .. }
             | MountKind::NinepEmbedded { options, .. }
             | MountKind::Plugin { options, .. } => options.fscache.is_some(),
-            MountKind::Bind { .. } => false,
+            MountKind::Bind { .. } | MountKind::Empty => false,
         }
     }
 
@@ -335,6 +358,7 @@ impl MountSpec {
         match self.kind {
             MountKind::NinepRemote { .. } | MountKind::NinepEmbedded { .. } => "9p",
             MountKind::Bind { .. } => "bind",
+            MountKind::Empty => "empty",
             MountKind::Plugin { .. } => "plugin",
         }
     }
@@ -436,6 +460,15 @@ pub async fn build(
     specs: &[MountSpec],
     plugins: &PluginCompile,
 ) -> Result<(Namespace, Vec<Mounted>), MountError> {
+    build_dialing(specs, plugins, &Dialer::default()).await
+}
+
+/// As [`build`], reaching servers at an address (`source=`) as `dialer` says.
+pub async fn build_dialing(
+    specs: &[MountSpec],
+    plugins: &PluginCompile,
+    dialer: &Dialer,
+) -> Result<(Namespace, Vec<Mounted>), MountError> {
     let mut ns = Namespace::new();
     let mut made = Vec::new();
     for spec in specs {
@@ -450,6 +483,7 @@ pub async fn build(
                     BindFs::open(source).map_err(|e| fail(format!("{}: {e}", source.display())))?;
                 (Arc::new(fs), None)
             }
+            MountKind::Empty => (Arc::new(MemoryFs::new()), None),
             MountKind::NinepRemote {
                 source,
                 aname,
@@ -458,6 +492,7 @@ pub async fn build(
                 let config = ClientConfig {
                     msize: options.msize,
                     reconnect: options.reconnect,
+                    dialer: dialer.clone(),
                     ..ClientConfig::default()
                 };
                 let session = Session::connect(source, config)
@@ -583,6 +618,7 @@ impl Drop for MountTable {
 pub struct MountTableBuilder {
     specs: Vec<MountSpec>,
     plugins: PluginCompile,
+    dialer: Dialer,
 }
 
 impl MountTableBuilder {
@@ -623,6 +659,13 @@ impl MountTableBuilder {
         self
     }
 
+    /// How 9p servers at an address (`source=`) are reached (default: the address's
+    /// own transport); a reconnect dials the same way.
+    pub fn dialer(mut self, dialer: Dialer) -> Self {
+        self.dialer = dialer;
+        self
+    }
+
     /// Whether nothing was added.
     pub fn is_empty(&self) -> bool {
         self.specs.is_empty()
@@ -632,7 +675,7 @@ impl MountTableBuilder {
     /// inside the tokio runtime that guests' contexts will be given: the sessions and
     /// embedded servers live on it.
     pub async fn build(self) -> Result<MountTable, MountError> {
-        let (ns, mounted) = build(&self.specs, &self.plugins).await?;
+        let (ns, mounted) = build_dialing(&self.specs, &self.plugins, &self.dialer).await?;
         Ok(MountTable {
             ns: Arc::new(ns),
             mounted,

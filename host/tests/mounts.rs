@@ -262,3 +262,98 @@ async fn mounts_that_cannot_be_made_fail_with_one_line() {
         .to_string()
         .contains("File exists"));
 }
+
+#[tokio::test]
+async fn an_empty_mount_hides_what_another_mount_has_there_and_takes_no_writes() {
+    let embedded = tree();
+    let specs = [
+        MountSpec::parse(&format!(
+            "type=9p,export={},target=/,cache=loose",
+            embedded.path().display()
+        ))
+        .unwrap(),
+        MountSpec::parse("type=empty,target=/include").unwrap(),
+    ];
+    assert!(specs[1].read_only, "an empty mount is read-only");
+    assert_eq!(specs[1].type_name(), "empty");
+    let (ns, _) = build(&specs, &Default::default()).await.unwrap();
+    assert_eq!(
+        ns.resolve("/include/stdio.h", true).await.unwrap_err(),
+        Errno::ENOENT
+    );
+    assert_eq!(
+        ns.write("/include/new.h", 0, bytes::Bytes::from_static(b"x"))
+            .await
+            .unwrap_err(),
+        Errno::EROFS
+    );
+    assert!(!embedded.path().join("include/new.h").exists());
+    for (spec, why) in [
+        ("type=empty,target=/g,cache=loose", "applies to 9p mounts"),
+        ("type=empty,source=/x,target=/g", "source= does not apply"),
+        ("type=empty", "target= is missing"),
+    ] {
+        let err = MountSpec::parse(spec).unwrap_err().to_string();
+        assert!(err.contains(why), "{spec}: {err}");
+    }
+}
+
+/// Dials every address through a Unix socket of its own choosing, counting the dials:
+/// what a containerd shim's container does, asking the host side to connect for it.
+struct ThroughSocket {
+    socket: std::path::PathBuf,
+    dials: std::sync::atomic::AtomicUsize,
+}
+
+impl wasm9p_guest_fs::client::Dial for ThroughSocket {
+    fn dial<'a>(
+        &'a self,
+        _addr: &'a wasm9p_proto::Addr,
+    ) -> wasm9p_proto::BoxFuture<'a, std::io::Result<wasm9p_proto::transport::BoxStream>> {
+        self.dials
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Box::pin(async move {
+            let stream = tokio::net::UnixStream::connect(&self.socket).await?;
+            Ok(Box::new(stream) as wasm9p_proto::transport::BoxStream)
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_remote_mount_is_reached_through_the_callers_dialer_when_given_one() {
+    let remote = tree();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("9p.sock");
+    let server = TestServer::start(
+        wasm9p_server::ServerConfig {
+            exports: vec![wasm9p_server::ExportConfig::new(remote.path())],
+            ..Default::default()
+        },
+        &format!("unix:{}", socket.display()),
+    );
+    // The SPEC names an address nothing listens at: only the dialer reaches the server.
+    let spec = MountSpec::parse(&format!(
+        "type=9p,source=unix:{},target=/remote",
+        dir.path().join("unreachable.sock").display()
+    ))
+    .unwrap();
+    let dial = std::sync::Arc::new(ThroughSocket {
+        socket,
+        dials: Default::default(),
+    });
+    let dialer = wasm9p_guest_fs::client::Dialer::new(dial.clone());
+    let (ns, _) = wasm9p_host::mounts::build_dialing(
+        std::slice::from_ref(&spec),
+        &Default::default(),
+        &dialer,
+    )
+    .await
+    .unwrap();
+    let text = ns.read("/remote/include/stdio.h").await.unwrap();
+    assert_eq!(&text[..], b"int printf(const char *, ...);\n");
+    assert_eq!(dial.dials.load(std::sync::atomic::Ordering::Relaxed), 1);
+    // Without it, the same SPEC cannot be mounted.
+    let err = build(&[spec], &Default::default()).await.err().unwrap();
+    assert!(err.to_string().contains("unreachable.sock"), "{err}");
+    drop(server);
+}

@@ -80,7 +80,7 @@ use std::io;
 use std::sync::Arc;
 
 use wasm9p_proto::consts::{DEFAULT_MSIZE, MAX_MSIZE, MIN_MSIZE};
-use wasm9p_proto::transport::{Accepted, BoxStream, Listener, Peer};
+use wasm9p_proto::transport::{BoxStream, Connected, Listener, Peer};
 
 pub use access::{AccessRule, PeerMatch};
 pub use export::{Export, ExportConfig, ExportConfigError};
@@ -209,7 +209,7 @@ impl Server {
 
     /// Starts serving a connection `serve` accepted: a tenant's on its I/O thread
     /// (`io_thread`), any other as a task on the async workers.
-    fn start_session(&self, accepted: Accepted, peer: Peer) {
+    fn start_session(&self, accepted: Connected, peer: Peer) {
         let member = match self.shared.join(&peer) {
             Ok(member) => member,
             Err(refused) => {

@@ -429,3 +429,68 @@ async fn a_call_that_waited_for_its_slot_through_a_cut_waits_for_its_fid_to_be_r
     let stats = session.reconnects();
     assert_eq!((stats.reconnects, stats.stale_fids), (2, 0), "{stats:?}");
 }
+
+/// Dials a fixed TCP port whatever the address says, counting the dials: a caller that
+/// connects on the session's behalf (a containerd shim's container asks its host side).
+struct Relay {
+    to: Addr,
+    dials: std::sync::atomic::AtomicUsize,
+}
+
+impl wasm9p_guest_fs::client::Dial for Relay {
+    fn dial<'a>(
+        &'a self,
+        _addr: &'a Addr,
+    ) -> wasm9p_proto::BoxFuture<'a, std::io::Result<wasm9p_proto::transport::BoxStream>> {
+        self.dials
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Box::pin(wasm9p_proto::transport::connect(
+            &self.to,
+            Duration::from_secs(5),
+        ))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_dialed_by_its_caller_reconnects_through_the_same_dialer() {
+    let dir = Tree::build(&[Tree::file("f", "kept across the restart")]);
+    let server = serve_on(dir.path(), "tcp:127.0.0.1:0");
+    let listen = server.addr.to_string();
+    let relay = Arc::new(Relay {
+        to: server.addr.clone(),
+        dials: Default::default(),
+    });
+    let opts = NinepOptions::parse([("cache", Some("none")), ("reconnect", Some("on"))]).unwrap();
+    let config = ClientConfig {
+        timeout: Duration::from_secs(10),
+        reconnect: true,
+        dialer: wasm9p_guest_fs::client::Dialer::new(relay.clone()),
+        ..Default::default()
+    };
+    // An address nobody listens at: the relay is the only way there.
+    let nowhere: Addr = format!("unix:{}", dir.path().join("nowhere.sock").display())
+        .parse()
+        .unwrap();
+    let session = Session::connect(&nowhere, config).await.unwrap();
+    let fs = Arc::new(NinepFs::attach(&session, "", &opts).await.unwrap());
+    let mut ns = Namespace::new();
+    ns.mount("/", fs.clone(), false).unwrap();
+    let file = ns.open("/f", READ).await.unwrap();
+    assert_eq!(&file.read_at(0, 4).await.unwrap()[..], b"kept");
+    assert_eq!(relay.dials.load(std::sync::atomic::Ordering::Relaxed), 1);
+
+    drop(server);
+    let server = serve_on(dir.path(), &listen);
+    assert_eq!(
+        &file.read_at(5, 6).await.unwrap()[..],
+        b"across",
+        "read after the restart"
+    );
+    assert_eq!(fs.stats().reconnect.reconnects, 1);
+    assert!(
+        relay.dials.load(std::sync::atomic::Ordering::Relaxed) >= 2,
+        "the reconnect dialed through the relay"
+    );
+    drop((file, ns));
+    drop(server);
+}

@@ -50,4 +50,6 @@ mod session;
 pub use fid::{Fid, Walk, WalkError};
 pub use flight::{first_entries, first_read, First, FlightError, OpenedWalk};
 pub use ops::{Entries, SetAttr};
-pub use session::{ClientConfig, ConnectError, ReconnectStats, RpcCounts, Session, CLOSE_DRAIN};
+pub use session::{
+    ClientConfig, ConnectError, Dial, Dialer, ReconnectStats, RpcCounts, Session, CLOSE_DRAIN,
+};

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wasm9p_proto::consts::{open, MAXWELEM, NOFID, NOTAG, VERSION_9P2000_L};
-use wasm9p_proto::transport::{connect, BoxStream};
+use wasm9p_proto::transport::BoxStream;
 use wasm9p_proto::{
     encode_frame, Addr, Errno, FrameDecoder, Message, Qid, Tattach, Tclunk, Tlopen, Tversion, Twalk,
 };
@@ -515,7 +515,10 @@ enum Restore {
 /// Connects, negotiates and restores every replayable fid; returns the connection and
 /// the fids restored.
 async fn restore(inner: &Arc<Inner>, addr: &Addr) -> Result<(Wire, Vec<u32>), Restore> {
-    let stream = connect(addr, inner.config.timeout)
+    let stream = inner
+        .config
+        .dialer
+        .connect(addr, inner.config.timeout)
         .await
         .map_err(|e| Restore::Again(e.to_string()))?;
     let mut wire = Wire::new(stream, inner.config.msize.max(inner.msize));

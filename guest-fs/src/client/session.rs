@@ -12,6 +12,7 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 use wasm9p_proto::consts::{DEFAULT_MSIZE, MIN_MSIZE, NOFID, NOTAG};
 use wasm9p_proto::transport::{connect, BoxStream};
+use wasm9p_proto::BoxFuture;
 use wasm9p_proto::{
     encode_frame, encode_frame_head, Addr, Errno, Message, Rattach, Tattach, Tflush,
 };
@@ -44,6 +45,52 @@ pub struct ClientConfig {
     /// by [`Session::connect`] only), trying for at most `timeout`: see the module
     /// `reconnect` in the source for what is retried and what fails.
     pub reconnect: bool,
+    /// How [`Session::connect`] and a reconnect reach the server's address (default:
+    /// the address's own transport).
+    pub dialer: Dialer,
+}
+
+/// Connects to a server's address on a caller's behalf: see [`Dialer`].
+pub trait Dial: Send + Sync {
+    /// A connected stream to `addr` (the session bounds the wait by its timeout).
+    fn dial<'a>(&'a self, addr: &'a Addr) -> BoxFuture<'a, io::Result<BoxStream>>;
+}
+
+/// How a session reaches its server: [`wasm9p_proto::transport::connect`], or a
+/// caller's [`Dial`] where this process cannot reach the address itself (a container
+/// whose mount namespace hides the server's socket asks a process outside it to
+/// connect, and gets the socket handed over). A reconnect dials the same way.
+#[derive(Clone, Default)]
+pub struct Dialer(Option<Arc<dyn Dial>>);
+
+impl Dialer {
+    /// Dials through `dial`.
+    pub fn new(dial: Arc<dyn Dial>) -> Dialer {
+        Dialer(Some(dial))
+    }
+
+    /// A stream to `addr`, or an error once `timeout` has passed.
+    pub(crate) async fn connect(&self, addr: &Addr, timeout: Duration) -> io::Result<BoxStream> {
+        let Some(dial) = &self.0 else {
+            return connect(addr, timeout).await;
+        };
+        match tokio::time::timeout(timeout, dial.dial(addr)).await {
+            Ok(dialed) => dialed,
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no connection within {timeout:?}"),
+            )),
+        }
+    }
+}
+
+impl std::fmt::Debug for Dialer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Some(_) => "Dialer(caller's)",
+            None => "Dialer(transport)",
+        })
+    }
 }
 
 impl Default for ClientConfig {
@@ -56,6 +103,7 @@ impl Default for ClientConfig {
             max_inflight: 64,
             io_depth: 4,
             reconnect: false,
+            dialer: Dialer::default(),
         }
     }
 }
@@ -299,13 +347,14 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
 impl Session {
     /// Connects to `addr` and negotiates the version and msize.
     pub async fn connect(addr: &Addr, config: ClientConfig) -> Result<Session, ConnectError> {
-        let stream =
-            connect(addr, config.timeout)
-                .await
-                .map_err(|source| ConnectError::Connect {
-                    addr: addr.to_string(),
-                    source,
-                })?;
+        let stream = config
+            .dialer
+            .connect(addr, config.timeout)
+            .await
+            .map_err(|source| ConnectError::Connect {
+                addr: addr.to_string(),
+                source,
+            })?;
         let reconnect = config.reconnect.then(|| addr.clone());
         Session::open(stream, config, reconnect).await
     }

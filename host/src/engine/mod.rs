@@ -43,6 +43,50 @@ use crate::p1::{Input, Output, WasiP1Ctx};
 use crate::p2::{MountGrant, RuntimeMountRecord, WasiP2Ctx, WasiP2Fs};
 use crate::plugin::PluginCompile;
 
+/// Where a guest program's code comes from: one value, loaded the same way by the
+/// guest engine's builder and the HTTP handler's ([`crate::http::HttpBuilder`]).
+#[derive(Clone, Debug)]
+pub enum ProgramSource {
+    /// A wasm file (a core module or a component), compiled through the module cache
+    /// on its tiers.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The SHA-256 of its bytes, when the caller knows it (a content-addressed
+        /// store names its files so): compiled code cached for it is mapped without the
+        /// file being read, or even present. The caller vouches for it (see
+        /// [`ModuleCache::load_tiered_by_digest`]).
+        digest: Option<Digest>,
+    },
+    /// Code compiled ahead of time for the optimized tier of the engines it runs on
+    /// ([`crate::module_cache::compile_ahead`]), from a store the caller trusts (see
+    /// [`crate::module_cache::load_compiled_ahead`]): no compile, no upgrade.
+    CompiledAhead {
+        /// What it is, for errors and notes.
+        name: PathBuf,
+        /// The code.
+        code: Arc<[u8]>,
+    },
+}
+
+impl ProgramSource {
+    /// A wasm file.
+    pub fn file(path: impl Into<PathBuf>) -> ProgramSource {
+        ProgramSource::File {
+            path: path.into(),
+            digest: None,
+        }
+    }
+
+    /// The file, or the name of code compiled ahead.
+    pub fn path(&self) -> &std::path::Path {
+        match self {
+            ProgramSource::File { path, .. } => path,
+            ProgramSource::CompiledAhead { name, .. } => name,
+        }
+    }
+}
+
 /// Where the engine's notes go: one line each (a plugin left on the baseline tier,
 /// a background compile handed off or failed).
 pub type Notes = Arc<dyn Fn(&str) + Send + Sync>;
@@ -162,8 +206,7 @@ pub struct Finished {
 
 /// Makes a [`GuestEngine`] (see [`GuestEngine::builder`]).
 pub struct EngineBuilder {
-    program: PathBuf,
-    digest: Option<Digest>,
+    program: ProgramSource,
     mounts: MountTableBuilder,
     cache: ModuleCache,
     tier: TierChoice,
@@ -193,7 +236,9 @@ impl EngineBuilder {
     /// without it is the file loaded. The caller vouches for it (see
     /// [`ModuleCache::load_tiered_by_digest`]).
     pub fn program_digest(mut self, sha256: Digest) -> Self {
-        self.digest = Some(sha256);
+        if let ProgramSource::File { digest, .. } = &mut self.program {
+            *digest = Some(sha256);
+        }
         self
     }
 
@@ -277,10 +322,10 @@ impl EngineBuilder {
         }
         let program = TieredProgram::load(
             &self.cache,
-            (&self.program, self.digest.as_ref()),
+            &self.program,
             self.tier,
             (guest_engines(self.interruptible)?, self.interruptible),
-            tiered::runner(&self.program, !self.grants.is_empty()),
+            tiered::runner(self.program.path(), !self.grants.is_empty()),
             &*self.progress,
         )?;
         Ok(GuestEngine {
@@ -319,9 +364,13 @@ pub struct GuestEngine {
 impl GuestEngine {
     /// An engine for the program at `program` (see [`EngineBuilder`]).
     pub fn builder(program: impl Into<PathBuf>) -> EngineBuilder {
+        Self::builder_for(ProgramSource::file(program))
+    }
+
+    /// An engine for the program `source` gives (see [`EngineBuilder`]).
+    pub fn builder_for(source: ProgramSource) -> EngineBuilder {
         EngineBuilder {
-            program: program.into(),
-            digest: None,
+            program: source,
             mounts: MountTable::builder(),
             cache: ModuleCache::user_default(),
             tier: TierChoice::Auto,

@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{Notes, SetupError};
+use super::{Notes, ProgramSource, SetupError};
 use crate::module_cache::{
-    Digest, Engines, ModuleCache, Program, Progress, Tier, TierChoice, Upgrade,
+    load_compiled_ahead, Engines, Loaded, ModuleCache, Program, Progress, Tier, TierChoice, Upgrade,
 };
 use crate::p1::P1Program;
 use crate::p2::P2Program;
@@ -120,13 +120,13 @@ fn command(
 }
 
 impl<R> TieredProgram<R> {
-    /// Loads the guest at `path` (whose bytes have the SHA-256 `digest`, when the caller
-    /// knows it: see [`ModuleCache::load_tiered_by_digest`]) on the tier `tier` says, on
-    /// `engines` (interruptible: they have epoch interruption, and are ticked from now
-    /// on), linked by `link`, telling `progress` how a first compile goes.
+    /// Loads the guest `source` gives on the tier `tier` says (code compiled ahead:
+    /// the optimized tier, as it is), on `engines` (interruptible: they have epoch
+    /// interruption, and are ticked from now on), linked by `link`, telling `progress`
+    /// how a first compile goes.
     pub(crate) fn load(
         cache: &ModuleCache,
-        (path, digest): (&Path, Option<&Digest>),
+        source: &ProgramSource,
         tier: TierChoice,
         (engines, interruptible): (Engines, bool),
         link: Link<R>,
@@ -138,9 +138,28 @@ impl<R> TieredProgram<R> {
                 crate::interrupt::tick(engines.get(tier));
             }
         }
-        let loaded = match digest {
-            Some(digest) => cache.load_tiered_by_digest(&engines, (path, digest), tier, progress),
-            None => cache.load_tiered(&engines, path, tier, progress),
+        let path = source.path();
+        let loaded = match source {
+            ProgramSource::File {
+                digest: Some(digest),
+                ..
+            } => cache.load_tiered_by_digest(&engines, (path, digest), tier, progress),
+            ProgramSource::File { digest: None, .. } => {
+                cache.load_tiered(&engines, path, tier, progress)
+            }
+            ProgramSource::CompiledAhead { name, code } => {
+                load_compiled_ahead(engines.get(Tier::Optimized), name, code).map(|program| {
+                    Loaded {
+                        program,
+                        tier: Tier::Optimized,
+                        compiled_in: None,
+                        waited: None,
+                        upgrade: None,
+                        handed_off: false,
+                        storing: None,
+                    }
+                })
+            }
         }
         .map_err(|e| SetupError::Program(with_hint(e.to_string())))?;
         let first = link(engines.get(loaded.tier), loaded.program)?;

@@ -54,7 +54,7 @@ pub use bodies::{text_body, ResponseBody};
 pub use outgoing::AllowedHost;
 pub use serve::{serve, Listen};
 
-use crate::engine::{Notes, SetupError};
+use crate::engine::{Notes, ProgramSource, SetupError};
 use crate::limits::MemoryLimitReached;
 use crate::module_cache::{Engines, ModuleCache, Progress, TierChoice};
 use crate::mounts::MountTable;
@@ -103,7 +103,7 @@ impl Default for HttpLimits {
 
 /// Makes an [`HttpHandler`] (see [`HttpHandler::builder`]).
 pub struct HttpBuilder {
-    program: PathBuf,
+    program: ProgramSource,
     mounts: Arc<MountTable>,
     cache: ModuleCache,
     tier: TierChoice,
@@ -182,10 +182,10 @@ impl HttpBuilder {
             )));
         }
         let engines = engines(&self.limits)?;
-        let path = self.program.clone();
+        let path = self.program.path().to_owned();
         let program = crate::engine::TieredProgram::load(
             &self.cache,
-            (&self.program, None),
+            &self.program,
             self.tier,
             (engines, true),
             Box::new(move |engine, program| proxy::link(engine, program, &path)),
@@ -211,8 +211,9 @@ impl HttpBuilder {
 }
 
 /// The engines of the two tiers for proxies: epoch interruption (the timeout) and the
-/// pooling allocator, sized for `max_instances` at once.
-fn engines(limits: &HttpLimits) -> Result<Engines, SetupError> {
+/// pooling allocator, sized for `max_instances` at once. Code compiled ahead for them
+/// ([`crate::engine::ProgramSource::CompiledAhead`]) is compiled on the optimized one.
+pub fn engines(limits: &HttpLimits) -> Result<Engines, SetupError> {
     let mut pool = wasmtime::PoolingAllocationConfig::new();
     let instances = u32::try_from(limits.max_instances).unwrap_or(u32::MAX);
     // A C component with the preview1 adapter has a handful of core instances, two
@@ -280,8 +281,13 @@ struct Inner {
 impl HttpHandler {
     /// A handler for the component at `program` on `mounts` (see [`HttpBuilder`]).
     pub fn builder(program: impl Into<PathBuf>, mounts: Arc<MountTable>) -> HttpBuilder {
+        Self::builder_for(ProgramSource::file(program), mounts)
+    }
+
+    /// A handler for the component `source` gives, on `mounts` (see [`HttpBuilder`]).
+    pub fn builder_for(source: ProgramSource, mounts: Arc<MountTable>) -> HttpBuilder {
         HttpBuilder {
-            program: program.into(),
+            program: source,
             mounts,
             cache: ModuleCache::user_default(),
             tier: TierChoice::Auto,

@@ -543,6 +543,51 @@ fn load_artifact(engine: &Engine, artifact: &Path, component: bool) -> Option<Pr
         .ok()
 }
 
+/// Compiles a guest's wasm `bytes` (a core module or a component) for `engine` ahead
+/// of time, for a store of compiled code kept by someone else: containerd's content
+/// store, through a shim's precompile hook. [`load_compiled_ahead`] loads it.
+pub fn compile_ahead(engine: &Engine, bytes: &[u8]) -> Result<Vec<u8>, String> {
+    if Engine::detect_precompiled(bytes).is_some() {
+        return Err("it is compiled code already, not wasm".into());
+    }
+    precompile(engine, bytes, is_component(bytes)).map_err(|e| first_line(&format!("{e:#}")))
+}
+
+/// Loads `code` that [`compile_ahead`] made for an engine of `engine`'s settings
+/// (`name` says what it is in errors). wasmtime refuses code made by another version or
+/// for other settings.
+///
+/// Trust: compiled code is native code, and only its header is checked. The caller
+/// vouches that `code` came from [`compile_ahead`] through a store only the host
+/// writes (a containerd shim: containerd's content store, fed by the shim's own
+/// precompile hook); a guest's own file is never taken this way.
+pub fn load_compiled_ahead(
+    engine: &Engine,
+    name: &Path,
+    code: &[u8],
+) -> Result<Program, LoadError> {
+    let invalid = |why: String| LoadError::Invalid {
+        path: name.into(),
+        why,
+    };
+    let component = match Engine::detect_precompiled(code) {
+        Some(wasmtime::Precompiled::Component) => true,
+        Some(wasmtime::Precompiled::Module) => false,
+        None => return Err(invalid("it is not code compiled ahead of time".into())),
+    };
+    // SAFETY: the caller vouches that the code came from `compile_ahead` (see the
+    // docs); wasmtime checks its header, version and engine settings before using it.
+    #[allow(unsafe_code)]
+    let loaded = unsafe {
+        if component {
+            Component::deserialize(engine, code).map(Program::Component)
+        } else {
+            Module::deserialize(engine, code).map(Program::Module)
+        }
+    };
+    loaded.map_err(|e| invalid(first_line(&format!("{e:#}"))))
+}
+
 /// Loads what was just compiled in this process.
 fn deserialize_fresh(
     engine: &Engine,

@@ -648,3 +648,33 @@ fn a_guest_known_by_its_digest_loads_without_its_file_once_its_optimized_code_is
         .unwrap();
     assert!(matches!(known.program, Program::Component(_)));
 }
+
+#[test]
+fn code_compiled_ahead_loads_on_an_engine_of_the_same_settings_only() {
+    let engines = engines();
+    let wasm = wat::parse_str(ADD_WAT).unwrap();
+    let optimized = engines.get(Tier::Optimized);
+    let code = compile_ahead(optimized, &wasm).unwrap();
+    let name = Path::new("layer sha256:1234");
+    let program = load_compiled_ahead(optimized, name, &code).unwrap();
+    assert_eq!(add(optimized, program), 42);
+
+    // The baseline engine differs in its compiler: its settings refuse the code.
+    let err = load_compiled_ahead(engines.get(Tier::Baseline), name, &code)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.starts_with("cannot load layer sha256:1234: ") && !err.contains('\n'),
+        "{err}"
+    );
+    // Wasm is not compiled code, and compiled code is not compiled again.
+    let err = load_compiled_ahead(optimized, name, &wasm).err().unwrap();
+    assert!(
+        err.to_string().contains("not code compiled ahead of time"),
+        "{err}"
+    );
+    assert!(compile_ahead(optimized, &code)
+        .unwrap_err()
+        .contains("compiled code already"));
+}

@@ -1,11 +1,11 @@
 //! Listening on any transport.
 
 use std::io;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpListener, UnixListener};
 
+use super::connected::{Connected, Registered};
 use super::{BoxStream, Peer, PeerId};
 use crate::addr::Addr;
 
@@ -25,53 +25,6 @@ enum Inner {
     Tcp(TcpListener),
     Unix(UnixListener, SocketFile),
     Vsock(tokio_vsock::VsockListener),
-}
-
-/// An accepted connection not yet tied to an async runtime, from
-/// [`Listener::accept_detached`]: a server that serves some peers on threads of their
-/// own accepts on one runtime and hands the connection to another, where
-/// [`Accepted::into_stream`] registers it.
-#[derive(Debug)]
-pub struct Accepted {
-    fd: OwnedFd,
-    kind: Kind,
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    Tcp,
-    Unix,
-    Vsock,
-}
-
-impl Accepted {
-    /// The connection as a stream of the tokio runtime this is called on, whose I/O
-    /// driver then wakes whoever waits on it. Panics outside a runtime with I/O enabled
-    /// (as tokio's `from_std` does); fails if the runtime cannot watch one more socket.
-    pub fn into_stream(self) -> io::Result<BoxStream> {
-        Ok(match self.kind {
-            Kind::Tcp => {
-                let stream = std::net::TcpStream::from(self.fd);
-                stream.set_nonblocking(true)?;
-                Box::new(TcpStream::from_std(stream)?)
-            }
-            Kind::Unix => {
-                let stream = std::os::unix::net::UnixStream::from(self.fd);
-                stream.set_nonblocking(true)?;
-                Box::new(UnixStream::from_std(stream)?)
-            }
-            Kind::Vsock => Box::new(tokio_vsock::VsockStream::new(vsock::VsockStream::from(
-                self.fd,
-            ))?),
-        })
-    }
-}
-
-/// An accepted connection, registered with the runtime that accepted it.
-enum Registered {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-    Vsock(tokio_vsock::VsockStream),
 }
 
 /// Removes a Unix socket file when dropped.
@@ -152,33 +105,14 @@ impl Listener {
     /// Waits for the next connection; returns it and who is at the other end.
     pub async fn accept_peer(&self) -> io::Result<(BoxStream, Peer)> {
         let (stream, peer) = self.accept_registered().await?;
-        let stream: BoxStream = match stream {
-            Registered::Tcp(s) => Box::new(s),
-            Registered::Unix(s) => Box::new(s),
-            Registered::Vsock(s) => Box::new(s),
-        };
-        Ok((stream, peer))
+        Ok((stream.into_box(), peer))
     }
 
     /// Waits for the next connection, like [`Listener::accept_peer`], and returns it
-    /// untied from this runtime, to be served on another ([`Accepted::into_stream`]).
-    pub async fn accept_detached(&self) -> io::Result<(Accepted, Peer)> {
+    /// untied from this runtime, to be served on another ([`Connected::into_stream`]).
+    pub async fn accept_detached(&self) -> io::Result<(Connected, Peer)> {
         let (stream, peer) = self.accept_registered().await?;
-        let accepted = match stream {
-            Registered::Tcp(s) => Accepted {
-                fd: s.into_std()?.into(),
-                kind: Kind::Tcp,
-            },
-            Registered::Unix(s) => Accepted {
-                fd: s.into_std()?.into(),
-                kind: Kind::Unix,
-            },
-            Registered::Vsock(s) => Accepted {
-                fd: s.into(),
-                kind: Kind::Vsock,
-            },
-        };
-        Ok((accepted, peer))
+        Ok((stream.detach()?, peer))
     }
 
     async fn accept_registered(&self) -> io::Result<(Registered, Peer)> {
@@ -273,7 +207,7 @@ mod tests {
 
     /// Serves one echo on a thread and runtime of its own, as a server's tenant
     /// threads do: the connection is accepted here and registered there.
-    fn echo_elsewhere(accepted: Accepted) -> std::thread::JoinHandle<std::thread::ThreadId> {
+    fn echo_elsewhere(accepted: Connected) -> std::thread::JoinHandle<std::thread::ThreadId> {
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -2,6 +2,7 @@
 //! in-process pipe. Every connection is a [`Stream`]: bytes in, bytes out; framing is
 //! the caller's (see [`crate::frame`]).
 
+mod connected;
 mod fc_vsock;
 mod listener;
 mod peer;
@@ -14,8 +15,10 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::addr::Addr;
 
+pub use connected::Connected;
+use connected::Registered;
 pub use fc_vsock::{fc_vsock_accept_handshake, fc_vsock_client_handshake, HANDSHAKE_TIMEOUT};
-pub use listener::{Accepted, Listener};
+pub use listener::Listener;
 pub use peer::{Peer, PeerId};
 
 /// A connected byte stream of any transport.
@@ -37,24 +40,35 @@ pub fn duplex() -> (BoxStream, BoxStream) {
 /// Connects to `addr`, failing after `timeout` rather than hanging. The error does not
 /// repeat the address: callers name it (the client's `ConnectError` does).
 pub async fn connect(addr: &Addr, timeout: Duration) -> io::Result<BoxStream> {
+    Ok(connect_registered(addr, timeout).await?.into_box())
+}
+
+/// Connects to `addr` as [`connect`] does, untied from this runtime: for a process
+/// that connects on behalf of another which cannot reach the address, and hands the
+/// socket over ([`Connected::into_fd`], then [`Connected::from_fd`] over there). A
+/// hybrid vsock's handshake is done here: the socket carries 9P from its first byte.
+pub async fn connect_fd(addr: &Addr, timeout: Duration) -> io::Result<Connected> {
+    connect_registered(addr, timeout).await?.detach()
+}
+
+async fn connect_registered(addr: &Addr, timeout: Duration) -> io::Result<Registered> {
     let attempt = async {
-        let stream: BoxStream = match addr {
+        Ok(match addr {
             Addr::Tcp { host, port } => {
                 let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                 stream.set_nodelay(true)?;
-                Box::new(stream)
+                Registered::Tcp(stream)
             }
-            Addr::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
-            Addr::Vsock { cid, port } => Box::new(
+            Addr::Unix(path) => Registered::Unix(tokio::net::UnixStream::connect(path).await?),
+            Addr::Vsock { cid, port } => Registered::Vsock(
                 tokio_vsock::VsockStream::connect(tokio_vsock::VsockAddr::new(*cid, *port)).await?,
             ),
             Addr::FcVsock { uds, port } => {
                 let mut stream = tokio::net::UnixStream::connect(uds).await?;
                 fc_vsock_client_handshake(&mut stream, *port).await?;
-                Box::new(stream)
+                Registered::Unix(stream)
             }
-        };
-        Ok(stream)
+        })
     };
     match tokio::time::timeout(timeout, attempt).await {
         Ok(result) => result,
@@ -121,5 +135,52 @@ mod tests {
         write_segments(&mut a, &mut segments).await.unwrap();
         assert!(segments.is_empty());
         reader.await.unwrap();
+    }
+
+    /// Echoes one line on every connection `listener` accepts.
+    async fn echo_once(listener: Listener) {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 5];
+        stream.read_exact(&mut buf).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut stream, &buf)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_socket_connected_for_another_works_as_a_stream_once_handed_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let unix: Addr = format!("unix:{}", dir.path().join("s").display())
+            .parse()
+            .unwrap();
+        let tcp: Addr = "tcp:127.0.0.1:0".parse().unwrap();
+        for addr in [unix, tcp] {
+            let listener = Listener::bind(&addr).await.unwrap();
+            let bound = listener.local_addr().clone();
+            let server = tokio::spawn(echo_once(listener));
+            let fd = connect_fd(&bound, Duration::from_secs(5))
+                .await
+                .unwrap()
+                .into_fd();
+            let mut stream = Connected::from_fd(fd).unwrap().into_stream().unwrap();
+            tokio::io::AsyncWriteExt::write_all(&mut stream, b"hello")
+                .await
+                .unwrap();
+            let mut back = [0u8; 5];
+            stream.read_exact(&mut back).await.unwrap();
+            assert_eq!(&back, b"hello", "{bound}");
+            server.await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_descriptor_that_is_no_stream_socket_is_refused_with_a_reason() {
+        let file = tempfile::tempfile().unwrap();
+        let err = Connected::from_fd(file.into()).err().unwrap();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert!(
+            err.to_string().contains("not a Unix, TCP or vsock"),
+            "{err}"
+        );
     }
 }

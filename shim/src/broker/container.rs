@@ -1,0 +1,121 @@
+//! The broker's container side: asking, from inside a container, over the socket the
+//! container inherited.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use wasm9p_guest_fs::client::Dial;
+use wasm9p_proto::transport::{BoxStream, Connected};
+use wasm9p_proto::{Addr, BoxFuture};
+
+use super::{container_end, receive, send, Described, Reply, Request};
+
+/// How long a reply may take (a dial's own timeout, and some).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Asks the broker: its reply, and the descriptors that came with it.
+fn ask(request: &Request) -> Result<(Reply, Vec<OwnedFd>), String> {
+    let end = container_end()
+        .ok_or("this process was not started by the shim's main: it has no broker to ask")?;
+    let (mine, theirs) = rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| format!("cannot make a socket for the broker's reply: {e}"))?;
+    rustix::net::sockopt::set_socket_timeout(
+        &mine,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(REPLY_TIMEOUT),
+    )
+    .map_err(|e| format!("broker socket: {e}"))?;
+    send(end, request, &[theirs.as_fd()])?;
+    drop(theirs);
+    match receive::<Reply>(mine.as_fd()) {
+        Ok(Some(received)) => Ok((received.message, received.fds)),
+        Ok(None) => Err("the shim's broker went away without replying".into()),
+        Err(None) => Err(format!(
+            "the shim's broker did not reply within {REPLY_TIMEOUT:?}"
+        )),
+        Err(Some(why)) => Err(why),
+    }
+}
+
+/// This container's setup, and the module cache's directory when the node keeps one.
+pub fn describe() -> Result<(Described, Option<OwnedFd>), String> {
+    match ask(&Request::Describe)? {
+        (Reply::Described(described), fds) => {
+            let cache = described
+                .module_cache_bytes
+                .and_then(|_| fds.into_iter().next());
+            Ok((described, cache))
+        }
+        (Reply::Refused(why), _) => Err(why),
+        (other, _) => Err(format!("the broker answered {other:?} to Describe")),
+    }
+}
+
+/// A connection to `source` (an address the container's annotation names), made on
+/// the node.
+pub fn dial(source: &str) -> io::Result<OwnedFd> {
+    let refused = |why: String| io::Error::new(io::ErrorKind::ConnectionRefused, why);
+    let request = Request::Dial {
+        source: source.to_owned(),
+    };
+    match ask(&request).map_err(refused)? {
+        (Reply::Dialed, fds) => fds
+            .into_iter()
+            .next()
+            .ok_or_else(|| refused("the broker's reply came without its socket".into())),
+        (Reply::Refused(why), _) => Err(refused(why)),
+        (other, _) => Err(refused(format!("the broker answered {other:?} to Dial"))),
+    }
+}
+
+/// Dials through the broker: how a container's 9p mounts of node-side servers connect
+/// (and reconnect). A connection made ahead ([`BrokerDial::dial_ahead`], at the
+/// container's create, so that a server refusing it fails the create) is used first.
+#[derive(Default)]
+pub struct BrokerDial {
+    ahead: Mutex<HashMap<String, Vec<OwnedFd>>>,
+}
+
+impl BrokerDial {
+    /// Connects to `source` now, keeping the socket for the mount's first dial; the
+    /// error is one line.
+    pub fn dial_ahead(&self, source: &str) -> Result<(), String> {
+        let fd = dial(source).map_err(|e| e.to_string())?;
+        self.ahead
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(source.to_owned())
+            .or_default()
+            .push(fd);
+        Ok(())
+    }
+}
+
+impl Dial for BrokerDial {
+    fn dial<'a>(&'a self, addr: &'a Addr) -> BoxFuture<'a, io::Result<BoxStream>> {
+        let source = addr.to_string();
+        let ready = self
+            .ahead
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&source)
+            .and_then(Vec::pop);
+        Box::pin(async move {
+            let fd = match ready {
+                Some(fd) => fd,
+                None => tokio::task::spawn_blocking(move || dial(&source))
+                    .await
+                    .map_err(io::Error::other)??,
+            };
+            Connected::from_fd(fd)?.into_stream()
+        })
+    }
+}

@@ -1,0 +1,211 @@
+//! The broker: the shim process's node side, serving the containers it starts.
+//!
+//! A task's code runs inside its container: runwasi's libcontainer has pivoted it into
+//! the rootfs, so the node's files are out of its sight, the bundle's `config.json`
+//! among them (runwasi hands the sandbox only the process's args and environment).
+//! The broker runs in the shim process, which still sees the node, and does for a
+//! container what the container cannot:
+//! - [`Request::Describe`]: reads the container's spec ([`crate::bundle::Bundle`])
+//!   and opens the module cache's directory;
+//! - [`Request::Dial`]: connects to a node-side 9P server the container's annotation
+//!   names (and the node allows), at its start and again at each reconnect.
+//!
+//! Sockets and directories cross over as descriptors (`SCM_RIGHTS`).
+//!
+//! How a container reaches it: [`start`] makes a `SOCK_SEQPACKET` socket pair before
+//! runwasi forks its zygote, so every container process inherits one end
+//! (libcontainer marks inherited descriptors close-on-exec, which a wasm task never
+//! reaches: it does not exec; a Linux container under this runtime does, and loses
+//! it). Each request carries the end of a fresh pair the reply goes to.
+//!
+//! Who asks: the kernel attaches the sender's process id to each request
+//! (`SO_PASSCRED`), translated into the shim's pid namespace; the broker finds the
+//! container whose root that process has (`/proc/PID/root`, compared by device and
+//! inode with each bundle's rootfs beside the shim's own). A container cannot name
+//! another container's bundle, nor a source its own annotation does not name.
+
+mod container;
+mod node;
+
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::OnceLock;
+
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+use serde::{Deserialize, Serialize};
+
+pub use container::{describe, BrokerDial};
+
+use crate::bundle::Bundle;
+use crate::config::ShimConfig;
+
+/// A request, from a container.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Request {
+    /// The container's setup: [`Described`], with the module cache's directory.
+    Describe,
+    /// A connection to `source`, a node-side address the container's annotation names.
+    Dial {
+        /// The address, as the annotation writes it.
+        source: String,
+    },
+}
+
+/// A reply, from the broker.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Reply {
+    /// The container's setup; the module cache's directory comes with it when
+    /// [`Described::module_cache_bytes`] says so.
+    Described(Described),
+    /// Connected: the socket comes with the reply.
+    Dialed,
+    /// Not done: one line saying why.
+    Refused(String),
+}
+
+/// What a container learns of its setup.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Described {
+    /// What its spec says.
+    pub bundle: Bundle,
+    /// The 9p mount options of its root (the node's configuration).
+    pub root_options: String,
+    /// The 9p mount options of its volumes.
+    pub volume_options: String,
+    /// The module cache's bound, when its directory comes with the reply.
+    pub module_cache_bytes: Option<u64>,
+}
+
+/// The largest message either side sends.
+const MAX_MESSAGE: usize = 256 << 10;
+
+/// The containers' end of the broker's socket, inherited by every process the shim
+/// forks once [`start`] has run.
+static CONTAINER_END: OnceLock<OwnedFd> = OnceLock::new();
+
+/// Starts the broker for the shim process (call it before anything forks, while the
+/// process has one thread): the socket pair now, its node-side thread once runwasi's
+/// zygote (the process containers are forked from) has been forked with the other end.
+pub fn start(config: Result<ShimConfig, String>) {
+    let pair = rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    );
+    let (node_end, container_end) = match pair {
+        Ok(pair) => pair,
+        Err(e) => {
+            log::error!("wasm9p broker: cannot make its socket: {e}");
+            return;
+        }
+    };
+    if let Err(e) = rustix::net::sockopt::set_socket_passcred(&node_end, true) {
+        log::error!("wasm9p broker: cannot ask for senders' credentials: {e}");
+        return;
+    }
+    let _ = CONTAINER_END.set(container_end);
+    // The zygote is forked now, single-threaded, holding the containers' end; the
+    // broker's thread comes after it. (runwasi's own call finds it made.)
+    zygote::Zygote::init();
+    node::spawn(node_end, config);
+}
+
+/// Sends `message` and `fds` as one packet.
+fn send<T: Serialize>(
+    socket: BorrowedFd<'_>,
+    message: &T,
+    fds: &[BorrowedFd<'_>],
+) -> Result<(), String> {
+    let bytes = serde_json::to_vec(message).map_err(|e| e.to_string())?;
+    if bytes.len() > MAX_MESSAGE {
+        return Err(format!(
+            "a broker message of {} bytes is too long",
+            bytes.len()
+        ));
+    }
+    let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(fds.len().max(1)))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err("cannot attach descriptors".into());
+    }
+    rustix::net::sendmsg(
+        socket,
+        &[IoSlice::new(&bytes)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )
+    .map_err(|e| format!("broker socket: {e}"))?;
+    Ok(())
+}
+
+/// One packet: its message, the descriptors that came with it, and the sender's
+/// process id when the socket asks for credentials.
+struct Received<T> {
+    message: T,
+    fds: Vec<OwnedFd>,
+    pid: Option<i32>,
+}
+
+/// At most this many descriptors come with one packet.
+const MAX_FDS: usize = 4;
+
+/// Receives one packet. A closed socket is `Ok(None)`; the error is one line, or that
+/// the socket's receive timeout passed (`None`).
+fn receive<T: for<'de> Deserialize<'de>>(
+    socket: BorrowedFd<'_>,
+) -> Result<Option<Received<T>>, Option<String>> {
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    let mut space =
+        vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let got = loop {
+        match rustix::net::recvmsg(
+            socket,
+            &mut [IoSliceMut::new(&mut buf)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
+            Ok(got) => break got,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(rustix::io::Errno::AGAIN) => return Err(None),
+            Err(e) => return Err(Some(format!("broker socket: {e}"))),
+        }
+    };
+    let mut fds = Vec::new();
+    let mut pid = None;
+    for message in control.drain() {
+        match message {
+            RecvAncillaryMessage::ScmRights(received) => fds.extend(received),
+            RecvAncillaryMessage::ScmCredentials(cred) => {
+                pid = Some(cred.pid.as_raw_nonzero().get())
+            }
+            _ => {}
+        }
+    }
+    if got.bytes == 0 && fds.is_empty() {
+        return Ok(None);
+    }
+    if got.flags.contains(rustix::net::ReturnFlags::TRUNC)
+        || got.flags.contains(rustix::net::ReturnFlags::CTRUNC)
+    {
+        return Err(Some("a broker message was cut short".into()));
+    }
+    let message = serde_json::from_slice(&buf[..got.bytes])
+        .map_err(|e| Some(format!("a broker message that does not parse: {e}")))?;
+    Ok(Some(Received { message, fds, pid }))
+}
+
+/// Whether the broker's socket was made (a process started without [`start`] has
+/// none: it cannot run tasks).
+pub fn available() -> bool {
+    CONTAINER_END.get().is_some()
+}
+
+fn container_end() -> Option<BorrowedFd<'static>> {
+    CONTAINER_END.get().map(AsFd::as_fd)
+}

@@ -1,0 +1,178 @@
+//! The broker's node side: a thread of the shim process answering its containers
+//! (see the module docs of `broker`), each request on a thread of its own so that a
+//! slow connect holds up no other container.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use oci_spec::runtime::Spec;
+
+use super::{receive, send, Described, Reply, Request};
+use crate::bundle::Bundle;
+use crate::config::ShimConfig;
+
+/// How long a connect to a node-side server may take.
+const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Starts the thread serving `node_end`.
+pub(super) fn spawn(node_end: OwnedFd, config: Result<ShimConfig, String>) {
+    let config = Arc::new(config);
+    let started = std::thread::Builder::new()
+        .name("wasm9p-broker".into())
+        .spawn(move || serve(node_end, config));
+    if let Err(e) = started {
+        log::error!("wasm9p broker: cannot start its thread: {e}");
+    }
+}
+
+fn serve(node_end: OwnedFd, config: Arc<Result<ShimConfig, String>>) {
+    loop {
+        let received = match receive::<Request>(node_end.as_fd()) {
+            Ok(Some(received)) => received,
+            Ok(None) => return,
+            Err(why) => {
+                log::warn!(
+                    "wasm9p broker: {}",
+                    why.unwrap_or_else(|| "timed out".into())
+                );
+                continue;
+            }
+        };
+        let mut fds = received.fds.into_iter();
+        let Some(reply_to) = fds.next() else {
+            log::warn!("wasm9p broker: a request without a socket to reply on");
+            continue;
+        };
+        let config = Arc::clone(&config);
+        let (request, pid) = (received.message, received.pid);
+        let spawned = std::thread::Builder::new()
+            .name("wasm9p-broker-request".into())
+            .spawn(move || {
+                let (reply, fds) = match answer(&config, request, pid) {
+                    Ok(answered) => answered,
+                    Err(why) => (Reply::Refused(why), Vec::new()),
+                };
+                let borrowed: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
+                if let Err(why) = send(reply_to.as_fd(), &reply, &borrowed) {
+                    log::warn!("wasm9p broker: cannot reply: {why}");
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!("wasm9p broker: cannot start a request's thread: {e}");
+        }
+    }
+}
+
+/// The reply to `request` from the process `pid`, and the descriptors that go with it.
+fn answer(
+    config: &Result<ShimConfig, String>,
+    request: Request,
+    pid: Option<i32>,
+) -> Result<(Reply, Vec<OwnedFd>), String> {
+    let config = config.as_ref().map_err(Clone::clone)?;
+    let pid = pid.ok_or("the request came without its sender's credentials")?;
+    let dir = bundle_of(pid)?;
+    let spec = Spec::load(dir.join("config.json"))
+        .map_err(|e| format!("{}: {e}", dir.join("config.json").display()))?;
+    let bundle = Bundle::of(&spec, config)?;
+    match request {
+        Request::Describe => {
+            let mut fds = Vec::new();
+            let mut module_cache_bytes = None;
+            if let Some(cache) = config.module_cache_dir() {
+                match open_cache_dir(cache) {
+                    Ok(dir) => {
+                        fds.push(dir);
+                        module_cache_bytes = Some(config.module_cache_bytes);
+                    }
+                    // The task runs anyway, compiling what it would have found.
+                    Err(e) => log::warn!(
+                        "wasm9p: module cache {}: {e}; tasks compile without it",
+                        cache.display()
+                    ),
+                }
+            }
+            let described = Described {
+                bundle,
+                root_options: config.root_options.clone(),
+                volume_options: config.volume_options.clone(),
+                module_cache_bytes,
+            };
+            Ok((Reply::Described(described), fds))
+        }
+        Request::Dial { source } => {
+            if !bundle.names_source(&source) {
+                return Err(format!(
+                    "{source}: not a source the container's annotation {} names",
+                    crate::bundle::ANNOTATION
+                ));
+            }
+            let addr: wasm9p_proto::Addr = source.parse().map_err(|e| format!("{e}"))?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start a runtime: {e}"))?;
+            let connected = runtime
+                .block_on(wasm9p_proto::transport::connect_fd(&addr, DIAL_TIMEOUT))
+                .map_err(|e| format!("cannot connect to {source}: {e}"))?;
+            Ok((Reply::Dialed, vec![connected.into_fd()]))
+        }
+    }
+}
+
+/// The module cache's directory, made private if it is not there, opened as a
+/// directory descriptor.
+fn open_cache_dir(dir: &Path) -> std::io::Result<OwnedFd> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let fd = rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    Ok(fd)
+}
+
+/// The bundle of the container whose process `pid` is: the one among the bundles
+/// beside the shim's own (containerd keeps a namespace's bundles in one directory,
+/// and starts a shim in the bundle it is for) whose rootfs is that process's root.
+fn bundle_of(pid: i32) -> Result<PathBuf, String> {
+    let root = std::fs::metadata(format!("/proc/{pid}/root"))
+        .map_err(|e| format!("cannot see the root of process {pid}: {e}"))?;
+    let identity = (root.dev(), root.ino());
+    let here = std::env::current_dir().map_err(|e| format!("the shim's bundle: {e}"))?;
+    let tasks = here.parent().unwrap_or(&here);
+    let same = |path: &Path| std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == identity);
+    let bundles: Vec<PathBuf> = std::fs::read_dir(tasks)
+        .map_err(|e| format!("{}: {e}", tasks.display()))?
+        .flatten()
+        .map(|entry| entry.path())
+        .collect();
+    // containerd mounts a rootfs at BUNDLE/rootfs; `ctr run --rootfs DIR` names DIR in
+    // the spec instead.
+    if let Some(found) = bundles.iter().find(|dir| same(&dir.join("rootfs"))) {
+        return Ok(found.clone());
+    }
+    bundles
+        .into_iter()
+        .find(|dir| spec_root(dir).is_some_and(|root| same(&root)))
+        .ok_or_else(|| format!("no container of this shim has the root of process {pid}"))
+}
+
+/// The rootfs the bundle at `dir`'s spec names.
+fn spec_root(dir: &Path) -> Option<PathBuf> {
+    let text = std::fs::read(dir.join("config.json")).ok()?;
+    let spec: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    let root = Path::new(spec["root"]["path"].as_str()?);
+    Some(if root.is_absolute() {
+        root.to_owned()
+    } else {
+        dir.join(root)
+    })
+}

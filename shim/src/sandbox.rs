@@ -1,0 +1,285 @@
+//! The task inside its container: runwasi's `Sandbox`.
+//!
+//! runwasi calls [`Wasm9pSandbox::can_handle`] when the container is created (its
+//! answer decides whether the create succeeds) and [`Wasm9pSandbox::run_wasi`] when
+//! it is started, both in the container's process. Everything that can be wrong with
+//! a task is found at the create ([`prepare`]): no entrypoint in the rootfs, a file
+//! that is not wasm, a component with nothing to run, a malformed or refused mount
+//! annotation, a node-side server that refuses the connection. Each is one line,
+//! written to the container's stderr (ctr's terminal, a CRI log) and logged, and the
+//! create fails; the shim goes on. The start then runs what the create prepared: the
+//! guest ([`crate::cli_task`]) or the server ([`crate::http_task`]), on a thread of its
+//! own, outside runwasi's runtime (wasm9p's engine brings its own).
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use containerd_shim_wasm::sandbox::context::{RuntimeContext, Source};
+use containerd_shim_wasm::sandbox::Sandbox;
+use wasm9p_host::engine::{Notes, ProgramSource};
+use wasm9p_host::module_cache::{ModuleCache, Progress};
+use wasm9p_host::mounts::MountTableBuilder;
+
+use crate::broker::{self, BrokerDial, Described};
+use crate::workload::{self, Workload};
+
+/// What a task's start needs, found at its create.
+pub struct Prepared {
+    /// The program.
+    pub program: ProgramSource,
+    /// What it runs as.
+    pub workload: Workload,
+    /// Its arguments, `argv[0]` the entrypoint.
+    pub argv: Vec<String>,
+    /// Its environment.
+    pub env: Vec<(String, String)>,
+    /// Its setup, as the broker read it.
+    pub described: Described,
+    /// Its mounts (connected when the engine is built).
+    pub mounts: MountTableBuilder,
+    /// The module cache's directory, opened on the node.
+    module_cache: Option<OwnedFd>,
+    /// The memory file holding an OCI layer's wasm, which the program names.
+    _layer_file: Option<OwnedFd>,
+}
+
+impl Prepared {
+    /// The module cache: the node's directory, reached through the descriptor the
+    /// broker opened (`/proc/self/fd/N` names the directory from inside the
+    /// container), or none.
+    pub fn module_cache(&self) -> ModuleCache {
+        match (&self.module_cache, self.described.module_cache_bytes) {
+            (Some(dir), Some(bytes)) => {
+                ModuleCache::at(format!("/proc/self/fd/{}", dir.as_raw_fd())).with_limit(bytes)
+            }
+            _ => ModuleCache::disabled(),
+        }
+    }
+
+    /// The bound on each of the guest's memories: the container's memory limit less
+    /// what this process holds as the guest starts (the limit covers the whole
+    /// container, runtime and caches included), and a margin, so that the guest meets
+    /// wasm9p's typed limit before the kernel's OOM killer. `None`: no limit.
+    pub fn memory_bound(&self) -> Option<usize> {
+        let limit = self.described.bundle.memory_limit?;
+        let held = resident_bytes().unwrap_or(0);
+        let bound = limit
+            .saturating_sub(held + MEMORY_MARGIN)
+            .max(MIN_GUEST_MEMORY);
+        Some(usize::try_from(bound).unwrap_or(usize::MAX))
+    }
+
+    /// The entrypoint's name, as the task's lines name it.
+    pub fn name(&self) -> String {
+        self.program.path().display().to_string()
+    }
+}
+
+/// Kept free under the container's memory limit beyond what the process holds: the
+/// caches and buffers a run adds.
+const MEMORY_MARGIN: u64 = 16 << 20;
+
+/// The least a guest is given, however little the limit leaves: one wasm page.
+const MIN_GUEST_MEMORY: u64 = 64 << 10;
+
+/// This process's resident set, from `/proc/self/statm`.
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * rustix::param::page_size() as u64)
+}
+
+/// Where wasm9p's notes go: the shim's log.
+pub fn notes() -> Notes {
+    Arc::new(|line| log::info!("wasm9p: {line}"))
+}
+
+/// Who hears how a compile goes: the shim's log (a test reads "compiling" there).
+pub fn progress() -> Arc<dyn Fn(Progress) + Send + Sync> {
+    Arc::new(|progress| match progress {
+        Progress::Compiling { name, bytes } => {
+            log::info!("wasm9p: compiling {name} ({bytes} bytes)")
+        }
+        Progress::Waiting { name } => {
+            log::info!("wasm9p: waiting for another process compiling {name}")
+        }
+        Progress::StillCompiling(d) => log::info!("wasm9p: still compiling ({d:.0?})"),
+        Progress::Compiled(d) => log::info!("wasm9p: compiled in {d:.1?}"),
+        Progress::NotStored(why) => log::warn!("wasm9p: compiled code not kept: {why}"),
+    })
+}
+
+/// Says one line of why a task cannot run, where its user and its operator look: the
+/// container's stderr and the shim's log.
+pub fn report(line: &str) {
+    log::error!("wasm9p: {line}");
+    let _ = writeln!(std::io::stderr(), "wasm9p: {line}");
+}
+
+/// A WASI guest's working directory is `/`, whatever the spec's: wasi-libc keeps its
+/// own, starting at `/`, and preview1 has no way to set it. (`wasm9p run --dir`'s way,
+/// the working directory preopened as `/`, would misread every absolute path outside
+/// a volume here, where the rootfs is mounted at `/`.) A spec that names another is
+/// told so, on the task's stderr, rather than run as if it had been applied.
+pub fn say_working_dir_not_applied() {
+    let Ok(cwd) = std::env::current_dir() else {
+        return;
+    };
+    if cwd != std::path::Path::new("/") {
+        report(&format!(
+            "the working directory {} is not applied: a WASI guest starts in / (give paths \
+             from /)",
+            cwd.display()
+        ));
+    }
+}
+
+/// The task's sandbox (runwasi makes one per container, in the container's process).
+#[derive(Default)]
+pub struct Wasm9pSandbox {
+    /// What the create prepared, for the start.
+    prepared: Mutex<Option<Result<Prepared, String>>>,
+}
+
+impl Sandbox for Wasm9pSandbox {
+    async fn can_handle(&self, ctx: &impl RuntimeContext) -> anyhow::Result<()> {
+        // Now, not at the start: see `crate::signals`.
+        let prepared = crate::signals::watch()
+            .map_err(|e| format!("cannot handle signals: {e}"))
+            .and_then(|()| prepare(ctx));
+        let answer = match &prepared {
+            Ok(_) => Ok(()),
+            Err(line) => {
+                report(line);
+                Err(anyhow::anyhow!("{line}"))
+            }
+        };
+        *self.prepared.lock().unwrap_or_else(|e| e.into_inner()) = Some(prepared);
+        answer
+    }
+
+    async fn run_wasi(&self, ctx: &impl RuntimeContext) -> anyhow::Result<i32> {
+        let prepared = self
+            .prepared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_else(|| prepare(ctx));
+        let prepared = match prepared {
+            Ok(prepared) => prepared,
+            Err(line) => {
+                report(&line);
+                return Ok(1);
+            }
+        };
+        if let Err(e) = crate::signals::watch() {
+            report(&format!("cannot handle signals: {e}"));
+            return Ok(1);
+        }
+        if !prepared.workload.serves() {
+            crate::signals::end_process_on_stop();
+        }
+        // wasm9p's engine starts runtimes of its own: not from inside runwasi's.
+        let task = std::thread::Builder::new()
+            .name("wasm9p-task".into())
+            .spawn(move || match prepared.workload {
+                Workload::HttpComponent => crate::http_task::serve(prepared),
+                Workload::Module | Workload::CliComponent => crate::cli_task::run(prepared),
+            })?;
+        Ok(task.join().unwrap_or_else(|_| {
+            report("the task's thread panicked");
+            1
+        }))
+    }
+}
+
+/// Everything the start will need, checked (see the module docs); the error is one
+/// line.
+pub fn prepare(ctx: &impl RuntimeContext) -> Result<Prepared, String> {
+    if !broker::available() {
+        return Err("this shim process has no broker (was it started through its main?)".into());
+    }
+    let env: Vec<(String, String)> = ctx
+        .envs()
+        .iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.to_owned(), v.to_owned()),
+            None => (kv.clone(), String::new()),
+        })
+        .collect();
+    let entrypoint = ctx.entrypoint();
+    if entrypoint.func != "_start" {
+        return Err(format!(
+            "the entrypoint names the function {:?}: wasm9p runs a module's _start or a \
+             component's export, give the file alone",
+            entrypoint.func
+        ));
+    }
+    let (program, workload, layer_file) = match &entrypoint.source {
+        Source::File(path) => {
+            let path = resolve(path, &env)?;
+            let file = std::fs::File::open(&path)
+                .map_err(|e| format!("the entrypoint {}: {e}", path.display()))?;
+            let workload = workload::classify(&path.display().to_string(), file)?;
+            (ProgramSource::file(path), workload, None)
+        }
+        Source::Oci(layers) => crate::compiler::program_of_layers(layers)?,
+    };
+    let mut argv = ctx.args().to_vec();
+    if let Some(first) = argv.first_mut() {
+        *first = program.path().display().to_string();
+    }
+    let (described, module_cache) = broker::describe()?;
+    // Node-side servers are connected now: one that refuses fails the create.
+    let dial = Arc::new(BrokerDial::default());
+    for source in described.bundle.node_sources() {
+        dial.dial_ahead(&source)?;
+    }
+    let mounts = crate::namespace::mounts(&described, dial)?;
+    Ok(Prepared {
+        program,
+        workload,
+        argv,
+        env,
+        described,
+        mounts,
+        module_cache,
+        _layer_file: layer_file,
+    })
+}
+
+/// The entrypoint's file: a path with a `/` as it is (relative to the working
+/// directory), a bare name looked up in the task's `PATH` and then the working
+/// directory.
+fn resolve(path: &Path, env: &[(String, String)]) -> Result<PathBuf, String> {
+    if path.as_os_str().is_empty() {
+        return Err("the spec's process has no args: nothing to run".into());
+    }
+    if path.components().count() > 1 {
+        return match path.exists() {
+            true => Ok(path.to_owned()),
+            false => Err(format!(
+                "the entrypoint {} is not in the container's rootfs",
+                path.display()
+            )),
+        };
+    }
+    let search = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or("", |(_, v)| v.as_str());
+    search
+        .split(':')
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| Path::new(dir).join(path))
+        .chain(std::iter::once(path.to_owned()))
+        .find(|candidate| candidate.is_file())
+        .ok_or_else(|| {
+            format!(
+                "the entrypoint {} is not in the container's rootfs (nor on its PATH)",
+                path.display()
+            )
+        })
+}

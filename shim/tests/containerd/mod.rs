@@ -1,0 +1,350 @@
+//! A real containerd for the shim's tests: Debian's containerd and `ctr`, started here
+//! with a root, state, sockets and configuration of its own in a temporary directory
+//! (never the machine's `/run/containerd`), the shim under test first on its `PATH`.
+//!
+//! containerd and its shims run in a mount namespace of their own, with a tmpfs over
+//! `/run`: runwasi keeps its containers' state under `/run/containerd/wasm9p`, and ctr's
+//! FIFOs go to the temporary directory, so the machine's `/run/containerd` is never
+//! touched, and whatever they mount goes with the namespace.
+//!
+//! One containerd serves a whole test binary; a watchdog process stops it, and any
+//! shim it left, once the test process ends. Tests keep apart by containerd namespace
+//! and container id.
+//!
+//! Images are made here as OCI archives (a wasm file in an ordinary rootfs layer) and
+//! imported with `ctr image import`; `ctr run --rootfs DIR` runs a directory without
+//! an image.
+
+#![allow(dead_code)] // each test binary uses its own part of this
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+/// The shim under test.
+pub const SHIM: &str = env!("CARGO_BIN_EXE_containerd-shim-wasm9p-v1");
+
+/// The runtime's name.
+pub const RUNTIME: &str = "io.containerd.wasm9p.v1";
+
+/// The running containerd.
+pub struct Containerd {
+    /// Its temporary directory (root, state, sockets, log, shim config).
+    pub dir: PathBuf,
+    /// Its gRPC socket.
+    pub address: PathBuf,
+    /// The module cache the shim's configuration names.
+    pub module_cache: PathBuf,
+    /// The node-side sockets' directory the shim's configuration allows.
+    pub node_dir: PathBuf,
+    /// containerd's process (the shell `unshare` started became it).
+    pid: u32,
+    _child: Child,
+}
+
+/// The containerd of this test binary, started at first use.
+pub fn containerd() -> &'static Containerd {
+    static CELL: OnceLock<Containerd> = OnceLock::new();
+    CELL.get_or_init(Containerd::start)
+}
+
+impl Containerd {
+    fn start() -> Containerd {
+        let dir = std::env::temp_dir().join(format!("wasm9p-containerd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let address = dir.join("containerd.sock");
+        let module_cache = dir.join("modules");
+        let node_dir = dir.join("node");
+        std::fs::create_dir_all(&node_dir).unwrap();
+        let config = format!(
+            r#"version = 2
+root = "{root}"
+state = "{state}"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = "{address}"
+[ttrpc]
+  address = "{address}.ttrpc"
+[debug]
+  level = "info"
+"#,
+            root = dir.join("root").display(),
+            state = dir.join("state").display(),
+            address = address.display(),
+        );
+        std::fs::write(dir.join("config.toml"), config).unwrap();
+        std::fs::write(
+            dir.join("shim.toml"),
+            format!(
+                "module_cache = \"{}\"\nnode_sources = [\"unix:{}/\"]\n",
+                module_cache.display(),
+                node_dir.display()
+            ),
+        )
+        .unwrap();
+        let shim_dir = Path::new(SHIM).parent().unwrap();
+        let path = format!(
+            "{}:{}",
+            shim_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
+        let child = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg("mount -t tmpfs tmpfs /run && exec containerd --config \"$1\"")
+            .arg("sh")
+            .arg(dir.join("config.toml"))
+            .env("PATH", path)
+            .env("WASM9P_SHIM_CONFIG", dir.join("shim.toml"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("containerd (scripts/test installs Debian's containerd and runc)");
+        // Once this process is gone: containerd and its shims stopped, the rootfs
+        // mounts they left undone, the directory removed.
+        let watchdog = format!(
+            "while kill -0 {me} 2>/dev/null; do sleep 1; done; kill {containerd}; \
+             pkill -f -- '-address {address}'; sleep 1; pkill -9 -f -- '-address {address}'; \
+             rm -rf {dir}",
+            me = std::process::id(),
+            containerd = child.id(),
+            address = address.display(),
+            dir = dir.display(),
+        );
+        // It outlives this process by design: never waited for.
+        #[allow(clippy::zombie_processes)]
+        Command::new("setsid")
+            .args(["sh", "-c", &watchdog])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Containerd {
+            dir,
+            address,
+            module_cache,
+            node_dir,
+            pid: child.id(),
+            _child: child,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !started
+            .ctr("default")
+            .arg("version")
+            .output()
+            .unwrap()
+            .status
+            .success()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "containerd did not start: {}",
+                started.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        started
+    }
+
+    /// `ctr` against this containerd, in `namespace`.
+    pub fn ctr(&self, namespace: &str) -> Command {
+        let mut ctr = Command::new("ctr");
+        ctr.arg("--address")
+            .arg(&self.address)
+            .args(["-n", namespace]);
+        ctr
+    }
+
+    /// `ctr run --rm --runtime io.containerd.wasm9p.v1`, its FIFOs in the temporary
+    /// directory; the rest of the command is the caller's.
+    pub fn ctr_run(&self, namespace: &str) -> Command {
+        let mut ctr = self.ctr(namespace);
+        ctr.args(["run", "--rm", "--runtime", RUNTIME, "--fifo-dir"])
+            .arg(self.dir.join("fifo"));
+        ctr
+    }
+
+    /// The mounts in containerd's mount namespace (where it mounts images' rootfs).
+    pub fn mounts(&self) -> String {
+        std::fs::read_to_string(format!("/proc/{}/mounts", self.pid)).expect("containerd's mounts")
+    }
+
+    /// Imports an image of one ordinary rootfs layer holding `files`, named `name`,
+    /// into `namespace`.
+    pub fn import(
+        &self,
+        namespace: &str,
+        name: &str,
+        entrypoint: &[&str],
+        files: &[(&str, &[u8])],
+    ) {
+        let archive = tempfile::NamedTempFile::new().unwrap();
+        image_archive(name, entrypoint, files, archive.path());
+        let import = self
+            .ctr(namespace)
+            .args(["image", "import"])
+            .arg(archive.path())
+            .output()
+            .unwrap();
+        assert!(import.status.success(), "{:?}", text(&import));
+    }
+
+    /// containerd's log so far (the shims' logs are in it).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("containerd.log")).unwrap_or_default()
+    }
+
+    /// The log lines about container `id`.
+    pub fn log_of(&self, id: &str) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|line| line.contains(id))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// `ctr run --rm --runtime io.containerd.wasm9p.v1 OPTIONS... IMAGE-OR-ROOTFS ID
+    /// ARGS...`, its output once it ends (bounded by `timeout`).
+    pub fn run(
+        &self,
+        namespace: &str,
+        options: &[&str],
+        what: &str,
+        id: &str,
+        args: &[&str],
+    ) -> Output {
+        let mut ctr = self.ctr_run(namespace);
+        ctr.args(options).arg(what).arg(id).args(args);
+        output_within(ctr, Duration::from_secs(120))
+    }
+}
+
+/// The command's output, or a panic once `timeout` passes (the child is killed).
+pub fn output_within(mut command: Command, timeout: Duration) -> Output {
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!("{command:?} did not end within {timeout:?}");
+        }
+    }
+}
+
+/// The text of an output's stdout and stderr.
+pub fn text(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A rootfs directory of its own for one container: `files` (path, bytes) under it.
+pub fn rootfs(files: &[(&str, &[u8])]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (path, bytes) in files {
+        let full = dir.path().join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(full, bytes).unwrap();
+    }
+    dir
+}
+
+/// An OCI image archive of one ordinary rootfs layer holding `files`, its entrypoint
+/// `entrypoint`, named `name`: what `ctr image import` takes.
+pub fn image_archive(name: &str, entrypoint: &[&str], files: &[(&str, &[u8])], out: &Path) {
+    let layer = layer_tar(files);
+    let layer_digest = sha256(&layer);
+    let config = serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": { "Entrypoint": entrypoint, "WorkingDir": "/" },
+        "rootfs": { "type": "layers", "diff_ids": [layer_digest] },
+    })
+    .to_string()
+    .into_bytes();
+    let config_digest = sha256(&config);
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": config_digest, "size": config.len(),
+        },
+        "layers": [{
+            "mediaType": "application/vnd.oci.image.layer.v1.tar",
+            "digest": layer_digest, "size": layer.len(),
+        }],
+    })
+    .to_string()
+    .into_bytes();
+    let manifest_digest = sha256(&manifest);
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": manifest_digest, "size": manifest.len(),
+            "annotations": {
+                "io.containerd.image.name": name,
+                "org.opencontainers.image.ref.name": "latest",
+            },
+        }],
+    })
+    .to_string()
+    .into_bytes();
+    let blob = |digest: &str| format!("blobs/sha256/{}", digest.trim_start_matches("sha256:"));
+    let mut archive = tar::Builder::new(std::fs::File::create(out).unwrap());
+    for (path, bytes) in [
+        (
+            "oci-layout".to_owned(),
+            &br#"{"imageLayoutVersion":"1.0.0"}"#[..],
+        ),
+        ("index.json".to_owned(), &index[..]),
+        (blob(&manifest_digest), &manifest[..]),
+        (blob(&config_digest), &config[..]),
+        (blob(&layer_digest), &layer[..]),
+    ] {
+        append(&mut archive, &path, bytes, 0o644);
+    }
+    archive.finish().unwrap();
+}
+
+fn layer_tar(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut layer = tar::Builder::new(Vec::new());
+    for (path, bytes) in files {
+        append(&mut layer, path.trim_start_matches('/'), bytes, 0o755);
+    }
+    layer.into_inner().unwrap()
+}
+
+fn append<W: Write>(archive: &mut tar::Builder<W>, path: &str, bytes: &[u8], mode: u32) {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(bytes.len() as u64);
+    header.set_mode(mode);
+    header.set_mtime(1_700_000_000);
+    header.set_cksum();
+    archive.append_data(&mut header, path, bytes).unwrap();
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
