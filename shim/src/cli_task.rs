@@ -9,13 +9,15 @@
 //! - SIGTERM or SIGINT (`ctr task kill`) ends the task at once, with 128 + the
 //!   signal as a killed process would (see `crate::signals`).
 //! - Compiled code: through the module cache on its tiers (a big guest starts on the
-//!   baseline compiler; the optimized code compiles in the background while it runs
-//!   and is kept when it finishes first).
+//!   baseline compiler; the optimized code compiles in the background while it runs,
+//!   and a compile the guest's end leaves unfinished is handed to the node side, which
+//!   keeps it for the next container).
 
 use wasm9p_host::engine::{Guest, GuestEngine, Outcome};
 use wasm9p_host::module_cache::TierChoice;
 
-use crate::sandbox::{notes, progress, report, say_working_dir_not_applied, Prepared};
+use crate::broker::CompileFor;
+use crate::sandbox::{hand_off, notes, progress, report, say_working_dir_not_applied, Prepared};
 
 /// Runs the task's guest: its exit code.
 pub fn run(prepared: Prepared) -> i32 {
@@ -24,13 +26,18 @@ pub fn run(prepared: Prepared) -> i32 {
     say_working_dir_not_applied();
     let cache = prepared.module_cache();
     let container_limit = prepared.described.bundle.memory_limit;
-    let engine = GuestEngine::builder_for(prepared.program)
+    let mut builder = GuestEngine::builder_for(prepared.program)
         .mounts(prepared.mounts)
         .module_cache(cache)
         .tier(TierChoice::Auto)
         .notes(notes())
-        .progress(progress())
-        .build();
+        .progress(progress());
+    if prepared.module_cache.is_some() {
+        builder = builder.hand_off_compiles_with(hand_off(CompileFor::Guest {
+            interruptible: false,
+        }));
+    }
+    let engine = builder.build();
     let engine = match engine {
         Ok(engine) => engine,
         Err(e) => {

@@ -9,6 +9,9 @@
 //! # ("" keeps none: every container compiles).
 //! module_cache = "/var/lib/wasm9p/modules"
 //! module_cache_bytes = 4294967296
+//! # A program this big whose optimized code is not kept yet starts on the baseline
+//! # compiler; its optimized code is compiled meanwhile, and kept for the next.
+//! tier_from = 4194304
 //! # Node-side 9P servers the mount annotation may name: an address, or a prefix
 //! # ending in "/" or ":".
 //! node_sources = ["unix:/run/wasm9p/"]
@@ -32,6 +35,9 @@ pub struct ShimConfig {
     pub module_cache: PathBuf,
     /// The most bytes of compiled code it keeps.
     pub module_cache_bytes: u64,
+    /// Programs from this size up start on the baseline tier when their optimized
+    /// code is not kept yet.
+    pub tier_from: u64,
     /// The node-side sources the mount annotation may name.
     pub node_sources: Vec<String>,
     /// The 9p mount options of the container's root.
@@ -45,6 +51,7 @@ impl Default for ShimConfig {
         ShimConfig {
             module_cache: PathBuf::from("/var/lib/wasm9p/modules"),
             module_cache_bytes: 4 << 30,
+            tier_from: wasm9p_host::module_cache::ModuleCache::DEFAULT_TIER_FROM,
             node_sources: vec!["unix:/run/wasm9p/".into()],
             root_options: "cache=loose".into(),
             // A volume may change behind the container (a ConfigMap's update, a

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use wasm9p_host::http::{HttpHandler, HttpLimits, Listen};
 use wasm9p_host::module_cache::TierChoice;
 
-use crate::sandbox::{notes, progress, report, say_working_dir_not_applied, Prepared};
+use crate::broker::CompileFor;
+use crate::sandbox::{hand_off, notes, progress, report, say_working_dir_not_applied, Prepared};
 
 /// The variable naming where to listen.
 pub const LISTEN_VAR: &str = "WASMTIME_HTTP_PROXY_SOCKET_ADDR";
@@ -64,15 +65,20 @@ fn serve_until_signal(prepared: Prepared) -> Result<(), String> {
         memory: memory.or(HttpLimits::default().memory),
         ..HttpLimits::default()
     };
-    let handler = HttpHandler::builder_for(prepared.program, Arc::clone(&mounts))
+    let mut builder = HttpHandler::builder_for(prepared.program, Arc::clone(&mounts))
         .module_cache(cache)
         .tier(TierChoice::Auto)
         .env(&prepared.env)
-        .limits(limits)
+        .limits(limits.clone())
         .notes(notes())
-        .progress(progress())
-        .build()
-        .map_err(|e| e.to_string())?;
+        .progress(progress());
+    if prepared.module_cache.is_some() {
+        builder = builder.hand_off_compiles_with(hand_off(CompileFor::Http {
+            memory: limits.memory,
+            max_instances: limits.max_instances,
+        }));
+    }
+    let handler = builder.build().map_err(|e| e.to_string())?;
     runtime.block_on(async {
         let listener = listen
             .bind()

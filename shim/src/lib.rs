@@ -75,8 +75,9 @@ impl Shim for Wasm9pShim {
 }
 
 /// The binary: reads the shim's configuration, starts the broker (before runwasi
-/// forks anything, so that every container inherits its socket), then hands over to
-/// runwasi's shim main.
+/// forks anything, so that every container inherits its socket), hands over to
+/// runwasi's shim main, and once that returns finishes the compiles its containers
+/// handed over (see [`broker`]).
 pub fn main() {
     let config = config::ShimConfig::load();
     broker::start(config);
@@ -84,4 +85,7 @@ pub fn main() {
         default_log_level: "info".into(),
         ..Config::default()
     });
+    // containerd has shut this shim down: what its containers left to compile is
+    // finished before the process goes (containerd does not wait for it).
+    broker::finish_compiles(std::time::Duration::from_secs(600));
 }

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use containerd_shim_wasm::sandbox::context::{RuntimeContext, Source};
 use containerd_shim_wasm::sandbox::Sandbox;
 use wasm9p_host::engine::{Notes, ProgramSource};
-use wasm9p_host::module_cache::{ModuleCache, Progress};
+use wasm9p_host::module_cache::{HandOff, ModuleCache, Progress};
 use wasm9p_host::mounts::MountTableBuilder;
 
 use crate::broker::{self, BrokerDial, Described};
@@ -40,7 +40,7 @@ pub struct Prepared {
     /// Its mounts (connected when the engine is built).
     pub mounts: MountTableBuilder,
     /// The module cache's directory, opened on the node.
-    module_cache: Option<OwnedFd>,
+    pub(crate) module_cache: Option<OwnedFd>,
     /// The memory file holding an OCI layer's wasm, which the program names.
     _layer_file: Option<OwnedFd>,
 }
@@ -56,6 +56,7 @@ impl Prepared {
             }
             _ => ModuleCache::disabled(),
         }
+        .tier_from(self.described.tier_from)
     }
 
     /// The bound on each of the guest's memories: the container's memory limit less
@@ -89,6 +90,14 @@ fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages * rustix::param::page_size() as u64)
+}
+
+/// Hands an optimized compile a task leaves unfinished to the node side
+/// ([`crate::broker::compile_on_node`]), for `engines`.
+pub fn hand_off(engines: crate::broker::CompileFor) -> HandOff {
+    HandOff::Hook(Arc::new(move |path| {
+        crate::broker::compile_on_node(path, engines)
+    }))
 }
 
 /// Where wasm9p's notes go: the shim's log.

@@ -37,7 +37,7 @@ pub use outcome::Outcome;
 pub use tiered::guest_engines;
 pub(crate) use tiered::{link_error, OnTier, Runner, TieredProgram};
 
-use crate::module_cache::{Digest, ModuleCache, Progress, Tier, TierChoice, UpgradeIn};
+use crate::module_cache::{Digest, HandOff, ModuleCache, Progress, Tier, TierChoice, UpgradeIn};
 use crate::mounts::{MountTable, MountTableBuilder};
 use crate::p1::{Input, Output, WasiP1Ctx};
 use crate::p2::{MountGrant, RuntimeMountRecord, WasiP2Ctx, WasiP2Fs};
@@ -212,7 +212,7 @@ pub struct EngineBuilder {
     tier: TierChoice,
     interruptible: bool,
     grants: Vec<MountGrant>,
-    hand_off_to: Option<PathBuf>,
+    hand_off_to: Option<HandOff>,
     notes: Notes,
     progress: Arc<dyn Fn(Progress) + Send + Sync>,
 }
@@ -267,7 +267,15 @@ impl EngineBuilder {
     /// [`GuestEngine::finish`] and of plugins as they load (default: none; the
     /// program's is left unfinished, and plugins' run on a thread of this process).
     pub fn hand_off_compiles_to(mut self, exe: PathBuf) -> Self {
-        self.hand_off_to = Some(exe);
+        self.hand_off_to = Some(HandOff::Process(exe));
+        self
+    }
+
+    /// Who finishes the program's unfinished optimized compile at
+    /// [`GuestEngine::finish`], where no `wasm9p` executable can (default: none).
+    /// Plugins' compiles then run on a thread of this process.
+    pub fn hand_off_compiles_with(mut self, hand_off: HandOff) -> Self {
+        self.hand_off_to = Some(hand_off);
         self
     }
 
@@ -287,11 +295,11 @@ impl EngineBuilder {
     pub fn build(self) -> Result<GuestEngine, SetupError> {
         let started = Instant::now();
         let upgrade_in = match &self.hand_off_to {
-            Some(exe) => UpgradeIn::Process {
+            Some(HandOff::Process(exe)) => UpgradeIn::Process {
                 exe: exe.clone(),
                 extra: vec!["--plugin".into()],
             },
-            None => UpgradeIn::Thread,
+            Some(HandOff::Hook(_)) | None => UpgradeIn::Thread,
         };
         let plugins = PluginCompile {
             cache: self.cache.clone(),
@@ -356,7 +364,7 @@ pub struct GuestEngine {
     /// The mounts guests made at run time, as they went (for the stats).
     runtime_mounts: RuntimeMountRecord,
     started: Instant,
-    hand_off_to: Option<PathBuf>,
+    hand_off_to: Option<HandOff>,
     notes: Notes,
     runtime: tokio::runtime::Runtime,
 }
@@ -406,8 +414,7 @@ impl GuestEngine {
     /// Waits for what the program still has to store, and hands an unfinished
     /// optimized compile on (see [`EngineBuilder::hand_off_compiles_to`]).
     pub fn finish(&self) {
-        self.program
-            .finish(self.hand_off_to.as_deref(), &self.notes);
+        self.program.finish(self.hand_off_to.as_ref(), &self.notes);
     }
 
     /// The stats JSON as of now, after `guests` guests: the mounts'

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use super::{Notes, ProgramSource, SetupError};
 use crate::module_cache::{
-    load_compiled_ahead, Engines, Loaded, ModuleCache, Program, Progress, Tier, TierChoice, Upgrade,
+    load_compiled_ahead, Engines, HandOff, Loaded, ModuleCache, Program, Progress, Tier,
+    TierChoice, Upgrade,
 };
 use crate::p1::P1Program;
 use crate::p2::P2Program;
@@ -209,7 +210,7 @@ impl<R> TieredProgram<R> {
     /// compile still going is handed to a detached `EXE compile --background` when
     /// `hand_off_to` names a `wasm9p` executable, so that the next run has both
     /// (without one it is left unfinished). What happened is told to `notes`.
-    pub(crate) fn finish(&self, hand_off_to: Option<&Path>, notes: &Notes) {
+    pub(crate) fn finish(&self, hand_off_to: Option<&HandOff>, notes: &Notes) {
         let storing = self
             .storing
             .lock()
@@ -228,7 +229,7 @@ impl<R> TieredProgram<R> {
             ));
             return;
         }
-        let Some(exe) = hand_off_to else {
+        let Some(hand_off) = hand_off_to else {
             return;
         };
         let extra: &[&str] = if self.interruptible {
@@ -236,7 +237,12 @@ impl<R> TieredProgram<R> {
         } else {
             &[]
         };
-        match upgrade.hand_off(exe, extra) {
+        let handed = match hand_off {
+            HandOff::Process(exe) => upgrade.hand_off(exe, extra),
+            HandOff::Hook(hook) if upgrade.unfinished() => hook(&self.path),
+            HandOff::Hook(_) => Ok(false),
+        };
+        match handed {
             Ok(true) => notes(&format!(
                 "{}: its optimized code is being compiled in the background for later runs",
                 self.path.display()

@@ -56,7 +56,7 @@ pub use serve::{serve, Listen};
 
 use crate::engine::{Notes, ProgramSource, SetupError};
 use crate::limits::MemoryLimitReached;
-use crate::module_cache::{Engines, ModuleCache, Progress, TierChoice};
+use crate::module_cache::{Engines, HandOff, ModuleCache, Progress, TierChoice};
 use crate::mounts::MountTable;
 use crate::p2::WasiP2Fs;
 use admission::{Admission, Refused};
@@ -110,7 +110,7 @@ pub struct HttpBuilder {
     limits: HttpLimits,
     env: Vec<(String, String)>,
     allowed: Vec<AllowedHost>,
-    hand_off_to: Option<PathBuf>,
+    hand_off_to: Option<HandOff>,
     notes: Notes,
     progress: Arc<dyn Fn(Progress) + Send + Sync>,
 }
@@ -150,7 +150,14 @@ impl HttpBuilder {
     /// A `wasm9p` executable that finishes an unfinished optimized compile in the
     /// background at [`HttpHandler::finish`] (default: none).
     pub fn hand_off_compiles_to(mut self, exe: PathBuf) -> Self {
-        self.hand_off_to = Some(exe);
+        self.hand_off_to = Some(HandOff::Process(exe));
+        self
+    }
+
+    /// Who finishes an unfinished optimized compile at [`HttpHandler::finish`], where no
+    /// `wasm9p` executable can (default: none).
+    pub fn hand_off_compiles_with(mut self, hand_off: HandOff) -> Self {
+        self.hand_off_to = Some(hand_off);
         self
     }
 
@@ -274,7 +281,7 @@ struct Inner {
     counts: Counts,
     instances: Arc<instance::InstanceCounts>,
     started: Instant,
-    hand_off_to: Option<PathBuf>,
+    hand_off_to: Option<HandOff>,
     notes: Notes,
 }
 
@@ -356,7 +363,7 @@ impl HttpHandler {
     pub fn finish(&self) {
         self.inner
             .program
-            .finish(self.inner.hand_off_to.as_deref(), &self.inner.notes);
+            .finish(self.inner.hand_off_to.as_ref(), &self.inner.notes);
     }
 }
 

@@ -623,6 +623,30 @@ enum UpgradeState {
     Failed(String),
 }
 
+/// A caller's way to finish a program's compile: given the program's path, whether
+/// it took the compile on.
+pub type HandOffHook = Arc<dyn Fn(&Path) -> std::io::Result<bool> + Send + Sync>;
+
+/// Who finishes an optimized compile that a process ending leaves unfinished.
+#[derive(Clone)]
+pub enum HandOff {
+    /// A detached `EXE compile --background` (a `wasm9p` executable).
+    Process(PathBuf),
+    /// A caller's hook, given the program's path: whether it took the compile on (a
+    /// containerd shim's node side, which outlives the container the guest ran in,
+    /// compiles it there for the same engine settings).
+    Hook(HandOffHook),
+}
+
+impl std::fmt::Debug for HandOff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HandOff::Process(exe) => write!(f, "HandOff::Process({})", exe.display()),
+            HandOff::Hook(_) => f.write_str("HandOff::Hook"),
+        }
+    }
+}
+
 /// The optimized tier of a guest that started on the baseline one, being compiled by a
 /// thread of this process.
 pub struct Upgrade {
@@ -713,6 +737,12 @@ impl Upgrade {
         }
     }
 
+    /// Whether it is still being compiled here (not done, failed, nor left to another
+    /// process compiling the same code).
+    pub fn unfinished(&self) -> bool {
+        matches!(self.state(), UpgradeState::Compiling)
+    }
+
     /// Waits for the optimized guest.
     pub fn wait(&self) -> Result<Program, String> {
         let (lock, changed) = &*self.shared;
@@ -735,7 +765,7 @@ impl Upgrade {
     /// the result).
     /// `extra` arguments go to `compile` (the engine settings it must compile for).
     pub fn hand_off(&self, exe: &Path, extra: &[&str]) -> std::io::Result<bool> {
-        if !matches!(self.state(), UpgradeState::Compiling) {
+        if !self.unfinished() {
             return Ok(false);
         }
         self.cache

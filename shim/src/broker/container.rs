@@ -11,7 +11,7 @@ use wasm9p_guest_fs::client::Dial;
 use wasm9p_proto::transport::{BoxStream, Connected};
 use wasm9p_proto::{Addr, BoxFuture};
 
-use super::{container_end, receive, send, Described, Reply, Request};
+use super::{container_end, receive, send, CompileFor, Described, Received, Reply, Request};
 
 /// How long a reply may take (a dial's own timeout, and some).
 const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -20,6 +20,22 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 fn ask(request: &Request) -> Result<(Reply, Vec<OwnedFd>), String> {
     let end = container_end()
         .ok_or("this process was not started by the shim's main: it has no broker to ask")?;
+    let (mine, theirs) = reply_pair()?;
+    send(end, request, &[theirs.as_fd()])?;
+    drop(theirs);
+    match receive::<Reply>(mine.as_fd()) {
+        Ok(Some(received)) => Ok((received.message, received.fds)),
+        Ok(None) => Err("the shim's broker went away without replying".into()),
+        Err(None) => Err(format!(
+            "the shim's broker did not reply within {REPLY_TIMEOUT:?}"
+        )),
+        Err(Some(why)) => Err(why),
+    }
+}
+
+/// A socket pair for one reply: this side's end (with a receive timeout), and the end
+/// that goes with the request.
+fn reply_pair() -> Result<(OwnedFd, OwnedFd), String> {
     let (mine, theirs) = rustix::net::socketpair(
         rustix::net::AddressFamily::UNIX,
         rustix::net::SocketType::SEQPACKET,
@@ -33,16 +49,7 @@ fn ask(request: &Request) -> Result<(Reply, Vec<OwnedFd>), String> {
         Some(REPLY_TIMEOUT),
     )
     .map_err(|e| format!("broker socket: {e}"))?;
-    send(end, request, &[theirs.as_fd()])?;
-    drop(theirs);
-    match receive::<Reply>(mine.as_fd()) {
-        Ok(Some(received)) => Ok((received.message, received.fds)),
-        Ok(None) => Err("the shim's broker went away without replying".into()),
-        Err(None) => Err(format!(
-            "the shim's broker did not reply within {REPLY_TIMEOUT:?}"
-        )),
-        Err(Some(why)) => Err(why),
-    }
+    Ok((mine, theirs))
 }
 
 /// This container's setup, and the module cache's directory when the node keeps one.
@@ -73,6 +80,29 @@ pub fn dial(source: &str) -> io::Result<OwnedFd> {
             .ok_or_else(|| refused("the broker's reply came without its socket".into())),
         (Reply::Refused(why), _) => Err(refused(why)),
         (other, _) => Err(refused(format!("the broker answered {other:?} to Dial"))),
+    }
+}
+
+/// Hands the program at `path` to the node side, to compile for `engines` and keep:
+/// whether it took it on.
+pub fn compile_on_node(path: &std::path::Path, engines: CompileFor) -> io::Result<bool> {
+    let file = std::fs::File::open(path)?;
+    let request = Request::Compile { engines };
+    let (mine, theirs) = reply_pair().map_err(io::Error::other)?;
+    let end = container_end().ok_or_else(|| io::Error::other("no broker"))?;
+    send(end, &request, &[theirs.as_fd(), file.as_fd()]).map_err(io::Error::other)?;
+    drop(theirs);
+    match receive::<Reply>(mine.as_fd()) {
+        Ok(Some(Received {
+            message: Reply::Compiling,
+            ..
+        })) => Ok(true),
+        Ok(Some(Received {
+            message: Reply::Refused(why),
+            ..
+        })) => Err(io::Error::other(why)),
+        Ok(_) => Ok(false),
+        Err(why) => Err(io::Error::other(why.unwrap_or_else(|| "no reply".into()))),
     }
 }
 

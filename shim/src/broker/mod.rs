@@ -8,7 +8,12 @@
 //! - [`Request::Describe`]: reads the container's spec ([`crate::bundle::Bundle`])
 //!   and opens the module cache's directory;
 //! - [`Request::Dial`]: connects to a node-side 9P server the container's annotation
-//!   names (and the node allows), at its start and again at each reconnect.
+//!   names (and the node allows), at its start and again at each reconnect;
+//! - [`Request::Compile`]: finishes the optimized compile of the program a task leaves
+//!   unfinished as it ends (its file handed over), into the module cache, so that the
+//!   next container runs the optimized code. The shim process outlives its last
+//!   container for it ([`finish_compiles`]): containerd does not wait for a shim it
+//!   has shut down.
 //!
 //! Sockets and directories cross over as descriptors (`SCM_RIGHTS`).
 //!
@@ -38,7 +43,8 @@ use rustix::net::{
 };
 use serde::{Deserialize, Serialize};
 
-pub use container::{describe, BrokerDial};
+pub use container::{compile_on_node, describe, BrokerDial};
+pub use node::finish_compiles;
 
 use crate::bundle::Bundle;
 use crate::config::ShimConfig;
@@ -53,6 +59,30 @@ pub enum Request {
         /// The address, as the annotation writes it.
         source: String,
     },
+    /// The optimized compile of the program whose file comes with the request, for
+    /// the engines `engines` says, stored in the module cache.
+    Compile {
+        /// Which engines' code.
+        engines: CompileFor,
+    },
+}
+
+/// The engines a program's code is compiled for: their settings are part of the
+/// code's key in the module cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompileFor {
+    /// The guest engine's (a cli task).
+    Guest {
+        /// With epoch interruption.
+        interruptible: bool,
+    },
+    /// The HTTP handler's, for these limits.
+    Http {
+        /// The memory bound of each instance.
+        memory: Option<usize>,
+        /// Instances at once.
+        max_instances: usize,
+    },
 }
 
 /// A reply, from the broker.
@@ -63,6 +93,8 @@ pub enum Reply {
     Described(Described),
     /// Connected: the socket comes with the reply.
     Dialed,
+    /// The compile is under way on the node.
+    Compiling,
     /// Not done: one line saying why.
     Refused(String),
 }
@@ -78,6 +110,8 @@ pub struct Described {
     pub volume_options: String,
     /// The module cache's bound, when its directory comes with the reply.
     pub module_cache_bytes: Option<u64>,
+    /// Programs from this size up start on the baseline tier.
+    pub tier_from: u64,
 }
 
 /// The largest message either side sends.

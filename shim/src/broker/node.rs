@@ -2,15 +2,19 @@
 //! (see the module docs of `broker`), each request on a thread of its own so that a
 //! slow connect holds up no other container.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use oci_spec::runtime::Spec;
 
-use super::{receive, send, Described, Reply, Request};
+use wasm9p_host::engine::guest_engines;
+use wasm9p_host::http::HttpLimits;
+use wasm9p_host::module_cache::{ModuleCache, Tier};
+
+use super::{receive, send, CompileFor, Described, Reply, Request};
 use crate::bundle::Bundle;
 use crate::config::ShimConfig;
 
@@ -46,12 +50,13 @@ fn serve(node_end: OwnedFd, config: Arc<Result<ShimConfig, String>>) {
             log::warn!("wasm9p broker: a request without a socket to reply on");
             continue;
         };
+        let handed = fds.next();
         let config = Arc::clone(&config);
         let (request, pid) = (received.message, received.pid);
         let spawned = std::thread::Builder::new()
             .name("wasm9p-broker-request".into())
             .spawn(move || {
-                let (reply, fds) = match answer(&config, request, pid) {
+                let (reply, fds) = match answer(&config, request, pid, handed) {
                     Ok(answered) => answered,
                     Err(why) => (Reply::Refused(why), Vec::new()),
                 };
@@ -71,6 +76,7 @@ fn answer(
     config: &Result<ShimConfig, String>,
     request: Request,
     pid: Option<i32>,
+    handed: Option<OwnedFd>,
 ) -> Result<(Reply, Vec<OwnedFd>), String> {
     let config = config.as_ref().map_err(Clone::clone)?;
     let pid = pid.ok_or("the request came without its sender's credentials")?;
@@ -100,6 +106,7 @@ fn answer(
                 root_options: config.root_options.clone(),
                 volume_options: config.volume_options.clone(),
                 module_cache_bytes,
+                tier_from: config.tier_from,
             };
             Ok((Reply::Described(described), fds))
         }
@@ -119,6 +126,80 @@ fn answer(
                 .block_on(wasm9p_proto::transport::connect_fd(&addr, DIAL_TIMEOUT))
                 .map_err(|e| format!("cannot connect to {source}: {e}"))?;
             Ok((Reply::Dialed, vec![connected.into_fd()]))
+        }
+        Request::Compile { engines } => {
+            let program = handed.ok_or("a compile request without its program")?;
+            let cache = config
+                .module_cache_dir()
+                .ok_or("the node keeps no module cache")?;
+            let cache = ModuleCache::at(cache).with_limit(config.module_cache_bytes);
+            compile_later(cache, engines, program)?;
+            Ok((Reply::Compiling, Vec::new()))
+        }
+    }
+}
+
+/// Compiles still going on the node's side, which the shim process waits for before
+/// it ends ([`finish_compiles`]).
+static COMPILES: Mutex<Vec<std::thread::JoinHandle<()>>> = Mutex::new(Vec::new());
+
+/// Starts the optimized compile of `program` for `engines` into `cache`, on a thread
+/// at a low priority.
+fn compile_later(cache: ModuleCache, engines: CompileFor, program: OwnedFd) -> Result<(), String> {
+    let made = match engines {
+        CompileFor::Guest { interruptible } => guest_engines(interruptible),
+        CompileFor::Http {
+            memory,
+            max_instances,
+        } => wasm9p_host::http::engines(&HttpLimits {
+            memory,
+            max_instances,
+            ..HttpLimits::default()
+        }),
+    };
+    let engines = made.map_err(|e| e.to_string())?;
+    let thread = std::thread::Builder::new()
+        .name("wasm9p-compile".into())
+        .spawn(move || {
+            let path = PathBuf::from(format!("/proc/self/fd/{}", program.as_raw_fd()));
+            let started = std::time::Instant::now();
+            match cache.compile_stored(engines.get(Tier::Optimized), &path, true, &|_| {}) {
+                Ok(Some(_)) => log::info!(
+                    "wasm9p: a task's optimized code compiled and kept on the node in {:.1?}",
+                    started.elapsed()
+                ),
+                Ok(None) => {}
+                Err(e) => log::warn!("wasm9p: a task's optimized compile failed: {e}"),
+            }
+            drop(program);
+        })
+        .map_err(|e| format!("cannot start a compile: {e}"))?;
+    COMPILES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(thread);
+    Ok(())
+}
+
+/// Waits, at most `limit`, for the compiles containers handed over: the shim process
+/// calls it once containerd has shut it down.
+pub fn finish_compiles(limit: Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let pending: Vec<_> =
+            std::mem::take(&mut *COMPILES.lock().unwrap_or_else(|e| e.into_inner()));
+        if pending.is_empty() {
+            return;
+        }
+        for thread in pending {
+            while !thread.is_finished() {
+                if std::time::Instant::now() >= deadline {
+                    log::warn!("wasm9p: leaving a compile unfinished after {limit:?}");
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = thread.join();
         }
     }
 }

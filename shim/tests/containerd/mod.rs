@@ -31,6 +31,10 @@ pub const SHIM: &str = env!("CARGO_BIN_EXE_containerd-shim-wasm9p-v1");
 /// The runtime's name.
 pub const RUNTIME: &str = "io.containerd.wasm9p.v1";
 
+/// Programs this big start on the baseline tier under the tests' shim (the default,
+/// 4 MiB, would make the test of the tiers slow): the test guests are far smaller.
+pub const TIER_FROM: u64 = 1 << 20;
+
 /// The running containerd.
 pub struct Containerd {
     /// Its temporary directory (root, state, sockets, log, shim config).
@@ -81,9 +85,10 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
         std::fs::write(
             dir.join("shim.toml"),
             format!(
-                "module_cache = \"{}\"\nnode_sources = [\"unix:{}/\"]\n",
+                "module_cache = \"{}\"\nnode_sources = [\"unix:{}/\"]\ntier_from = {}\n",
                 module_cache.display(),
-                node_dir.display()
+                node_dir.display(),
+                TIER_FROM,
             ),
         )
         .unwrap();
