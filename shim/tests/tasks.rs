@@ -708,7 +708,9 @@ fn big_module(functions: u32) -> Vec<u8> {
 "#,
     );
     for f in 0..functions {
-        wat.push_str(&format!("  (func $f{f} (param i32) (result i32)\n    local.get 0\n"));
+        wat.push_str(&format!(
+            "  (func $f{f} (param i32) (result i32)\n    local.get 0\n"
+        ));
         for step in 0..40u32 {
             let k = f.wrapping_mul(2_654_435_761).wrapping_add(step * 97) | 1;
             wat.push_str(&format!(
@@ -737,7 +739,11 @@ fn big_module(functions: u32) -> Vec<u8> {
 #[test]
 fn a_big_programs_optimized_code_is_finished_on_the_node_for_the_next_container() {
     let module = big_module(2500);
-    assert!(module.len() as u64 > containerd::TIER_FROM, "{} bytes", module.len());
+    assert!(
+        module.len() as u64 > containerd::TIER_FROM,
+        "{} bytes",
+        module.len()
+    );
     let root = rootfs(&[("/big.wasm", &module)]);
     // The first container compiles the baseline code, starts the optimized compile,
     // and ends first: the node finishes it.
@@ -754,7 +760,8 @@ fn a_big_programs_optimized_code_is_finished_on_the_node_for_the_next_container(
     let log = containerd().log_of("tier-0");
     assert!(ended("tier-0").contains("on the baseline tier"), "{log:?}");
     assert!(
-        log.iter().any(|l| l.contains("being compiled in the background for later runs")),
+        log.iter()
+            .any(|l| l.contains("being compiled in the background for later runs")),
         "the unfinished compile was handed to the node: {log:?}"
     );
     // Later containers run on the optimized code once the node has kept it, and none
@@ -765,13 +772,19 @@ fn a_big_programs_optimized_code_is_finished_on_the_node_for_the_next_container(
         let (code, out, err) = run("tiers", &[], root.path(), &id, &["/big.wasm"]);
         assert_eq!((code, &out), (0, &first_out), "{id}: {err}");
         assert!(
-            !containerd().log_of(&id).iter().any(|l| l.contains("wasm9p: compiling")),
+            !containerd()
+                .log_of(&id)
+                .iter()
+                .any(|l| l.contains("wasm9p: compiling")),
             "{id} compiled"
         );
         if ended(&id).contains("on the optimized tier") {
             break;
         }
-        assert!(Instant::now() < deadline, "no container ran on the optimized code");
+        assert!(
+            Instant::now() < deadline,
+            "no container ran on the optimized code"
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
 }

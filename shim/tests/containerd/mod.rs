@@ -115,11 +115,15 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
         // mounts they left undone, the directory removed.
         let watchdog = format!(
             "while kill -0 {me} 2>/dev/null; do sleep 1; done; kill {containerd}; \
-             pkill -f -- '-address {address}'; sleep 1; pkill -9 -f -- '-address {address}'; \
+             pkill -f -- '{shims}'; sleep 1; pkill -9 -f -- '{shims}'; \
              rm -rf {dir}",
             me = std::process::id(),
             containerd = child.id(),
-            address = address.display(),
+            // Bracketed, so that the pattern does not match this shell's own command.
+            shims = format!(
+                "[c]ontainerd-shim-wasm9p-v1 .*-address {}",
+                address.display()
+            ),
             dir = dir.display(),
         );
         // It outlives this process by design: never waited for.
