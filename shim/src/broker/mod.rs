@@ -243,3 +243,49 @@ pub fn available() -> bool {
 fn container_end() -> Option<BorrowedFd<'static>> {
     CONTAINER_END.get().map(AsFd::as_fd)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_packet_carries_its_message_descriptors_and_senders_pid() {
+        let (a, b) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        rustix::net::sockopt::set_socket_passcred(&b, true).unwrap();
+        let file = tempfile::tempfile().unwrap();
+        let request = Request::Dial {
+            source: "unix:/run/wasm9p/node.sock".into(),
+        };
+        send(a.as_fd(), &request, &[file.as_fd()]).unwrap();
+        let got = receive::<Request>(b.as_fd()).unwrap().unwrap();
+        assert!(
+            matches!(&got.message, Request::Dial { source } if source == "unix:/run/wasm9p/node.sock")
+        );
+        assert_eq!(got.fds.len(), 1);
+        assert_eq!(got.pid, Some(std::process::id() as i32));
+        // A closed peer is the end, not an error.
+        drop(a);
+        assert!(receive::<Request>(b.as_fd()).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_message_past_the_bound_is_refused_before_it_is_sent() {
+        let (a, _b) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let huge = Reply::Refused("x".repeat(MAX_MESSAGE));
+        assert!(send(a.as_fd(), &huge, &[])
+            .unwrap_err()
+            .contains("too long"));
+    }
+}

@@ -80,7 +80,8 @@ fn answer(
 ) -> Result<(Reply, Vec<OwnedFd>), String> {
     let config = config.as_ref().map_err(Clone::clone)?;
     let pid = pid.ok_or("the request came without its sender's credentials")?;
-    let dir = bundle_of(pid)?;
+    let here = std::env::current_dir().map_err(|e| format!("the shim's bundle: {e}"))?;
+    let dir = bundle_of(pid, here.parent().unwrap_or(&here))?;
     let spec = Spec::load(dir.join("config.json"))
         .map_err(|e| format!("{}: {e}", dir.join("config.json").display()))?;
     let bundle = Bundle::of(&spec, config)?;
@@ -220,15 +221,14 @@ fn open_cache_dir(dir: &Path) -> std::io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// The bundle of the container whose process `pid` is: the one among the bundles
-/// beside the shim's own (containerd keeps a namespace's bundles in one directory,
-/// and starts a shim in the bundle it is for) whose rootfs is that process's root.
-fn bundle_of(pid: i32) -> Result<PathBuf, String> {
+/// The bundle of the container whose process `pid` is: the one among the bundles in
+/// `tasks` (containerd keeps a namespace's bundles in one directory, and starts a shim
+/// in the bundle it is for: the caller passes its working directory's parent) whose
+/// rootfs is that process's root.
+fn bundle_of(pid: i32, tasks: &Path) -> Result<PathBuf, String> {
     let root = std::fs::metadata(format!("/proc/{pid}/root"))
         .map_err(|e| format!("cannot see the root of process {pid}: {e}"))?;
     let identity = (root.dev(), root.ino());
-    let here = std::env::current_dir().map_err(|e| format!("the shim's bundle: {e}"))?;
-    let tasks = here.parent().unwrap_or(&here);
     let same = |path: &Path| std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == identity);
     let bundles: Vec<PathBuf> = std::fs::read_dir(tasks)
         .map_err(|e| format!("{}: {e}", tasks.display()))?
@@ -256,4 +256,28 @@ fn spec_root(dir: &Path) -> Option<PathBuf> {
     } else {
         dir.join(root)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_is_known_by_its_root_among_the_bundles() {
+        let tasks = tempfile::tempdir().unwrap();
+        let me = std::process::id() as i32;
+        // Another container's bundle, its rootfs a directory of its own.
+        let other = tasks.path().join("other");
+        std::fs::create_dir_all(other.join("rootfs")).unwrap();
+        std::fs::write(other.join("config.json"), r#"{"root":{"path":"rootfs"}}"#).unwrap();
+        assert!(bundle_of(me, tasks.path())
+            .unwrap_err()
+            .contains("no container"));
+        // A bundle whose spec names this process's root (`ctr run --rootfs /`).
+        let mine = tasks.path().join("mine");
+        std::fs::create_dir_all(&mine).unwrap();
+        std::fs::write(mine.join("config.json"), r#"{"root":{"path":"/"}}"#).unwrap();
+        assert_eq!(bundle_of(me, tasks.path()).unwrap(), mine);
+        assert!(bundle_of(i32::MAX, tasks.path()).is_err());
+    }
 }
