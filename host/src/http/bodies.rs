@@ -29,24 +29,46 @@ pub fn text_body(text: impl Into<Bytes>) -> ResponseBody {
         .boxed_unsync()
 }
 
-/// `inner`, ending in an error once more than `limit` bytes came through; `over` is
-/// set when it did.
+/// What became of a request body, for the answer when the guest gives none.
+#[derive(Debug, Default)]
+pub(crate) struct BodyState {
+    /// It went past its bound.
+    over: AtomicBool,
+    /// Its reader waits for bytes that have not come: the last poll was pending.
+    waiting: AtomicBool,
+}
+
+impl BodyState {
+    /// Whether it went past its bound.
+    pub(crate) fn went_over(&self) -> bool {
+        self.over.load(Ordering::Relaxed)
+    }
+
+    /// Whether the guest was left waiting for more of it (a client sending it slowly,
+    /// or not at all).
+    pub(crate) fn stalled(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed)
+    }
+}
+
+/// `inner`, ending in an error once more than `limit` bytes came through; its `state`
+/// says so, and whether its reader is waiting.
 pub(crate) struct Bounded<B> {
     inner: B,
     left: u64,
     limit: u64,
-    over: Arc<AtomicBool>,
+    state: Arc<BodyState>,
     request: bool,
 }
 
 impl<B> Bounded<B> {
     /// A request body of at most `limit` bytes.
-    pub(crate) fn request(inner: B, limit: u64, over: Arc<AtomicBool>) -> Bounded<B> {
+    pub(crate) fn request(inner: B, limit: u64, state: Arc<BodyState>) -> Bounded<B> {
         Bounded {
             inner,
             left: limit,
             limit,
-            over,
+            state,
             request: true,
         }
     }
@@ -57,13 +79,13 @@ impl<B> Bounded<B> {
             inner,
             left: limit,
             limit,
-            over: Arc::default(),
+            state: Arc::default(),
             request: false,
         }
     }
 
     fn too_long(&self) -> Error {
-        self.over.store(true, Ordering::Relaxed);
+        self.state.over.store(true, Ordering::Relaxed);
         if self.request {
             Error::HttpRequestBodySize(Some(self.limit))
         } else {
@@ -84,10 +106,14 @@ where
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
-        if self.over.load(Ordering::Relaxed) {
+        if self.state.went_over() {
             return Poll::Ready(None);
         }
-        match Pin::new(&mut self.inner).poll_frame(cx) {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        self.state
+            .waiting
+            .store(polled.is_pending(), Ordering::Relaxed);
+        match polled {
             Poll::Ready(Some(Ok(frame))) => {
                 let len = frame.data_ref().map_or(0, |d| d.len() as u64);
                 if len > self.left {
@@ -111,21 +137,28 @@ where
     }
 }
 
-/// A response body that tells `gone` when hyper is done with it: sent whole, or
-/// dropped because the client went away (a WASI 0.3 guest writes its body while its
-/// store runs, and the store runs until then).
-pub(crate) struct Watched {
+/// A response body holding `guard` until hyper is done with it: sent whole, or dropped
+/// because the client went away. A WASI 0.3 guest writes its body while its store
+/// runs, and the store runs until then (the guard a oneshot sender, whose receiver
+/// hears it go); a connection counts a request in flight until then (the guard its
+/// `Busy`).
+pub(crate) struct Holding<G> {
     inner: ResponseBody,
-    _gone: tokio::sync::oneshot::Sender<()>,
+    _guard: G,
 }
 
-impl Watched {
-    pub(crate) fn new(inner: ResponseBody, gone: tokio::sync::oneshot::Sender<()>) -> Watched {
-        Watched { inner, _gone: gone }
+impl<G: Send + Unpin + 'static> Holding<G> {
+    /// `inner`, holding `guard`, as a response body.
+    pub(crate) fn body(inner: ResponseBody, guard: G) -> ResponseBody {
+        Holding {
+            inner,
+            _guard: guard,
+        }
+        .boxed_unsync()
     }
 }
 
-impl Body for Watched {
+impl<G: Unpin> Body for Holding<G> {
     type Data = Bytes;
     type Error = Error;
 
@@ -155,25 +188,25 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_within_its_bound_passes_whole_and_one_past_it_errs_and_says_so() {
-        let over = Arc::new(AtomicBool::new(false));
+        let state = Arc::new(BodyState::default());
         let within = Bounded::request(
             http_body_util::Full::new(Bytes::from_static(b"12345")),
             5,
-            Arc::clone(&over),
+            Arc::clone(&state),
         );
         assert_eq!(collect(within).await.unwrap(), Bytes::from_static(b"12345"));
-        assert!(!over.load(Ordering::Relaxed));
+        assert!(!state.went_over() && !state.stalled());
 
         let past = Bounded::request(
             http_body_util::Full::new(Bytes::from_static(b"123456")),
             5,
-            Arc::clone(&over),
+            Arc::clone(&state),
         );
         assert!(matches!(
             collect(past).await,
             Err(Error::HttpRequestBodySize(Some(5)))
         ));
-        assert!(over.load(Ordering::Relaxed));
+        assert!(state.went_over());
 
         let response = Bounded::response(http_body_util::Full::new(Bytes::from(vec![0; 10])), 9);
         assert!(matches!(
@@ -183,9 +216,42 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_watched_body_says_it_is_gone_once_dropped_and_not_before() {
-        let (sent, mut gone) = tokio::sync::oneshot::channel();
-        let body = Watched::new(text_body("abc"), sent);
+    async fn a_body_whose_bytes_do_not_come_says_its_reader_waits() {
+        /// A body whose frames come from a channel.
+        struct Trickle(tokio::sync::mpsc::Receiver<Bytes>);
+        impl Body for Trickle {
+            type Data = Bytes;
+            type Error = Error;
+            fn poll_frame(
+                mut self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+            ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+                self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+            }
+        }
+        let (sender, incoming) = tokio::sync::mpsc::channel(1);
+        let state = Arc::new(BodyState::default());
+        let mut body = Bounded::request(Trickle(incoming), 100, Arc::clone(&state));
+        sender.send(Bytes::from_static(b"abc")).await.unwrap();
+        assert_eq!(
+            body.frame().await.unwrap().unwrap().into_data().unwrap(),
+            Bytes::from_static(b"abc")
+        );
+        assert!(!state.stalled());
+        let more = tokio::time::timeout(std::time::Duration::from_millis(20), body.frame()).await;
+        assert!(
+            more.is_err() && state.stalled(),
+            "waiting for bytes that do not come"
+        );
+        drop(sender);
+        assert!(body.frame().await.is_none());
+        assert!(!state.stalled());
+    }
+
+    #[tokio::test]
+    async fn a_held_guard_goes_with_its_body_and_not_before() {
+        let (sent, mut gone) = tokio::sync::oneshot::channel::<()>();
+        let body = Holding::body(text_body("abc"), sent);
         assert!(gone
             .try_recv()
             .is_err_and(|e| e == tokio::sync::oneshot::error::TryRecvError::Empty));

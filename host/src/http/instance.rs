@@ -4,7 +4,8 @@
 //! Either way the caller gets two things: the answer, as soon as the guest gives its
 //! response (or an error code), and the task, whose result says why there is none
 //! when the guest ended without one. The task holds the instance's place
-//! (`Admitted`) until the instance is gone, and ends by the deadline.
+//! (`Admitted`) until the instance is gone (its store dropped, its pool slot given
+//! back), and ends by the deadline.
 //!
 //! The two differ in when an instance is done:
 //! - a 0.2 proxy writes its body through `wasi:io` streams within its call; the
@@ -21,7 +22,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::body::Body;
 use hyper::{Request, Response};
 use tokio::sync::oneshot;
@@ -31,7 +31,7 @@ use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::WasiHttpView;
 
 use super::admission::Admitted;
-use super::bodies::{ResponseBody, Watched};
+use super::bodies::{Holding, ResponseBody};
 use super::proxy::{Linked, RequestState, TimedOut};
 
 /// What the instances did, for `--stats`.
@@ -123,8 +123,6 @@ where
                 })
                 .map_err(|e| format!("{e:#}"))?;
             let task = tokio::spawn(async move {
-                // The instance's place is held until it is gone.
-                let _admitted = admitted;
                 let run = async {
                     let proxy = counts
                         .instantiated(pre.instantiate_async(&mut store))
@@ -135,7 +133,7 @@ where
                         .await
                 };
                 let result = tokio::time::timeout_at(deadline.into(), run).await.ok();
-                store.data().wasi.fs.close_all().await;
+                gone(store, admitted).await;
                 ended(result)
             });
             let answer = Box::pin(async move {
@@ -150,7 +148,6 @@ where
             let hooks = store.data_mut().http().hooks;
             let (request, request_io) = wasmtime_wasi_http::p3::Request::from_http(hooks, request);
             let task = tokio::spawn(async move {
-                let _admitted = admitted;
                 let run = async {
                     let service = counts
                         .instantiated(pre.instantiate_async(&mut store))
@@ -166,9 +163,8 @@ where
                             };
                             let response = accessor
                                 .with(|mut store| response.into_http(&mut store, request_io))?;
-                            let (sent, body_gone) = oneshot::channel();
-                            let response =
-                                response.map(|body| Watched::new(body, sent).boxed_unsync());
+                            let (sent, body_gone) = oneshot::channel::<()>();
+                            let response = response.map(|body| Holding::body(body, sent));
                             answered.store(true, Ordering::Relaxed);
                             if sender.send(Ok(response)).is_ok() {
                                 // The guest writes its body while the loop runs.
@@ -179,7 +175,7 @@ where
                         .await?
                 };
                 let result = tokio::time::timeout_at(deadline.into(), run).await.ok();
-                store.data().wasi.fs.close_all().await;
+                gone(store, admitted).await;
                 ended(result)
             });
             Ok(Started {
@@ -188,6 +184,16 @@ where
             })
         }
     }
+}
+
+/// The end of an instance: its files closed, its store dropped (the pooling
+/// allocator's slot given back), and only then its admission: a request admitted next
+/// always finds a slot, so that past `max_instances` and the queue the answer is the
+/// admission's 503, never the allocator's "limit reached" trap.
+async fn gone(store: Store<RequestState>, admitted: Admitted) {
+    store.data().wasi.fs.close_all().await;
+    drop(store);
+    drop(admitted);
 }
 
 /// `request` with the scheme `http` and, from its Host header, an authority, when its

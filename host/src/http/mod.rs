@@ -30,11 +30,23 @@
 //!   - the response body: 502 when its declared length is past `max_response_body`,
 //!     else the stream is cut there (its head is already sent);
 //!   - a trap, or a handler that returns without a response: 500.
+//!   - a request body that stops coming (its guest left waiting for it) until the
+//!     timeout: 408, the instance freed;
 //! - **Outgoing HTTP** (`outgoing`): refused unless its host is allowed.
+//!
+//! Around the requests (`serve`, `connections`): HTTP/1.1 and HTTP/2 cleartext on one
+//! port, at most `max_connections` open at once (past it the listener waits), a
+//! request's head within `header_timeout`, an idle connection closed after
+//! `idle_timeout`. [`HttpHandler::reload`] loads the component again (new requests go
+//! to the new version once it is compiled, those in flight finish on theirs; one that
+//! fails to load leaves the old serving). [`HttpHandler::metrics_text`] is everything
+//! counted, in the Prometheus text format (`metrics`).
 
 mod admission;
 mod bodies;
+mod connections;
 mod instance;
+mod metrics;
 mod outgoing;
 mod proxy;
 mod serve;
@@ -51,8 +63,10 @@ use hyper::{Request, Response, StatusCode};
 use wasm9p_guest_fs::namespace::Location;
 
 pub use bodies::{text_body, ResponseBody};
+pub use connections::{default_max_connections, RESERVED_DESCRIPTORS};
+pub use metrics::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 pub use outgoing::AllowedHost;
-pub use serve::{serve, Listen};
+pub use serve::{serve, serve_metrics, Listen, Listener};
 
 use crate::engine::{Notes, ProgramSource, SetupError};
 use crate::limits::MemoryLimitReached;
@@ -70,6 +84,10 @@ pub const MAX_INSTANCES: usize = 2048;
 /// The largest memory limit: a 32-bit memory's whole range.
 pub const MAX_MEMORY: usize = 4 << 30;
 
+/// The smallest memory limit: two wasm pages, the least a C component (with the
+/// preview1 adapter's memory beside its own) starts with.
+pub const MIN_MEMORY: usize = 128 << 10;
+
 /// The bounds every request is served within.
 #[derive(Clone, Debug)]
 pub struct HttpLimits {
@@ -86,6 +104,14 @@ pub struct HttpLimits {
     pub max_instances: usize,
     /// Requests that may wait for an instance.
     pub queue: usize,
+    /// From the first byte of a request's head to its end; past it, the connection is
+    /// closed ([`serve`]).
+    pub header_timeout: Duration,
+    /// How long a connection may go with no request in flight and no byte moving
+    /// before it is closed ([`serve`]).
+    pub idle_timeout: Duration,
+    /// Connections open at once; past it, [`serve`] accepts no more until one closes.
+    pub max_connections: usize,
 }
 
 impl Default for HttpLimits {
@@ -97,6 +123,9 @@ impl Default for HttpLimits {
             max_response_body: 1 << 30,
             max_instances: 64,
             queue: 1024,
+            header_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: default_max_connections(),
         }
     }
 }
@@ -188,32 +217,99 @@ impl HttpBuilder {
                  is no limit: leave it out"
             )));
         }
-        let engines = engines(&self.limits)?;
-        let path = self.program.path().to_owned();
-        let program = crate::engine::TieredProgram::load(
-            &self.cache,
-            &self.program,
-            self.tier,
-            (engines, true),
-            Box::new(move |engine, program| proxy::link(engine, program, &path)),
-            &*self.progress,
-        )?;
+        if let Some(memory) = self.limits.memory.filter(|m| *m < MIN_MEMORY) {
+            return Err(SetupError::Program(format!(
+                "a memory limit of {memory} bytes is below the least a component can run in, \
+                 {MIN_MEMORY} bytes (128K)"
+            )));
+        }
+        if self.limits.max_connections == 0 {
+            return Err(SetupError::Program(
+                "max_connections must be at least 1".into(),
+            ));
+        }
+        if let ProgramSource::File { path, .. } = &self.program {
+            not_wasm(path)?;
+        }
+        let loader = Loader {
+            cache: self.cache,
+            source: self.program,
+            tier: self.tier,
+            engines: engines(&self.limits)?,
+            progress: self.progress,
+        };
+        let program = loader.load()?;
+        let counts = Arc::new(Counts::default());
+        let instances: Arc<instance::InstanceCounts> = Arc::default();
+        let admission = Arc::new(Admission::new(self.limits.max_instances, self.limits.queue));
+        let metrics = metrics::Metrics::new(metrics::Scrape {
+            counts: Arc::clone(&counts),
+            instances: Arc::clone(&instances),
+            admission: Arc::clone(&admission),
+            mounts: Arc::clone(&self.mounts),
+        });
         Ok(HttpHandler {
             inner: Arc::new(Inner {
-                admission: Admission::new(self.limits.max_instances, self.limits.queue),
-                program,
+                admission,
+                program: std::sync::Mutex::new(Arc::new(program)),
+                loader,
                 mounts: self.mounts,
                 preopens: tokio::sync::OnceCell::new(),
                 env: self.env,
                 allowed: self.allowed.into(),
                 limits: self.limits,
-                counts: Counts::default(),
-                instances: Arc::default(),
+                counts,
+                instances,
+                metrics,
                 started: Instant::now(),
                 hand_off_to: self.hand_off_to,
                 notes: self.notes,
             }),
         })
+    }
+}
+
+/// A file that is not wasm (a page of a site given by mistake) is refused in one line
+/// naming it, before the text-format parser says something about parentheses. (A
+/// `.wat` file, which wasmtime also takes, is let through.)
+fn not_wasm(path: &std::path::Path) -> Result<(), SetupError> {
+    use std::io::Read;
+    if path.extension().is_some_and(|x| x == "wat") {
+        return Ok(());
+    }
+    let mut magic = [0u8; 4];
+    let read = std::fs::File::open(path).and_then(|mut f| f.read(&mut magic));
+    match read {
+        Ok(4) if magic == *b"\0asm" => Ok(()),
+        Ok(_) => Err(SetupError::Program(format!(
+            "{}: not a wasm component (it does not start with \\0asm)",
+            path.display()
+        ))),
+        // Not there, or unreadable: loading it says so.
+        Err(_) => Ok(()),
+    }
+}
+
+/// How the component is loaded, at the start and at each reload.
+struct Loader {
+    cache: ModuleCache,
+    source: ProgramSource,
+    tier: TierChoice,
+    engines: Engines,
+    progress: Arc<dyn Fn(Progress) + Send + Sync>,
+}
+
+impl Loader {
+    fn load(&self) -> Result<crate::engine::TieredProgram<proxy::Linked>, SetupError> {
+        let path = self.source.path().to_owned();
+        crate::engine::TieredProgram::load(
+            &self.cache,
+            &self.source,
+            self.tier,
+            (self.engines.clone(), true),
+            Box::new(move |engine, program| proxy::link(engine, program, &path)),
+            &*self.progress,
+        )
     }
 }
 
@@ -251,15 +347,17 @@ pub fn engines(limits: &HttpLimits) -> Result<Engines, SetupError> {
 
 /// Requests served, by how they ended.
 #[derive(Default)]
-struct Counts {
-    requests: AtomicU64,
-    responses: AtomicU64,
-    busy: AtomicU64,
-    timeouts: AtomicU64,
-    memory_limit: AtomicU64,
-    traps: AtomicU64,
-    body_too_large: AtomicU64,
-    bad_request: AtomicU64,
+pub(crate) struct Counts {
+    pub(crate) requests: AtomicU64,
+    pub(crate) responses: AtomicU64,
+    pub(crate) busy: AtomicU64,
+    pub(crate) timeouts: AtomicU64,
+    pub(crate) memory_limit: AtomicU64,
+    pub(crate) traps: AtomicU64,
+    pub(crate) body_too_large: AtomicU64,
+    /// Request bodies that stopped coming: 408.
+    pub(crate) slow_bodies: AtomicU64,
+    pub(crate) bad_request: AtomicU64,
 }
 
 /// An HTTP component (a 0.2 proxy or a 0.3 service) on a mount table, serving
@@ -271,18 +369,28 @@ pub struct HttpHandler {
 }
 
 struct Inner {
-    program: crate::engine::TieredProgram<proxy::Linked>,
+    /// The version new requests go to ([`HttpHandler::reload`] replaces it).
+    program: std::sync::Mutex<Arc<crate::engine::TieredProgram<proxy::Linked>>>,
+    loader: Loader,
     mounts: Arc<MountTable>,
     preopens: tokio::sync::OnceCell<Vec<(Location, String)>>,
     env: Vec<(String, String)>,
     allowed: Arc<[AllowedHost]>,
     limits: HttpLimits,
-    admission: Admission,
-    counts: Counts,
+    admission: Arc<Admission>,
+    counts: Arc<Counts>,
     instances: Arc<instance::InstanceCounts>,
+    metrics: metrics::Metrics,
     started: Instant,
     hand_off_to: Option<HandOff>,
     notes: Notes,
+}
+
+impl Inner {
+    /// The version new requests go to.
+    fn program(&self) -> Arc<crate::engine::TieredProgram<proxy::Linked>> {
+        Arc::clone(&self.program.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 impl HttpHandler {
@@ -321,10 +429,42 @@ impl HttpHandler {
         B::Error: Into<wasmtime_wasi_http::Error>,
     {
         let inner = &self.inner;
+        let arrived = Instant::now();
         inner.counts.requests.fetch_add(1, Ordering::Relaxed);
         let response = inner.respond(request).await;
         inner.counts.responses.fetch_add(1, Ordering::Relaxed);
+        inner
+            .metrics
+            .responded(response.status().as_u16(), arrived.elapsed());
         response
+    }
+
+    /// Loads the component again, from where it was loaded (its file's bytes as they
+    /// are now), through the module cache on its tiers: once compiled, new requests go
+    /// to it, and requests in flight finish on the version they started on. One that
+    /// fails to load leaves the version before serving; the error is one line. Blocks
+    /// while it compiles: call it off the runtime (`spawn_blocking`).
+    pub fn reload(&self) -> Result<(), SetupError> {
+        let inner = &self.inner;
+        let loaded = match &inner.loader.source {
+            ProgramSource::File { path, .. } => not_wasm(path),
+            ProgramSource::CompiledAhead { .. } => Ok(()),
+        }
+        .and_then(|()| inner.loader.load());
+        inner.metrics.reloaded(loaded.is_ok());
+        let program = loaded?;
+        *inner.program.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(program);
+        Ok(())
+    }
+
+    /// Everything counted, in the Prometheus text format (content type
+    /// [`METRICS_CONTENT_TYPE`]): see the module `metrics` for the names.
+    pub fn metrics_text(&self) -> String {
+        self.inner.metrics.text()
+    }
+
+    pub(crate) fn metrics(&self) -> &metrics::Metrics {
+        &self.inner.metrics
     }
 
     /// The `--stats` JSON as of now: the mounts' (with `guests` the requests served),
@@ -337,7 +477,7 @@ impl HttpHandler {
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let wall_ms = inner.started.elapsed().as_millis() as u64;
         let mut stats = inner.mounts.stats_json(n(&c.responses), wall_ms);
-        stats["tier"] = inner.program.stats_json();
+        stats["tier"] = inner.program().stats_json();
         stats["http"] = serde_json::json!({
             "requests": n(&c.requests),
             "responses": n(&c.responses),
@@ -346,6 +486,7 @@ impl HttpHandler {
             "memory_limit": n(&c.memory_limit),
             "traps": n(&c.traps),
             "body_too_large": n(&c.body_too_large),
+            "slow_bodies": n(&c.slow_bodies),
             "bad_request": n(&c.bad_request),
             "bodies_cut": n(&inner.instances.bodies_cut),
             "instances": n(&inner.instances.made),
@@ -362,7 +503,7 @@ impl HttpHandler {
     /// optimized compile on (see [`HttpBuilder::hand_off_compiles_to`]).
     pub fn finish(&self) {
         self.inner
-            .program
+            .program()
             .finish(self.inner.hand_off_to.as_ref(), &self.inner.notes);
     }
 }
@@ -425,7 +566,7 @@ impl Inner {
                 return ours(StatusCode::SERVICE_UNAVAILABLE, &line);
             }
         };
-        let on = self.program.next();
+        let on = self.program().next();
         let pre = on.runner.clone();
         let preopens = self
             .preopens
@@ -441,9 +582,9 @@ impl Inner {
             deadline,
         };
         let store = proxy::store(pre.engine(), state, &setting, limits.timeout);
-        let over = proxy::BodyOver::default();
+        let body = Arc::new(bodies::BodyState::default());
         let request = request
-            .map(|b| bodies::Bounded::request(b, limits.max_request_body, Arc::clone(&over)));
+            .map(|b| bodies::Bounded::request(b, limits.max_request_body, Arc::clone(&body)));
         let started = instance::start(
             pre,
             store,
@@ -460,7 +601,6 @@ impl Inner {
                 return ours(StatusCode::BAD_REQUEST, &line);
             }
         };
-        let timeout = limits.timeout;
         // The task ends by the deadline (the epoch stops guest code, the timer a wait);
         // the margin is for a task that cannot be stopped sooner.
         let margin = deadline + Duration::from_secs(1);
@@ -468,11 +608,10 @@ impl Inner {
             Ok(answer) => answer,
             Err(_) => {
                 task.abort();
-                self.counts.timeouts.fetch_add(1, Ordering::Relaxed);
-                return ours(StatusCode::GATEWAY_TIMEOUT, &TimedOut(timeout).to_string());
+                return self.timed_out(&body);
             }
         };
-        if proxy::went_over(&over) {
+        if body.went_over() {
             return self.request_body_too_large();
         }
         match answer {
@@ -487,12 +626,27 @@ impl Inner {
             // No response: the task tells why.
             Err(_) => {
                 let ended = task.await;
-                if proxy::went_over(&over) {
+                if body.went_over() {
                     return self.request_body_too_large();
                 }
-                self.without_response(ended)
+                self.without_response(ended, &body)
             }
         }
+    }
+
+    /// Our answer at the timeout: 408 when the guest was left waiting for a request
+    /// body that did not come, else 504.
+    fn timed_out(&self, body: &bodies::BodyState) -> Response<ResponseBody> {
+        let timeout = self.limits.timeout;
+        if body.stalled() {
+            self.counts.slow_bodies.fetch_add(1, Ordering::Relaxed);
+            return ours(
+                StatusCode::REQUEST_TIMEOUT,
+                &format!("the request body did not arrive within the timeout of {timeout:?}"),
+            );
+        }
+        self.counts.timeouts.fetch_add(1, Ordering::Relaxed);
+        ours(StatusCode::GATEWAY_TIMEOUT, &TimedOut(timeout).to_string())
     }
 
     fn request_body_too_large(&self) -> Response<ResponseBody> {
@@ -527,6 +681,7 @@ impl Inner {
     fn without_response(
         &self,
         ended: Result<wasmtime::Result<()>, tokio::task::JoinError>,
+        body: &bodies::BodyState,
     ) -> Response<ResponseBody> {
         let counts = &self.counts;
         let error = match ended {
@@ -553,9 +708,8 @@ impl Inner {
                 &format!("memory limit: {reached}"),
             );
         }
-        if let Some(timed_out) = error.downcast_ref::<TimedOut>() {
-            counts.timeouts.fetch_add(1, Ordering::Relaxed);
-            return ours(StatusCode::GATEWAY_TIMEOUT, &timed_out.to_string());
+        if error.downcast_ref::<TimedOut>().is_some() {
+            return self.timed_out(body);
         }
         counts.traps.fetch_add(1, Ordering::Relaxed);
         let cause = error.root_cause().to_string();

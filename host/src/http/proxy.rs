@@ -3,8 +3,6 @@
 //! run ends (a response, or why there is none).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{types::ComponentItem, Component, Linker, ResourceTable};
@@ -210,12 +208,4 @@ pub(crate) fn state(
         http: WasiHttpCtx::new(),
         outgoing,
     }
-}
-
-/// Set by the request body once it went past its bound.
-pub(crate) type BodyOver = Arc<AtomicBool>;
-
-/// Whether the request body went past its bound.
-pub(crate) fn went_over(over: &BodyOver) -> bool {
-    over.load(Ordering::Relaxed)
 }

@@ -1,23 +1,34 @@
-//! A handler on a listener of its own (what `wasm9p http` runs): HTTP/1.1 over hyper,
-//! on TCP or a Unix socket, until told to stop; then it accepts nothing more, lets
-//! every request in flight finish, and returns.
+//! A handler on a listener of its own (what `wasm9p http` runs): HTTP/1.1 and HTTP/2
+//! cleartext (prior knowledge) on the same port, told apart by the connection's first
+//! bytes (hyper-util's automatic builder), on TCP or a Unix socket, until told to
+//! stop; then it accepts nothing more, lets every request in flight finish, and
+//! returns.
 //!
-//! A malformed request is hyper's to answer (400), and the connection's to lose; the
-//! server goes on. A failed accept (out of file descriptors) is said and retried a
-//! little later.
+//! Connections are bounded and watched as the handler's [`super::HttpLimits`] say (see
+//! `super::connections`): at most `max_connections` open (past it the listener waits),
+//! a request's head within `header_timeout`, and a connection idle past
+//! `idle_timeout` closed. A malformed request is hyper's to answer (400), and the
+//! connection's to lose; the server goes on. A failed accept (out of file descriptors)
+//! is said and retried a little later.
+//!
+//! [`serve_metrics`] serves [`HttpHandler::metrics_text`] on a listener of its own.
 
 use std::convert::Infallible;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit};
 
-use super::HttpHandler;
+use super::connections::{self, Connections, Verdict, Watch};
+use super::{text_body, HttpHandler, ResponseBody};
 
 /// Where to listen: `tcp:HOST:PORT` or `unix:PATH`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,9 +111,24 @@ pub async fn serve(
     handler: HttpHandler,
     stop: impl std::future::Future<Output = ()>,
 ) {
-    let graceful = GracefulShutdown::new();
+    let limits = handler.limits().clone();
+    let bound = Connections::new(limits.max_connections);
+    let (stopping, stopped) = watch::channel(false);
+    let live = Arc::new(Live::default());
+    let service = Arc::new(Served {
+        handler,
+        header_timeout: limits.header_timeout,
+        idle_timeout: limits.idle_timeout,
+        stopped,
+        live: Arc::clone(&live),
+    });
     tokio::pin!(stop);
     loop {
+        // A place first: past the bound, nothing more is accepted until one closes.
+        let place = tokio::select! {
+            place = bound.place() => place,
+            () = &mut stop => break,
+        };
         let accepted = tokio::select! {
             accepted = accept(&listener) => accepted,
             () = &mut stop => break,
@@ -110,9 +136,9 @@ pub async fn serve(
         match accepted {
             Ok(Stream::Tcp(stream)) => {
                 let _ = stream.set_nodelay(true);
-                connection(stream, &handler, &graceful);
+                service.connection(stream, place);
             }
-            Ok(Stream::Unix(stream)) => connection(stream, &handler, &graceful),
+            Ok(Stream::Unix(stream)) => service.connection(stream, place),
             Err(e) => {
                 tracing::warn!("accept: {e}; trying again shortly");
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -120,7 +146,63 @@ pub async fn serve(
         }
     }
     drop(listener);
-    graceful.shutdown().await;
+    let _ = stopping.send(true);
+    live.all_gone().await;
+}
+
+/// The connections still being served, for the stop to wait on.
+#[derive(Default)]
+struct Live {
+    count: AtomicUsize,
+    changed: Notify,
+}
+
+impl Live {
+    async fn all_gone(&self) {
+        loop {
+            let changed = self.changed.notified();
+            if self.count.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
+
+/// One connection counted live, and open in the metrics, for as long as it is kept.
+struct Counted {
+    live: Arc<Live>,
+    handler: HttpHandler,
+    _place: OwnedSemaphorePermit,
+}
+
+impl Counted {
+    fn new(live: Arc<Live>, handler: HttpHandler, place: OwnedSemaphorePermit) -> Counted {
+        live.count.fetch_add(1, Ordering::AcqRel);
+        handler.metrics().connections.inc();
+        Counted {
+            live,
+            handler,
+            _place: place,
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.handler.metrics().connections.dec();
+        self.live.count.fetch_sub(1, Ordering::AcqRel);
+        self.live.changed.notify_waiters();
+    }
+}
+
+/// What every connection of one server shares.
+struct Served {
+    handler: HttpHandler,
+    header_timeout: Duration,
+    idle_timeout: Duration,
+    stopped: watch::Receiver<bool>,
+    live: Arc<Live>,
 }
 
 enum Stream {
@@ -135,25 +217,133 @@ async fn accept(listener: &Listener) -> std::io::Result<Stream> {
     }
 }
 
-/// Serves one connection's requests on a task of its own, watched for the stop.
-fn connection<T>(io: T, handler: &HttpHandler, graceful: &GracefulShutdown)
-where
-    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-{
-    let handler = handler.clone();
-    let service = service_fn(move |request| {
+impl Served {
+    /// Serves one connection's requests on a task of its own, watched for its
+    /// timeouts and the stop, holding `place` until it closes.
+    fn connection<T>(self: &Arc<Served>, io: T, place: OwnedSemaphorePermit)
+    where
+        T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let counted = Counted::new(Arc::clone(&self.live), self.handler.clone(), place);
+        let watch = Watch::new();
+        let io = TokioIo::new(connections::Watched::new(io, Arc::clone(&watch)));
+        let handler = self.handler.clone();
+        let requests = Arc::clone(&watch);
+        let service = service_fn(move |request| {
+            let busy = requests.request();
+            let handler = handler.clone();
+            async move {
+                let response = handler.handle(request).await;
+                Ok::<_, Infallible>(response.map(|body| connections::busy_body(body, busy)))
+            }
+        });
+        let served = Arc::clone(self);
+        tokio::spawn(async move {
+            let _counted = counted;
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder.http1().keep_alive(true).timer(TokioTimer::new());
+            builder.http2().timer(TokioTimer::new());
+            let conn = builder.serve_connection(io, service);
+            tokio::pin!(conn);
+            let tick = connections::watch_tick(served.header_timeout, served.idle_timeout);
+            let mut stopped = served.stopped.clone();
+            let mut shutting_down = false;
+            loop {
+                tokio::select! {
+                    ended = conn.as_mut() => {
+                        if let Err(e) = ended {
+                            tracing::debug!("connection: {e}");
+                        }
+                        return;
+                    }
+                    _ = stopped.wait_for(|stop| *stop), if !shutting_down => {
+                        conn.as_mut().graceful_shutdown();
+                        shutting_down = true;
+                    }
+                    () = tokio::time::sleep(tick) => {
+                        match watch.verdict(served.header_timeout, served.idle_timeout) {
+                            // Dropping the connection closes it.
+                            Verdict::HeadTooSlow => return,
+                            Verdict::Idle if !shutting_down => {
+                                conn.as_mut().graceful_shutdown();
+                                shutting_down = true;
+                            }
+                            Verdict::Idle | Verdict::Fine => {}
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Serves `handler`'s metrics ([`HttpHandler::metrics_text`]) at `/metrics` on
+/// `listener`, over HTTP/1.1, until `stop` resolves: what `wasm9p http
+/// --metrics-listen` runs.
+pub async fn serve_metrics(
+    listener: Listener,
+    handler: HttpHandler,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    loop {
+        let accepted = tokio::select! {
+            accepted = accept(&listener) => accepted,
+            () = &mut stop => return,
+        };
         let handler = handler.clone();
-        async move { Ok::<_, Infallible>(handler.handle(request).await) }
-    });
-    let conn = http1::Builder::new()
-        .keep_alive(true)
-        .serve_connection(TokioIo::new(io), service);
-    let conn = graceful.watch(conn);
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!("connection: {e}");
+        let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+            let handler = handler.clone();
+            async move { Ok::<_, Infallible>(metrics_response(&handler, &request)) }
+        });
+        let serve = |io| async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await;
+        };
+        match accepted {
+            Ok(Stream::Tcp(stream)) => {
+                tokio::spawn(serve(TokioIo::new(Box::new(stream) as Box<dyn Io>)));
+            }
+            Ok(Stream::Unix(stream)) => {
+                tokio::spawn(serve(TokioIo::new(Box::new(stream) as Box<dyn Io>)));
+            }
+            Err(e) => {
+                tracing::warn!("metrics: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
-    });
+    }
+}
+
+trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+
+fn metrics_response<B>(handler: &HttpHandler, request: &Request<B>) -> Response<ResponseBody> {
+    let (status, body, kind) = match (request.method(), request.uri().path()) {
+        (&hyper::Method::GET, "/metrics") => (
+            StatusCode::OK,
+            handler.metrics_text(),
+            super::metrics::CONTENT_TYPE,
+        ),
+        (_, "/metrics") => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "GET /metrics\n".into(),
+            "text/plain; charset=utf-8",
+        ),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "the metrics are at /metrics\n".into(),
+            "text/plain; charset=utf-8",
+        ),
+    };
+    let mut response = Response::new(text_body(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(kind),
+    );
+    response
 }
 
 #[cfg(test)]

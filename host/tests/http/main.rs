@@ -10,6 +10,7 @@
 
 mod client;
 mod embedded;
+mod front;
 mod p3;
 
 use std::io::{BufRead, BufReader};
@@ -92,7 +93,12 @@ impl Server {
                 panic!("wasm9p http ended before serving: {seen}");
             }
             seen.push_str(&line);
-            if let Some((_, addr)) = line.trim().split_once(" on tcp:") {
+            // The listener's line (a metrics listener's comes before it).
+            if let Some((_, addr)) = line
+                .trim()
+                .split_once(" on tcp:")
+                .filter(|(said, _)| said.contains("serving "))
+            {
                 break addr.to_owned();
             }
         };
