@@ -264,7 +264,7 @@ fn unchunk(mut body: &[u8]) -> Vec<u8> {
 
 /// A task running under `ctr run --rm` (not detached: ctr ends with the task's exit
 /// code), listening on `port` when it serves.
-struct Served {
+struct Running {
     ns: &'static str,
     id: String,
     port: u16,
@@ -273,7 +273,7 @@ struct Served {
     output: tempfile::NamedTempFile,
 }
 
-impl Served {
+impl Running {
     /// Starts `args` on the directory `root`.
     fn spawn(
         ns: &'static str,
@@ -282,10 +282,10 @@ impl Served {
         options: &[&str],
         args: &[&str],
         port: u16,
-    ) -> Served {
+    ) -> Running {
         let mut all = vec!["--rootfs"];
         all.extend_from_slice(options);
-        Served::spawn_image(ns, id, &root.display().to_string(), &all, args, port)
+        Running::spawn_image(ns, id, &root.display().to_string(), &all, args, port)
     }
 
     /// Starts `args` on `image` (or what `options` make of it: `--rootfs`).
@@ -296,7 +296,7 @@ impl Served {
         options: &[&str],
         args: &[&str],
         port: u16,
-    ) -> Served {
+    ) -> Running {
         let mut ctr = containerd().ctr_run(ns);
         ctr.args(options)
             .arg(image)
@@ -306,7 +306,7 @@ impl Served {
         let output = tempfile::NamedTempFile::new().unwrap();
         ctr.stdout(output.reopen().unwrap())
             .stderr(output.reopen().unwrap());
-        Served {
+        Running {
             ns,
             id: id.to_owned(),
             port,
@@ -322,12 +322,12 @@ impl Served {
 
     /// Serves `wasm` on a free port of 127.0.0.1, the address given as runwasi's
     /// wasmtime shim takes it; returns once it listens.
-    fn start(ns: &'static str, id: &str, root: &Path, wasm: &str, extra: &[&str]) -> Served {
+    fn start(ns: &'static str, id: &str, root: &Path, wasm: &str, extra: &[&str]) -> Running {
         let port = free_port();
         let listen = format!("WASMTIME_HTTP_PROXY_SOCKET_ADDR=127.0.0.1:{port}");
         let mut options = vec!["--net-host", "--env", &listen];
         options.extend_from_slice(extra);
-        let mut served = Served::spawn(ns, id, root, &options, &[wasm], port);
+        let mut served = Running::spawn(ns, id, root, &options, &[wasm], port);
         let deadline = Instant::now() + Duration::from_secs(60);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             if let Some(status) = served.ctr.as_mut().unwrap().try_wait().unwrap() {
@@ -397,7 +397,7 @@ impl Served {
     }
 }
 
-impl Drop for Served {
+impl Drop for Running {
     fn drop(&mut self) {
         if let Some(mut child) = self.ctr.take() {
             let _ = containerd()
@@ -417,7 +417,7 @@ fn an_http_component_serves_its_rootfs_on_the_envs_address_and_drains_on_sigterm
         ("/site/index.html", b"<p>served over 9P</p>\n"),
         ("/site/big.bin", &big),
     ]);
-    let served = Served::start("http", "http-static", root.path(), "/static.wasm", &[]);
+    let served = Running::start("http", "http-static", root.path(), "/static.wasm", &[]);
     assert_eq!(
         get(served.port, "/site/index.html").unwrap(),
         (200, b"<p>served over 9P</p>\n".to_vec())
@@ -431,7 +431,7 @@ fn an_http_component_serves_its_rootfs_on_the_envs_address_and_drains_on_sigterm
 
     // SIGTERM with requests in flight: each is answered, then the task ends with 0.
     let root = rootfs(&[("/limits.wasm", limits_component())]);
-    let mut served = Served::start("http", "http-drain", root.path(), "/limits.wasm", &[]);
+    let mut served = Running::start("http", "http-drain", root.path(), "/limits.wasm", &[]);
     let port = served.port;
     let in_flight: Vec<_> = (0..8)
         .map(|_| std::thread::spawn(move || get(port, "/sleep?1500")))
@@ -489,7 +489,7 @@ fn the_specs_memory_limit_bounds_the_guest_with_a_typed_stop() {
 
     // An http request past it gets a 500, and the server goes on.
     let root = rootfs(&[("/limits.wasm", limits_component())]);
-    let served = Served::start(
+    let served = Running::start(
         "memory",
         "memory-http",
         root.path(),
@@ -537,7 +537,7 @@ fn signals_stop_tasks_and_a_killed_shim_leaves_containerd_going() {
     let sleeping = ["/task.wasm", "sleep", "600"];
     for (signal, code) in [("SIGTERM", 143), ("SIGKILL", 137)] {
         let id = format!("signal-{}", signal.to_lowercase());
-        let mut task = Served::spawn_image("signals", &id, image, &[], &sleeping, 0);
+        let mut task = Running::spawn_image("signals", &id, image, &[], &sleeping, 0);
         task.wait_running();
         assert!(
             mounted(&id),
@@ -553,7 +553,7 @@ fn signals_stop_tasks_and_a_killed_shim_leaves_containerd_going() {
     }
 
     // The shim itself killed: its task is gone, containerd says so and goes on.
-    let mut task = Served::spawn_image("signals", "shim-killed", image, &[], &sleeping, 0);
+    let mut task = Running::spawn_image("signals", "shim-killed", image, &[], &sleeping, 0);
     task.wait_running();
     let pids = shim_pids("shim-killed");
     assert!(!pids.is_empty(), "the shim's process");
@@ -652,14 +652,14 @@ fn a_node_side_server_is_shared_by_two_containers_and_its_changes_are_seen() {
         socket.display()
     );
     let root = rootfs(&[("/static.wasm", static_component())]);
-    let a = Served::start(
+    let a = Running::start(
         "node",
         "node-a",
         root.path(),
         "/static.wasm",
         &["--annotation", &annotation],
     );
-    let b = Served::start(
+    let b = Running::start(
         "node",
         "node-b",
         root.path(),
