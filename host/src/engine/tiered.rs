@@ -149,17 +149,8 @@ impl<R> TieredProgram<R> {
                 cache.load_tiered(&engines, path, tier, progress)
             }
             ProgramSource::CompiledAhead { name, code } => {
-                load_compiled_ahead(engines.get(Tier::Optimized), name, code).map(|program| {
-                    Loaded {
-                        program,
-                        tier: Tier::Optimized,
-                        compiled_in: None,
-                        waited: None,
-                        upgrade: None,
-                        handed_off: false,
-                        storing: None,
-                    }
-                })
+                load_compiled_ahead(engines.get(Tier::Optimized), name, code)
+                    .map(|program| Loaded::as_found(program, Tier::Optimized))
             }
         }
         .map_err(|e| SetupError::Program(with_hint(e.to_string())))?;

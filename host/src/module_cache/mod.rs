@@ -262,7 +262,7 @@ impl ModuleCache {
                 Err(e) => progress(Progress::NotStored(e.to_string())),
             }
         }
-        deserialize_fresh(engine, &serialized, component).map_err(|e| invalid(first_line(&e)))
+        deserialize_vouched(engine, &serialized, component).map_err(|e| invalid(first_line(&e)))
     }
 
     /// Compiles `bytes` with `engine` (reporting progress) into a program that can run
@@ -312,7 +312,7 @@ impl ModuleCache {
                 Err(e) => progress(Progress::NotStored(e.to_string())),
             }
         }
-        let program = deserialize_fresh(engine, &serialized, component).map_err(|why| {
+        let program = deserialize_vouched(engine, &serialized, component).map_err(|why| {
             LoadError::Invalid {
                 path: path.into(),
                 why: first_line(&why),
@@ -575,26 +575,20 @@ pub fn load_compiled_ahead(
         Some(wasmtime::Precompiled::Module) => false,
         None => return Err(invalid("it is not code compiled ahead of time".into())),
     };
-    // SAFETY: the caller vouches that the code came from `compile_ahead` (see the
-    // docs); wasmtime checks its header, version and engine settings before using it.
-    #[allow(unsafe_code)]
-    let loaded = unsafe {
-        if component {
-            Component::deserialize(engine, code).map(Program::Component)
-        } else {
-            Module::deserialize(engine, code).map(Program::Module)
-        }
-    };
-    loaded.map_err(|e| invalid(first_line(&format!("{e:#}"))))
+    // The caller vouches that the code came from `compile_ahead` (see the docs).
+    deserialize_vouched(engine, code, component).map_err(|e| invalid(first_line(&e)))
 }
 
-/// Loads what was just compiled in this process.
-fn deserialize_fresh(
+/// Loads compiled code from memory: what was just compiled in this process, or what
+/// the caller of [`load_compiled_ahead`] vouches for. Either way it came from
+/// wasmtime's own precompile, and wasmtime checks its header, version and engine
+/// settings before using it.
+fn deserialize_vouched(
     engine: &Engine,
     serialized: &[u8],
     component: bool,
 ) -> Result<Program, String> {
-    // SAFETY: `serialized` came from this engine's own precompile call just now.
+    // SAFETY: `serialized` is wasmtime's own precompiled output (see above).
     #[allow(unsafe_code)]
     let loaded = unsafe {
         if component {

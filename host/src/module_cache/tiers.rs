@@ -190,6 +190,22 @@ pub struct Loaded {
     pub storing: Option<std::thread::JoinHandle<()>>,
 }
 
+impl Loaded {
+    /// A guest loaded as it was, compiled by no one here: code found cached, or
+    /// compiled ahead of time.
+    pub fn as_found(program: Program, tier: Tier) -> Loaded {
+        Loaded {
+            program,
+            tier,
+            compiled_in: None,
+            waited: None,
+            upgrade: None,
+            handed_off: false,
+            storing: None,
+        }
+    }
+}
+
 impl ModuleCache {
     /// Modules from this size up start on the baseline tier under [`TierChoice::Auto`].
     pub const DEFAULT_TIER_FROM: u64 = 4 << 20;
@@ -236,15 +252,7 @@ impl ModuleCache {
             TierChoice::Auto | TierChoice::Optimized => Tier::Optimized,
         };
         match self.cached_by_digest(engines.get(tier), digest) {
-            Some(program) => Ok(Loaded {
-                program,
-                tier,
-                compiled_in: None,
-                waited: None,
-                upgrade: None,
-                handed_off: false,
-                storing: None,
-            }),
+            Some(program) => Ok(Loaded::as_found(program, tier)),
             None => self.load_tiered(engines, path, choice, progress),
         }
     }
@@ -288,17 +296,7 @@ impl ModuleCache {
             TierChoice::Baseline => Tier::Baseline,
             TierChoice::Auto if source.len() < self.tier_from => Tier::Optimized,
             TierChoice::Auto => match self.cached(&engines.optimized, &source) {
-                Some(program) => {
-                    return Ok(Loaded {
-                        program,
-                        tier: Tier::Optimized,
-                        compiled_in: None,
-                        waited: None,
-                        upgrade: None,
-                        handed_off: false,
-                        storing: None,
-                    })
-                }
+                Some(program) => return Ok(Loaded::as_found(program, Tier::Optimized)),
                 None => Tier::Baseline,
             },
         };
