@@ -2,11 +2,12 @@
 //! scraper: [`super::HttpHandler::metrics_text`], served by `wasm9p http
 //! --metrics-listen` ([`super::serve_metrics`]).
 //!
-//! Each figure has one home: what the handler already counts for `--stats` (requests
-//! by how they ended, instances, the admission's queue, the mounts' messages and
-//! caches) is read from there at each scrape ([`Scrape`]); only what `--stats` has no
-//! use for is kept here (responses by status, the latency histogram, connections,
-//! reloads).
+//! Each figure has one home: what the handler counts as requests end (`super::Counts`:
+//! by how they ended, by status, their latency in [`Latency`]), its instances, its
+//! admission's queue and its mounts' messages and caches are read from there at each
+//! scrape ([`Scrape`]); only connections and reloads are metrics of the registry's own.
+//! Nothing on a request's way takes a lock or allocates for the metrics: a response
+//! is two atomic additions and a bucket's.
 //!
 //! | metric | type | labels |
 //! |---|---|---|
@@ -31,8 +32,8 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
 
 use super::admission::Admission;
 use super::instance::InstanceCounts;
@@ -42,11 +43,56 @@ use crate::mounts::MountTable;
 /// The `Content-Type` of [`super::HttpHandler::metrics_text`].
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// The figures kept here, and the registry that prints them with the scraped ones.
+/// The latency histogram's upper bounds, in seconds: from half a millisecond, doubling,
+/// to about 33 s (and +Inf past them).
+const LATENCY_BOUNDS: [f64; 17] = {
+    let mut bounds = [0.0005; 17];
+    let mut i = 1;
+    while i < bounds.len() {
+        bounds[i] = bounds[i - 1] * 2.0;
+        i += 1;
+    }
+    bounds
+};
+
+/// A latency histogram of atomics: a count per bucket (the last one past every
+/// bound), and the sum.
+#[derive(Default)]
+pub(crate) struct Latency {
+    buckets: [AtomicU64; LATENCY_BOUNDS.len() + 1],
+    sum_ns: AtomicU64,
+}
+
+impl Latency {
+    pub(crate) fn observe(&self, took: Duration) {
+        let secs = took.as_secs_f64();
+        let bucket = LATENCY_BOUNDS.partition_point(|bound| *bound < secs);
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
+/// Responses by status, 100 to 599.
+pub(crate) struct ByStatus([AtomicU64; 500]);
+
+impl Default for ByStatus {
+    fn default() -> ByStatus {
+        ByStatus(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+impl ByStatus {
+    pub(crate) fn count(&self, status: u16) {
+        let at = usize::from(status.clamp(100, 599) - 100);
+        self.0[at].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The registry's own figures, and the registry that prints them with the scraped
+/// ones.
 pub(crate) struct Metrics {
     registry: Registry,
-    responses: Family<Vec<(&'static str, String)>, Counter>,
-    latency: Histogram,
     pub(crate) connections: Gauge,
     reloads: Family<Vec<(&'static str, &'static str)>, Counter>,
 }
@@ -54,22 +100,8 @@ pub(crate) struct Metrics {
 impl Metrics {
     pub(crate) fn new(scrape: Scrape) -> Metrics {
         let mut registry = Registry::with_prefix("wasm9p");
-        let responses = Family::default();
-        // From half a millisecond to about 33 s.
-        let latency = Histogram::new(exponential_buckets(0.0005, 2.0, 17));
         let connections = Gauge::default();
         let reloads = Family::default();
-        registry.register(
-            "http_responses",
-            "Responses sent, by status",
-            responses.clone(),
-        );
-        registry.register_with_unit(
-            "http_request_duration",
-            "Time from a request's arrival to its response's head",
-            prometheus_client::registry::Unit::Seconds,
-            latency.clone(),
-        );
         registry.register(
             "http_connections_open",
             "Connections open now",
@@ -83,19 +115,9 @@ impl Metrics {
         registry.register_collector(Box::new(scrape));
         Metrics {
             registry,
-            responses,
-            latency,
             connections,
             reloads,
         }
-    }
-
-    /// One response sent with `status`, `took` after its request arrived.
-    pub(crate) fn responded(&self, status: u16, took: Duration) {
-        self.responses
-            .get_or_create(&vec![("status", status.to_string())])
-            .inc();
-        self.latency.observe(took.as_secs_f64());
     }
 
     /// A reload, done or not.
@@ -173,6 +195,36 @@ impl Collector for Scrape {
             "Requests received",
             n(&c.requests),
         )?;
+        counter_family(
+            &mut encoder,
+            "http_responses",
+            "Responses sent, by status",
+            c.by_status.0.iter().enumerate().filter_map(|(at, count)| {
+                let count = n(count);
+                (count > 0).then(|| (vec![("status", (at + 100).to_string())], count))
+            }),
+        )?;
+        let latency = &c.latency;
+        let counts: Vec<u64> = latency.buckets.iter().map(n).collect();
+        let buckets: Vec<(f64, u64)> = LATENCY_BOUNDS
+            .iter()
+            .copied()
+            .chain([f64::INFINITY])
+            .zip(counts.iter().copied())
+            .collect();
+        encoder
+            .encode_descriptor(
+                "http_request_duration",
+                "Time from a request's arrival to its response's head",
+                Some(&Unit::Seconds),
+                MetricType::Histogram,
+            )?
+            .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                n(&latency.sum_ns) as f64 / 1e9,
+                counts.iter().sum(),
+                &buckets,
+                None,
+            )?;
         let limits = [
             ("busy", n(&c.busy)),
             ("timeout", n(&c.timeouts)),
