@@ -45,13 +45,22 @@ pub fn default_max_connections() -> usize {
 /// The bound on open connections.
 pub(crate) struct Connections {
     permits: Arc<Semaphore>,
+    max: u32,
 }
 
 impl Connections {
     pub(crate) fn new(max: usize) -> Connections {
+        let max = u32::try_from(max.min(Semaphore::MAX_PERMITS)).unwrap_or(u32::MAX);
         Connections {
-            permits: Arc::new(Semaphore::new(max)),
+            permits: Arc::new(Semaphore::new(max as usize)),
+            max,
         }
+    }
+
+    /// Waits until every connection given a place has closed (each holds its place
+    /// until then).
+    pub(crate) async fn all_closed(&self) {
+        let _ = self.permits.acquire_many(self.max).await;
     }
 
     /// A place for one more connection: at once, or once one closes.
@@ -260,10 +269,17 @@ mod tests {
         let _second = connections.place().await;
         let third = tokio::time::timeout(Duration::from_millis(50), connections.place()).await;
         assert!(third.is_err(), "a third waits");
+        let closed =
+            tokio::time::timeout(Duration::from_millis(50), connections.all_closed()).await;
+        assert!(closed.is_err(), "two are open");
         drop(first);
         let _third = tokio::time::timeout(Duration::from_secs(5), connections.place())
             .await
             .expect("a place once one closes");
+        drop((_second, _third));
+        tokio::time::timeout(Duration::from_secs(5), connections.all_closed())
+            .await
+            .expect("all closed");
     }
 
     #[test]

@@ -83,6 +83,11 @@ impl Default for ByStatus {
 }
 
 impl ByStatus {
+    /// Every response counted.
+    pub(crate) fn total(&self) -> u64 {
+        self.0.iter().map(|n| n.load(Ordering::Relaxed)).sum()
+    }
+
     pub(crate) fn count(&self, status: u16) {
         let at = usize::from(status.clamp(100, 599) - 100);
         self.0[at].fetch_add(1, Ordering::Relaxed);

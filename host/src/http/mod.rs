@@ -349,7 +349,6 @@ pub fn engines(limits: &HttpLimits) -> Result<Engines, SetupError> {
 #[derive(Default)]
 pub(crate) struct Counts {
     pub(crate) requests: AtomicU64,
-    pub(crate) responses: AtomicU64,
     pub(crate) busy: AtomicU64,
     pub(crate) timeouts: AtomicU64,
     pub(crate) memory_limit: AtomicU64,
@@ -358,7 +357,7 @@ pub(crate) struct Counts {
     /// Request bodies that stopped coming: 408.
     pub(crate) slow_bodies: AtomicU64,
     pub(crate) bad_request: AtomicU64,
-    /// Responses by status (for the metrics).
+    /// Responses by status (their sum: the responses sent).
     pub(crate) by_status: metrics::ByStatus,
     /// From arrival to response head (for the metrics).
     pub(crate) latency: metrics::Latency,
@@ -437,7 +436,6 @@ impl HttpHandler {
         inner.counts.requests.fetch_add(1, Ordering::Relaxed);
         let response = inner.respond(request).await;
         let counts = &inner.counts;
-        counts.responses.fetch_add(1, Ordering::Relaxed);
         counts.by_status.count(response.status().as_u16());
         counts.latency.observe(arrived.elapsed());
         response
@@ -480,11 +478,12 @@ impl HttpHandler {
         let c = &inner.counts;
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let wall_ms = inner.started.elapsed().as_millis() as u64;
-        let mut stats = inner.mounts.stats_json(n(&c.responses), wall_ms);
+        let responses = c.by_status.total();
+        let mut stats = inner.mounts.stats_json(responses, wall_ms);
         stats["tier"] = inner.program().stats_json();
         stats["http"] = serde_json::json!({
             "requests": n(&c.requests),
-            "responses": n(&c.responses),
+            "responses": responses,
             "refused_busy": n(&c.busy),
             "timeouts": n(&c.timeouts),
             "memory_limit": n(&c.memory_limit),

@@ -16,7 +16,6 @@
 use std::convert::Infallible;
 use std::path::PathBuf;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +24,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{watch, Notify, OwnedSemaphorePermit};
+use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use super::connections::{self, Connections, Verdict, Watch};
 use super::{text_body, HttpHandler, ResponseBody};
@@ -114,13 +113,11 @@ pub async fn serve(
     let limits = handler.limits().clone();
     let bound = Connections::new(limits.max_connections);
     let (stopping, stopped) = watch::channel(false);
-    let live = Arc::new(Live::default());
     let service = Arc::new(Served {
         handler,
         header_timeout: limits.header_timeout,
         idle_timeout: limits.idle_timeout,
         stopped,
-        live: Arc::clone(&live),
     });
     tokio::pin!(stop);
     loop {
@@ -147,42 +144,24 @@ pub async fn serve(
     }
     drop(listener);
     let _ = stopping.send(true);
-    live.all_gone().await;
+    bound.all_closed().await;
 }
 
-/// The connections still being served, for the stop to wait on.
-#[derive(Default)]
-struct Live {
-    count: AtomicUsize,
-    changed: Notify,
-}
-
-impl Live {
-    async fn all_gone(&self) {
-        loop {
-            let changed = self.changed.notified();
-            if self.count.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            changed.await;
-        }
-    }
-}
-
-/// One connection counted live, and open in the metrics, for as long as it is kept.
+/// One connection, open in the metrics and holding its place under the bound for as
+/// long as it is kept.
 struct Counted {
-    live: Arc<Live>,
-    handler: HttpHandler,
+    open: prometheus_client::metrics::gauge::Gauge,
     _place: OwnedSemaphorePermit,
 }
 
 impl Counted {
-    fn new(live: Arc<Live>, handler: HttpHandler, place: OwnedSemaphorePermit) -> Counted {
-        live.count.fetch_add(1, Ordering::AcqRel);
-        handler.metrics().connections.inc();
+    fn new(
+        open: &prometheus_client::metrics::gauge::Gauge,
+        place: OwnedSemaphorePermit,
+    ) -> Counted {
+        open.inc();
         Counted {
-            live,
-            handler,
+            open: open.clone(),
             _place: place,
         }
     }
@@ -190,9 +169,7 @@ impl Counted {
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        self.handler.metrics().connections.dec();
-        self.live.count.fetch_sub(1, Ordering::AcqRel);
-        self.live.changed.notify_waiters();
+        self.open.dec();
     }
 }
 
@@ -202,7 +179,6 @@ struct Served {
     header_timeout: Duration,
     idle_timeout: Duration,
     stopped: watch::Receiver<bool>,
-    live: Arc<Live>,
 }
 
 enum Stream {
@@ -224,7 +200,7 @@ impl Served {
     where
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
-        let counted = Counted::new(Arc::clone(&self.live), self.handler.clone(), place);
+        let counted = Counted::new(&self.handler.metrics().connections, place);
         let watch = Watch::new();
         let io = TokioIo::new(connections::Watched::new(io, Arc::clone(&watch)));
         let handler = self.handler.clone();
