@@ -1,6 +1,6 @@
 """A real build farm for the benchmarks (bench/worker, bench/bazel): a PostgreSQL
 cluster of the run's own, BuildGrid 0.4.4 (scripts/fetch-buildgrid) on 127.0.0.1 with
-the tests' configuration (host/tests/farm/buildgrid.yml), and the workers' --stats lines."""
+the tests' configuration (cli/tests/farm/buildgrid.yml), and the workers' --stats lines."""
 
 import json
 import os
@@ -43,8 +43,8 @@ def start_farm(work, bgd):
     url = f"postgresql+psycopg2://postgres@/bgd?host={work / 'sock'}&port={pg_port}"
     run([str(bgd), "migrate", "apply", url], capture_output=True)
     port = free_port()
-    # The tests' configuration (host/tests/farm/buildgrid.yml).
-    template = (Path(__file__).resolve().parent.parent / "host/tests/farm/buildgrid.yml").read_text()
+    # The tests' configuration (cli/tests/farm/buildgrid.yml).
+    template = (Path(__file__).resolve().parent.parent / "cli/tests/farm/buildgrid.yml").read_text()
     (work / "bgd.yml").write_text(template.replace("@PORT@", str(port)).replace("@URL@", url)
                                   .replace("@CAS@", str(work / "cas")))
     server = subprocess.Popen([str(bgd), "server", "start", str(work / "bgd.yml")], cwd=work,

@@ -75,7 +75,7 @@ def _wasm9p(rctx):
     found = rctx.which("wasm9p") if not given else rctx.path(given)
     if not found or not found.exists:
         fail("no wasm9p: put it on PATH or set WASM9P to its path " +
-             "(cargo build --release -p wasm9p-host makes target/release/wasm9p)")
+             "(cargo build --release -p wasm9p-cli makes target/release/wasm9p)")
     return _real(rctx, found)
 
 def _clang_wasm_impl(rctx):

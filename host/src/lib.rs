@@ -33,11 +33,7 @@
 //! What it is not: a library other crates depend on for the protocol or the server;
 //! those are `wasm9p-proto` and `wasm9p-server`.
 
-#[cfg(feature = "cli")]
-pub mod cli;
 pub mod engine;
-#[cfg(feature = "cli")]
-pub mod fuse;
 pub mod http;
 pub mod huge_alloc;
 pub mod interrupt;

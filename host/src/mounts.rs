@@ -435,7 +435,7 @@ impl Mounted {
 /// mount alone (an in-process server's end of a duplex, a worker's socket to its
 /// slot): no reconnect; its pages and metadata of fixed contents in `shared` too, when
 /// given.
-pub(crate) async fn attach_over(
+pub async fn attach_over(
     client_end: wasm9p_proto::transport::BoxStream,
     options: &NinepOptions,
     shared: Option<Arc<SharedCache>>,

@@ -25,8 +25,7 @@ impl WasiP1View for Embedder {
 
 #[test]
 fn an_embedder_runs_guests_with_its_own_store_data_on_a_shared_mount_table() {
-    let wasm =
-        compile_c_guest(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests/fileops.c"));
+    let wasm = compile_c_guest(&wasm9p_tests::guest_source("fileops.c"));
     let dir = Tree::build(&[Tree::Dir("a", vec![Tree::file("hello.txt", "hello\n")])]);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let mounts = runtime
@@ -113,8 +112,7 @@ impl wasm9p_host::p2::WasiP2View for ComponentEmbedder {
 
 #[test]
 fn an_embedder_runs_a_component_on_the_same_mount_table() {
-    let module =
-        compile_c_guest(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests/fileops.c"));
+    let module = compile_c_guest(&wasm9p_tests::guest_source("fileops.c"));
     let component = wasm9p_tests::componentize(&module);
     let dir = Tree::build(&[Tree::file("hello.txt", "hello\n")]);
     let runtime = tokio::runtime::Runtime::new().unwrap();

@@ -14,7 +14,6 @@
 //! `WASM9P_LOAD_OPS` (default 1000) and `WASM9P_LOAD_GUESTS` (default 64) scale it for
 //! long runs.
 
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -56,8 +55,7 @@ fn peak_rss_kib() -> u64 {
 fn sixty_four_guests_on_one_loose_mount_lose_no_write_and_leak_no_fid() {
     let guests = env_or("WASM9P_LOAD_GUESTS", 64);
     let ops = env_or("WASM9P_LOAD_OPS", 1000);
-    let wasm =
-        compile_c_guest(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guests/load_mix.c"));
+    let wasm = compile_c_guest(&wasm9p_tests::guest_source("load_mix.c"));
     let export = Tree::build(&[Tree::Dir("shared", vec![])]);
     for k in 0..SHARED {
         std::fs::write(

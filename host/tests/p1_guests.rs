@@ -11,11 +11,7 @@ use wasm9p_tests::{compile_c_guest, Tree};
 
 /// Compiles `tests/guests/NAME.c` to wasm32-wasi.
 fn guest(name: &str) -> PathBuf {
-    compile_c_guest(
-        &Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/guests")
-            .join(format!("{name}.c")),
-    )
+    compile_c_guest(&wasm9p_tests::guest_source(&format!("{name}.c")))
 }
 
 struct Run {

@@ -46,14 +46,11 @@ fn static_component() -> &'static [u8] {
 }
 
 /// A `wasi:http` component that sleeps or grows on request
-/// (`host/tests/guests/http_limits.c`).
+/// (`tests/guests/http_limits.c`).
 fn limits_component() -> &'static [u8] {
     static CELL: OnceLock<Vec<u8>> = OnceLock::new();
     CELL.get_or_init(|| {
-        std::fs::read(wasm9p_tests::c_http(&repo(
-            "host/tests/guests/http_limits.c",
-        )))
-        .unwrap()
+        std::fs::read(wasm9p_tests::c_http(&repo("tests/guests/http_limits.c"))).unwrap()
     })
 }
 

@@ -5,6 +5,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// The test guest `name` (`tests/guests/NAME`: C sources shared by every crate's
+/// tests).
+pub fn guest_source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("guests")
+        .join(name)
+}
+
 /// Compiles one C file to a wasm32-wasi command module; each call gets its own output
 /// file, so tests running in parallel never race on one.
 pub fn compile_c_guest(src: &Path) -> PathBuf {

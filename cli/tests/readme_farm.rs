@@ -1,0 +1,129 @@
+//! The README's farm walkthrough ("Build farm: `wasm9p worker`", the block after "From
+//! an empty machine") runs as written, in one go: PostgreSQL, BuildGrid, a worker and
+//! one clang.wasm compile sent by `bgd execute`, whose object comes back.
+//!
+//! The block runs with bash (`-e`: a failing line fails it) in a directory laid out
+//! as the repository is where the block looks (`scripts/` and `examples/`, links to
+//! the real ones), with one line left out: `cargo build --release`, the binary under
+//! test standing in for the release build at `target/release/wasm9p` (a release
+//! build would cost CI minutes and test the same source). The worker's default cache
+//! directory is under a `XDG_CACHE_HOME` of the test's own, its module cache the one
+//! the other tests fill. The block's fixed places (`/tmp/farm`, ports 50051 and
+//! 5433) are the README's: the test takes them for its run and leaves nothing behind.
+//! As the README says, it needs root (PostgreSQL runs as its own user).
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PG: &str = "/usr/lib/postgresql/15/bin";
+const BUILD_LINE: &str = "cargo build --release -p wasm9p-cli";
+
+/// The README's block after `intro`, up to its closing fence.
+fn block_after(readme: &str, intro: &str) -> String {
+    let from = readme.find(intro).expect("the walkthrough's introduction");
+    let start = from + readme[from..].find("```sh\n").expect("its block") + "```sh\n".len();
+    let end = start + readme[start..].find("\n```").expect("its end");
+    readme[start..end].to_owned()
+}
+
+/// Stops what the walkthrough started: its process group, and PostgreSQL (which
+/// `pg_ctl` detaches).
+fn stop(group: Option<u32>) {
+    if let Some(pgid) = group {
+        let pgid = rustix::process::Pid::from_raw(pgid as i32).unwrap();
+        let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::TERM);
+        std::thread::sleep(Duration::from_secs(1));
+        let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+    }
+    if Path::new("/tmp/farm/pg/postmaster.pid").exists() {
+        let _ = Command::new("runuser")
+            .args(["-u", "postgres", "--", &format!("{PG}/pg_ctl")])
+            .args(["-D", "/tmp/farm/pg", "stop", "-m", "immediate"])
+            .stdout(Stdio::null())
+            .status();
+    }
+    let _ = std::fs::remove_dir_all("/tmp/farm");
+}
+
+#[test]
+fn the_readme_s_farm_walkthrough_runs_as_written_in_one_go() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: the walkthrough is for root (PostgreSQL runs as its own user)");
+        return;
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let block = block_after(&readme, "From an empty machine");
+    assert_eq!(
+        block.lines().filter(|l| l.trim() == BUILD_LINE).count(),
+        1,
+        "the walkthrough builds with `{BUILD_LINE}`:\n{block}"
+    );
+    let script: String = block
+        .lines()
+        .filter(|l| l.trim() != BUILD_LINE)
+        .map(|l| format!("{l}\n"))
+        .collect();
+
+    // The repository as the block sees it; the binary under test as the release one.
+    let dir = tempfile::tempdir().unwrap();
+    let here = dir.path();
+    for linked in ["scripts", "examples"] {
+        std::os::unix::fs::symlink(repo.join(linked).canonicalize().unwrap(), here.join(linked))
+            .unwrap();
+    }
+    std::fs::create_dir_all(here.join("target/release")).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_wasm9p"),
+        here.join("target/release/wasm9p"),
+    )
+    .unwrap();
+    let cache = here.join("xdg-cache");
+    std::fs::create_dir_all(cache.join("wasm9p/worker")).unwrap();
+    let modules = Path::new(env!("CARGO_TARGET_TMPDIR")).join("module-cache");
+    std::fs::create_dir_all(&modules).unwrap();
+    std::os::unix::fs::symlink(&modules, cache.join("wasm9p/worker/modules")).unwrap();
+
+    stop(None); // a run before this one that died midway
+    let mut bash = Command::new("bash")
+        .args(["-e", "-c", &script])
+        .current_dir(here)
+        .env("XDG_CACHE_HOME", &cache)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(here.join("out.log")).unwrap())
+        .stderr(std::fs::File::create(here.join("err.log")).unwrap())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let group = bash.id();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let status = loop {
+        if let Some(status) = bash.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let log = |name: &str| std::fs::read_to_string(here.join(name)).unwrap_or_default();
+    let said = format!("stdout:\n{}\nstderr:\n{}", log("out.log"), log("err.log"));
+    stop(Some(group));
+    let status = status.unwrap_or_else(|| panic!("the walkthrough ran 10 minutes: {said}"));
+    assert!(
+        status.success(),
+        "the walkthrough failed ({status}): {said}"
+    );
+
+    // Its last line lists the object the farm compiled: a wasm object defining
+    // `answer`.
+    let object = std::fs::read(here.join("got/out/a.o")).unwrap();
+    assert_eq!(&object[..4], b"\0asm", "{said}");
+    assert!(
+        object.windows(6).any(|w| w == b"answer"),
+        "no `answer` in the object: {said}"
+    );
+    assert!(log("out.log").contains("got/out/a.o"), "{said}");
+}

@@ -1,0 +1,149 @@
+/* A wasi:http component that misbehaves on request, for the limit tests of
+ * cli/tests/http.rs (built with tests::c_http):
+ *   /ok            200 "ok"
+ *   /loop          computes forever (the timeout)
+ *   /grow          takes memory until it cannot (the memory limit)
+ *   /trap          traps
+ *   /sleep?MS      waits MS milliseconds on a clock, then 200 (the queue, SIGTERM)
+ *   /echo          reads the request body, answers its length (the body bound)
+ *   /fetch?HOST:PORT  sends GET http://HOST:PORT/ and answers "fetched STATUS", or 502
+ *                  "denied" when the host refuses it (the outgoing allow list)
+ *   /write?NAME    creates /NAME in the namespace: "written", or the error's name */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <stdlib.h>
+
+#include "../../../examples/http/respond.h"
+
+static bool starts(const guest_string_t *s, const char *prefix) {
+  size_t n = strlen(prefix);
+  return s->len >= n && memcmp(s->ptr, prefix, n) == 0;
+}
+
+/* What follows the '?' of the target, NUL-terminated, in `out`. */
+static void query(const guest_string_t *s, char *out, size_t cap) {
+  size_t i = 0, n = 0;
+  while (i < s->len && s->ptr[i] != '?') i++;
+  for (i++; i < s->len && n + 1 < cap; i++) out[n++] = (char)s->ptr[i];
+  out[n] = '\0';
+}
+
+static volatile uint64_t sink;
+
+static void spin(void) {
+  for (uint64_t i = 0;; i++) sink = i;
+}
+
+static void grow(void) {
+  for (;;) {
+    char *p = malloc(1 << 20);
+    if (!p) abort();
+    memset(p, 1, 1 << 20);
+    sink += (uint64_t)(uintptr_t)p;
+  }
+}
+
+static void echo(request_t request, outparam_t out) {
+  wasi_http_types_own_incoming_body_t body;
+  wasi_http_types_method_incoming_request_consume(wasi_http_types_borrow_incoming_request(request), &body);
+  wasi_io_streams_own_input_stream_t stream;
+  wasi_http_types_method_incoming_body_stream(wasi_http_types_borrow_incoming_body(body), &stream);
+  uint64_t total = 0;
+  for (;;) {
+    guest_list_u8_t chunk;
+    wasi_io_streams_stream_error_t err;
+    if (!wasi_io_streams_method_input_stream_blocking_read(wasi_io_streams_borrow_input_stream(stream), 65536, &chunk, &err)) {
+      break;
+    }
+    total += chunk.len;
+    guest_list_u8_free(&chunk);
+  }
+  wasi_io_streams_input_stream_drop_own(stream);
+  wasi_http_types_incoming_body_drop_own(body);
+  char text[64];
+  snprintf(text, sizeof text, "%llu\n", (unsigned long long)total);
+  respond_text(out, 200, text);
+}
+
+static void sleep_ms(uint64_t ms) {
+  wasi_clocks_monotonic_clock_own_pollable_t p = wasi_clocks_monotonic_clock_subscribe_duration(ms * 1000000ull);
+  wasi_io_poll_method_pollable_block(wasi_io_poll_borrow_pollable(p));
+  wasi_io_poll_pollable_drop_own(p);
+}
+
+static void fetch(const char *authority, outparam_t out) {
+  wasi_http_types_own_outgoing_request_t req =
+      wasi_http_types_constructor_outgoing_request(wasi_http_types_constructor_fields());
+  wasi_http_types_borrow_outgoing_request_t b = wasi_http_types_borrow_outgoing_request(req);
+  wasi_http_types_scheme_t scheme = {.tag = WASI_HTTP_TYPES_SCHEME_HTTP};
+  wasi_http_types_method_outgoing_request_set_scheme(b, &scheme);
+  guest_string_t auth = {(uint8_t *)authority, strlen(authority)};
+  wasi_http_types_method_outgoing_request_set_authority(b, &auth);
+  guest_string_t path = {(uint8_t *)"/", 1};
+  wasi_http_types_method_outgoing_request_set_path_with_query(b, &path);
+  wasi_http_types_own_future_incoming_response_t future;
+  wasi_http_types_error_code_t err;
+  if (!wasi_http_outgoing_handler_handle(req, NULL, &future, &err)) {
+    respond_text(out, 502, err.tag == WASI_HTTP_TYPES_ERROR_CODE_HTTP_REQUEST_DENIED ? "denied\n" : "failed\n");
+    return;
+  }
+  wasi_http_types_borrow_future_incoming_response_t fb = wasi_http_types_borrow_future_incoming_response(future);
+  wasi_http_types_own_pollable_t ready = wasi_http_types_method_future_incoming_response_subscribe(fb);
+  wasi_io_poll_method_pollable_block(wasi_io_poll_borrow_pollable(ready));
+  wasi_io_poll_pollable_drop_own(ready);
+  wasi_http_types_result_result_own_incoming_response_error_code_void_t got;
+  char text[64] = "failed\n";
+  uint16_t status = 502;
+  if (wasi_http_types_method_future_incoming_response_get(fb, &got) && !got.is_err) {
+    if (!got.val.ok.is_err) {
+      snprintf(text, sizeof text, "fetched %u\n",
+               wasi_http_types_method_incoming_response_status(
+                   wasi_http_types_borrow_incoming_response(got.val.ok.val.ok)));
+      status = 200;
+      wasi_http_types_incoming_response_drop_own(got.val.ok.val.ok);
+    } else if (got.val.ok.val.err.tag == WASI_HTTP_TYPES_ERROR_CODE_HTTP_REQUEST_DENIED) {
+      strcpy(text, "denied\n");
+    }
+  }
+  wasi_http_types_future_incoming_response_drop_own(future);
+  respond_text(out, status, text);
+}
+
+static void write_file(const char *name, outparam_t out) {
+  char path[300];
+  snprintf(path, sizeof path, "/%s", name);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    respond_text(out, 500, errno == EROFS ? "EROFS\n" : "failed\n");
+    return;
+  }
+  bool ok = write(fd, "from a request\n", 15) == 15;
+  close(fd);
+  respond_text(out, ok ? 200 : 500, ok ? "written\n" : "failed\n");
+}
+
+void exports_wasi_http_incoming_handler_handle(request_t request, outparam_t out) {
+  guest_string_t target = {0};
+  wasi_http_types_method_incoming_request_path_with_query(wasi_http_types_borrow_incoming_request(request), &target);
+  char q[256];
+  query(&target, q, sizeof q);
+  if (starts(&target, "/loop")) spin();
+  if (starts(&target, "/grow")) grow();
+  if (starts(&target, "/trap")) __builtin_trap();
+  if (starts(&target, "/echo")) {
+    echo(request, out);
+  } else if (starts(&target, "/sleep")) {
+    sleep_ms(strtoull(q, NULL, 10));
+    respond_text(out, 200, "slept\n");
+  } else if (starts(&target, "/write")) {
+    write_file(q, out);
+  } else if (starts(&target, "/fetch")) {
+    fetch(q, out);
+  } else {
+    respond_text(out, 200, "ok\n");
+  }
+  guest_string_free(&target);
+  wasi_http_types_incoming_request_drop_own(request);
+}
