@@ -3,7 +3,9 @@
 
 use super::*;
 use crate::apis::v2;
+use bytes::Bytes;
 use prost::Message;
+use wasm9p_server::nodes::{Kind, New, NodeFs};
 
 /// A CAS in memory: blobs, and how many fetches it served.
 #[derive(Default)]

@@ -5,7 +5,10 @@
 //! node-side 9P server shared by two containers, and every bad input failing the
 //! create with one line.
 
+mod compiled;
+#[path = "../containerd/mod.rs"]
 mod containerd;
+mod running;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -14,6 +17,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use containerd::{containerd, rootfs, text};
+use running::{get, Running};
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
@@ -204,208 +208,6 @@ fn volumes_appear_at_their_destinations_with_ro_honoured() {
     assert!(!data.path().join("new.txt").exists());
 }
 
-/// A free port on 127.0.0.1.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// One HTTP/1.1 GET on a connection of its own: the status and the body.
-fn get(port: u16, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response)?;
-    let head_end = response
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other(format!("no head in {} bytes", response.len())))?;
-    let head = String::from_utf8_lossy(&response[..head_end]).into_owned();
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("bad head {head:?}")))?;
-    let mut body = response[head_end + 4..].to_vec();
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        body = unchunk(&body);
-    }
-    Ok((status, body))
-}
-
-fn unchunk(mut body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let Some(line_end) = body.windows(2).position(|w| w == b"\r\n") else {
-            return out;
-        };
-        let size = usize::from_str_radix(String::from_utf8_lossy(&body[..line_end]).trim(), 16)
-            .unwrap_or(0);
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&body[line_end + 2..line_end + 2 + size]);
-        body = &body[line_end + 2 + size + 2..];
-    }
-}
-
-/// A task running under `ctr run --rm` (not detached: ctr ends with the task's exit
-/// code), listening on `port` when it serves.
-struct Running {
-    ns: &'static str,
-    id: String,
-    port: u16,
-    ctr: Option<std::process::Child>,
-    /// Where ctr's stdout and stderr go (the task's, and ctr's own words).
-    output: tempfile::NamedTempFile,
-}
-
-impl Running {
-    /// Starts `args` on the directory `root`.
-    fn spawn(
-        ns: &'static str,
-        id: &str,
-        root: &Path,
-        options: &[&str],
-        args: &[&str],
-        port: u16,
-    ) -> Running {
-        let mut all = vec!["--rootfs"];
-        all.extend_from_slice(options);
-        Running::spawn_image(ns, id, &root.display().to_string(), &all, args, port)
-    }
-
-    /// Starts `args` on `image` (or what `options` make of it: `--rootfs`).
-    fn spawn_image(
-        ns: &'static str,
-        id: &str,
-        image: &str,
-        options: &[&str],
-        args: &[&str],
-        port: u16,
-    ) -> Running {
-        let mut ctr = containerd().ctr_run(ns);
-        ctr.args(options)
-            .arg(image)
-            .arg(id)
-            .args(args)
-            .stdin(std::process::Stdio::null());
-        let output = tempfile::NamedTempFile::new().unwrap();
-        ctr.stdout(output.reopen().unwrap())
-            .stderr(output.reopen().unwrap());
-        Running {
-            ns,
-            id: id.to_owned(),
-            port,
-            ctr: Some(ctr.spawn().unwrap()),
-            output,
-        }
-    }
-
-    /// What ctr and the task printed so far.
-    fn printed(&self) -> String {
-        std::fs::read_to_string(self.output.path()).unwrap_or_default()
-    }
-
-    /// Serves `wasm` on a free port of 127.0.0.1, the address given as runwasi's
-    /// wasmtime shim takes it; returns once it listens.
-    fn start(ns: &'static str, id: &str, root: &Path, wasm: &str, extra: &[&str]) -> Running {
-        let port = free_port();
-        let listen = format!("WASMTIME_HTTP_PROXY_SOCKET_ADDR=127.0.0.1:{port}");
-        let mut options = vec!["--net-host", "--env", &listen];
-        options.extend_from_slice(extra);
-        let mut served = Running::spawn(ns, id, root, &options, &[wasm], port);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = served.ctr.as_mut().unwrap().try_wait().unwrap() {
-                panic!(
-                    "{id} ended ({status}): {}; {:?}",
-                    served.printed(),
-                    containerd().log_of(id)
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{id} did not listen on {port}: {:?}",
-                containerd().log_of(id)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        served
-    }
-
-    /// Waits until containerd says the task runs.
-    fn wait_running(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let tasks = containerd()
-                .ctr(self.ns)
-                .args(["task", "ls"])
-                .output()
-                .unwrap();
-            let list = text(&tasks).0;
-            if list
-                .lines()
-                .any(|l| l.starts_with(&format!("{} ", self.id)) && l.contains("RUNNING"))
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} is not running: {list}; ctr: {}",
-                self.id,
-                self.printed()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// `ctr task kill -s SIGNAL`, then the task's exit code (ctr's).
-    fn stop(&mut self, signal: &str) -> i32 {
-        let kill = containerd()
-            .ctr(self.ns)
-            .args(["task", "kill", "-s", signal, &self.id])
-            .output()
-            .unwrap();
-        assert!(kill.status.success(), "{:?}", text(&kill));
-        let mut child = self.ctr.take().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status.code().unwrap_or(-1);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not end after {signal}",
-                self.id
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.ctr.take() {
-            let _ = containerd()
-                .ctr(self.ns)
-                .args(["task", "kill", "-s", "SIGKILL", &self.id])
-                .output();
-            let _ = child.wait();
-        }
-    }
-}
-
 #[test]
 fn an_http_component_serves_its_rootfs_on_the_envs_address_and_drains_on_sigterm() {
     let big: Vec<u8> = (0..64 * 1024u32).map(|i| (i * 7 % 251) as u8).collect();
@@ -591,48 +393,6 @@ fn signals_stop_tasks_and_a_killed_shim_leaves_containerd_going() {
 }
 
 #[test]
-fn the_second_container_of_an_image_does_not_compile() {
-    let name = "docker.io/wasm9p/task:compiled";
-    // A module of its own (a custom section makes its digest unique): no other test
-    // has compiled it into the shared module cache.
-    let module = with_custom_section(task_module(), "compiled-once");
-    containerd().import(
-        "images",
-        name,
-        &["/task.wasm"],
-        &[
-            ("/task.wasm", &module),
-            ("/etc/greeting", b"from the image\n"),
-        ],
-    );
-    let mut compiles = Vec::new();
-    for id in ["image-first", "image-second"] {
-        let output = containerd().run(
-            "images",
-            &[],
-            name,
-            id,
-            &["/task.wasm", "cat", "/etc/greeting"],
-        );
-        let (out, err) = text(&output);
-        assert!(output.status.success(), "{id}: {out}{err}");
-        assert_eq!(out, "from the image\n");
-        compiles.push(
-            containerd()
-                .log_of(id)
-                .iter()
-                .filter(|line| line.contains("wasm9p: compiling"))
-                .count(),
-        );
-    }
-    assert_eq!(
-        compiles,
-        [1, 0],
-        "the first compiles, the second maps the cached code"
-    );
-}
-
-#[test]
 fn a_node_side_server_is_shared_by_two_containers_and_its_changes_are_seen() {
     let site = tempfile::tempdir().unwrap();
     std::fs::write(site.path().join("page.txt"), "first version\n").unwrap();
@@ -692,110 +452,6 @@ fn a_node_side_server_is_shared_by_two_containers_and_its_changes_are_seen() {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-}
-
-/// A preview1 module past [`containerd::TIER_FROM`]: `functions` functions of
-/// arithmetic, chained into one number `_start` prints.
-fn big_module(functions: u32) -> Vec<u8> {
-    let mut wat = String::from(
-        r#"(module
-  (import "wasi_snapshot_preview1" "fd_write"
-    (func $fd_write (param i32 i32 i32 i32) (result i32)))
-  (memory (export "memory") 1)
-"#,
-    );
-    for f in 0..functions {
-        wat.push_str(&format!(
-            "  (func $f{f} (param i32) (result i32)\n    local.get 0\n"
-        ));
-        for step in 0..40u32 {
-            let k = f.wrapping_mul(2_654_435_761).wrapping_add(step * 97) | 1;
-            wat.push_str(&format!(
-                "    i32.const {k} i32.mul i32.const {} i32.rotl i32.const {step} i32.xor\n",
-                (step % 31) + 1
-            ));
-        }
-        wat.push_str("  )\n");
-    }
-    // _start: the chain's low byte as one letter and a newline.
-    wat.push_str("  (func (export \"_start\") (local $v i32)\n    i32.const 7 local.set $v\n");
-    for f in 0..functions {
-        wat.push_str(&format!("    local.get $v call $f{f} local.set $v\n"));
-    }
-    wat.push_str(
-        r#"    i32.const 16 local.get $v i32.const 25 i32.rem_u i32.const 97 i32.add i32.store8
-    i32.const 17 i32.const 10 i32.store8
-    i32.const 0 i32.const 16 i32.store
-    i32.const 4 i32.const 2 i32.store
-    i32.const 1 i32.const 0 i32.const 1 i32.const 8 call $fd_write drop)
-)"#,
-    );
-    wat::parse_str(&wat).unwrap()
-}
-
-#[test]
-fn a_big_programs_optimized_code_is_finished_on_the_node_for_the_next_container() {
-    let module = big_module(2500);
-    assert!(
-        module.len() as u64 > containerd::TIER_FROM,
-        "{} bytes",
-        module.len()
-    );
-    let root = rootfs(&[("/big.wasm", &module)]);
-    // The first container compiles the baseline code, starts the optimized compile,
-    // and ends first: the node finishes it.
-    let (code, first_out, err) = run("tiers", &[], root.path(), "tier-0", &["/big.wasm"]);
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(first_out.len(), 2, "{first_out:?}");
-    let ended = |id: &str| {
-        containerd()
-            .log_of(id)
-            .iter()
-            .find_map(|line| line.contains("ended with 0 on the").then(|| line.clone()))
-            .unwrap_or_default()
-    };
-    let log = containerd().log_of("tier-0");
-    assert!(ended("tier-0").contains("on the baseline tier"), "{log:?}");
-    assert!(
-        log.iter()
-            .any(|l| l.contains("being compiled in the background for later runs")),
-        "the unfinished compile was handed to the node: {log:?}"
-    );
-    // Later containers run on the optimized code once the node has kept it, and none
-    // compiles anything (their first tier is cached, the optimized one is the node's).
-    let deadline = Instant::now() + Duration::from_secs(120);
-    for n in 1.. {
-        let id = format!("tier-{n}");
-        let (code, out, err) = run("tiers", &[], root.path(), &id, &["/big.wasm"]);
-        assert_eq!((code, &out), (0, &first_out), "{id}: {err}");
-        assert!(
-            !containerd()
-                .log_of(&id)
-                .iter()
-                .any(|l| l.contains("wasm9p: compiling")),
-            "{id} compiled"
-        );
-        if ended(&id).contains("on the optimized tier") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no container ran on the optimized code"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
-/// `wasm` with a custom section named `name` appended: another module to the cache,
-/// the same program.
-fn with_custom_section(wasm: &[u8], name: &str) -> Vec<u8> {
-    let mut section = vec![name.len() as u8];
-    section.extend_from_slice(name.as_bytes());
-    let mut out = wasm.to_vec();
-    out.push(0);
-    out.push(section.len() as u8);
-    out.extend_from_slice(&section);
-    out
 }
 
 /// `ctr run` of a task that must not start: its stderr, and ctr's exit code.
