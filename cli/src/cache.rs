@@ -51,7 +51,15 @@ pub fn cache(args: CacheArgs) -> ExitCode {
     let tag = choice.cachetag.as_deref();
     let result = match &args.action {
         CacheAction::Ls(_) => fscache::stores(&root).map(|all| {
-            for s in all.iter().filter(|s| tag.is_none_or(|t| t == s.tag)) {
+            let listed: Vec<_> = all
+                .iter()
+                .filter(|s| tag.is_none_or(|t| t == s.tag))
+                .collect();
+            if listed.is_empty() {
+                // On stderr: stdout stays one line per store for scripts.
+                eprintln!("wasm9p cache: no store under {}", root.display());
+            }
+            for s in listed {
                 println!(
                     "{}\t{} bytes\t{} records\t{} pages\tused {}\t{}",
                     s.tag,

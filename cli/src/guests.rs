@@ -28,11 +28,12 @@ use wasm9p_host::p2::MountGrant;
 /// `--mount`'s help, its 9p options from the one table the parser uses.
 fn mount_help() -> String {
     format!(
-        "A mount: `type=9p,source=ADDR,target=/g` or `type=9p,export=HOSTDIR,target=/g`, \
-         optionally with {} (an export also \
+        "A mount: `type=9p,source=ADDR,target=/g` (`aname=NAME` picks one of the server's \
+         exports) or `type=9p,export=HOSTDIR,target=/g`, optionally with {} (an export also \
          `security_model=passthrough|mapped-xattr|mapped-file`, `allow_devices`); or \
          `type=bind,source=HOSTDIR,target=/g`, optionally `ro`; or \
-         `type=plugin,component=FILE.wasm,target=/g` (with the 9p options). Repeatable. \
+         `type=plugin,component=FILE.wasm,target=/g` (with the 9p options, and \
+         `instances=N`, `fuel=N`, `call_timeout=SECONDS` to bound the plugin). Repeatable. \
          With no --mount and no --dir, the current directory is served at / by the \
          embedded 9p server with cache=loose.",
         OptionKey::list()

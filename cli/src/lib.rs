@@ -40,7 +40,7 @@ pub use worker::{worker, worker_slot, SlotArgs, WorkerArgs};
     name = "wasm9p",
     version,
     about,
-    after_help = "clang.wasm's tools as host commands (README, \"A drop-in compiler\"):\n  \
+    after_help = "clang.wasm's tools as host commands (docs/cc.md):\n  \
                   wasm9p cc|c++|ar|ranlib|ld|nm|objdump|... [--root DIR] [--root-source ADDR] \
                   [--toolchain DIR] ARGS...\n  or a link to wasm9p named after the tool."
 )]
@@ -55,7 +55,7 @@ pub struct Cli {
 pub enum Command {
     /// Export a host directory over 9P2000.L.
     Serve(ServeArgs),
-    /// Run a WASI preview1 module on a namespace of 9p, bind and embedded mounts.
+    /// Run a WASI guest (a preview1 module, a 0.2 or 0.3 component) on a namespace of 9p, bind and embedded mounts.
     Run(RunArgs),
     /// Run one guest per COMMANDS line, up to --jobs at once, on shared mounts.
     Batch(BatchArgs),

@@ -35,6 +35,15 @@ fn main() -> ExitCode {
     if let Some((name, tool, args, called_as_tool)) = cli::cc::called(&argv) {
         return cli::cc::main(&name, tool, args, called_as_tool);
     }
+    if let [_, help, tool] = argv.as_slice() {
+        if let Some(text) = (help == "help")
+            .then(|| tool.to_str().and_then(cli::cc::help))
+            .flatten()
+        {
+            print!("{text}");
+            return ExitCode::SUCCESS;
+        }
+    }
     match Cli::parse().command {
         // The guest runs on this thread; `run` makes its own runtime for the mounts.
         Command::Run(args) => cli::run(args),

@@ -517,6 +517,21 @@ fn cache_ls_shows_stores_by_tag_and_clear_removes_them() {
     assert_eq!(cache(&["ls"]).lines().count(), 1);
     cache(&["clear"]);
     assert_eq!(cache(&["ls"]), "");
+    // An empty listing says so, on stderr (stdout stays one line per store).
+    let empty = wasm9p()
+        .args([
+            "cache",
+            "ls",
+            "--fscache-dir",
+            store.path().to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&empty.stderr).contains("no store under"),
+        "{}",
+        String::from_utf8_lossy(&empty.stderr)
+    );
     let bad = wasm9p()
         .args([
             "run",

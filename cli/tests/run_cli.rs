@@ -483,3 +483,43 @@ fn batch_and_run_tell_a_wasi_0_3_component_and_run_it_on_9p() {
     names.sort();
     assert_eq!(names, ["a.txt", "b.txt"]);
 }
+
+#[test]
+fn help_names_every_guest_kind_the_mount_keys_and_the_compiler_tools() {
+    let text = |args: &[&str]| {
+        let out = wasm9p().args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let top = text(&["--help"]);
+    assert!(
+        top.contains("a preview1 module, a 0.2 or 0.3 component"),
+        "{top}"
+    );
+    let run = text(&["help", "run"]);
+    for key in [
+        "aname=NAME",
+        "instances=N",
+        "call_timeout=SECONDS",
+        "negtimeout=MS",
+    ] {
+        assert!(run.contains(key), "run --help lacks {key}: {run}");
+    }
+    // `wasm9p help cc` is our options for the tool, with the tool's own left to it.
+    let cc = text(&["help", "cc"]);
+    assert!(
+        cc.starts_with("clang.wasm's `cc` as a host command"),
+        "{cc}"
+    );
+    for option in [
+        "--root DIR",
+        "--root-source ADDR",
+        "--toolchain DIR",
+        "--daemon",
+    ] {
+        assert!(cc.contains(option), "help cc lacks {option}: {cc}");
+    }
+    assert!(text(&["help", "ar"]).contains("wasm9p ar [--root DIR]"));
+    let unknown = wasm9p().args(["help", "nosuchtool"]).output().unwrap();
+    assert_eq!(unknown.status.code(), Some(2));
+}

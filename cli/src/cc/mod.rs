@@ -483,6 +483,32 @@ fn guest_env(
     env
 }
 
+/// What `wasm9p help TOOL` prints for a tool of [`TOOLS`]: our own options (the
+/// tool's own are its `--help`, `wasm9p TOOL --help`, answered by clang.wasm).
+pub fn help(tool: &str) -> Option<String> {
+    TOOLS.iter().find(|(n, _)| *n == tool)?;
+    let names: Vec<&str> = TOOLS.iter().map(|(n, _)| *n).collect();
+    Some(format!(
+        "clang.wasm's `{tool}` as a host command: each run a guest (compiles job by job), \
+         the project root at its own path through 9P, the toolchain's sysroot at /usr\n\n\
+         Usage: wasm9p {tool} [--root DIR] [--root-source ADDR] [--toolchain DIR] \
+         [--daemon off|auto|unix:PATH] ARGS...\n       \
+         or a link to wasm9p named `{tool}` (then every argument is the tool's)\n\n\
+         Options (before the tool's arguments):\n  \
+         --root DIR          the project root, seen at its own path (WASM9P_ROOT; default: \
+         the working directory)\n  \
+         --root-source ADDR  the root from a `wasm9p serve` at ADDR instead of the \
+         embedded server (WASM9P_ROOT_SOURCE)\n  \
+         --toolchain DIR     clang.wasm and its sysroot (WASM9P_TOOLCHAIN; default: what \
+         scripts/fetch-clang-wasm fetched)\n  \
+         --daemon off|auto|unix:PATH\n                      \
+         off: compile in this process; auto: the user's daemon for the root, started if need be; unix:PATH: through that `wasm9p daemon` \
+         (WASM9P_DAEMON; default: auto)\n\n\
+         The tool's own options: wasm9p {tool} --help. Tools: {}\n",
+        names.join(", ")
+    ))
+}
+
 /// Splits `std::env::args_os()` for [`main`]: the tool this process was called as
 /// (through a link named after it), or the tool subcommand `wasm9p TOOL ...` names.
 pub fn called(args: &[OsString]) -> Option<(String, Tool, Vec<String>, bool)> {

@@ -1,4 +1,4 @@
-//! The README's farm walkthrough ("Build farm: `wasm9p worker`", the block after "From
+//! The farm walkthrough in docs/farm.md ("Build farm: `wasm9p worker`", the block after "From
 //! an empty machine") runs as written, in one go: PostgreSQL, BuildGrid, a worker and
 //! one clang.wasm compile sent by `bgd execute`, whose object comes back.
 //!
@@ -9,8 +9,8 @@
 //! build would cost CI minutes and test the same source). The worker's default cache
 //! directory is under a `XDG_CACHE_HOME` of the test's own, its module cache the one
 //! the other tests fill. The block's fixed places (`/tmp/farm`, ports 50051 and
-//! 5433) are the README's: the test takes them for its run and leaves nothing behind.
-//! As the README says, it needs root (PostgreSQL runs as its own user).
+//! 5433) are the walkthrough's: the test takes them for its run and leaves nothing behind.
+//! As the page says, it needs root (PostgreSQL runs as its own user).
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 const PG: &str = "/usr/lib/postgresql/15/bin";
 const BUILD_LINE: &str = "cargo build --release -p wasm9p-cli";
 
-/// The README's block after `intro`, up to its closing fence.
-fn block_after(readme: &str, intro: &str) -> String {
-    let from = readme.find(intro).expect("the walkthrough's introduction");
-    let start = from + readme[from..].find("```sh\n").expect("its block") + "```sh\n".len();
-    let end = start + readme[start..].find("\n```").expect("its end");
-    readme[start..end].to_owned()
+/// The page's block after `intro`, up to its closing fence.
+fn block_after(page: &str, intro: &str) -> String {
+    let from = page.find(intro).expect("the walkthrough's introduction");
+    let start = from + page[from..].find("```sh\n").expect("its block") + "```sh\n".len();
+    let end = start + page[start..].find("\n```").expect("its end");
+    page[start..end].to_owned()
 }
 
 /// Stops what the walkthrough started: its process group, and PostgreSQL (which
@@ -48,14 +48,14 @@ fn stop(group: Option<u32>) {
 }
 
 #[test]
-fn the_readme_s_farm_walkthrough_runs_as_written_in_one_go() {
+fn the_farm_walkthrough_runs_as_written_in_one_go() {
     if !rustix::process::geteuid().is_root() {
         eprintln!("skipped: the walkthrough is for root (PostgreSQL runs as its own user)");
         return;
     }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
-    let block = block_after(&readme, "From an empty machine");
+    let page = std::fs::read_to_string(repo.join("docs/farm.md")).unwrap();
+    let block = block_after(&page, "From an empty machine");
     assert_eq!(
         block.lines().filter(|l| l.trim() == BUILD_LINE).count(),
         1,
