@@ -212,8 +212,8 @@ pub fn http(args: HttpArgs) -> ExitCode {
             Some(listen) => Some(bind(listen).await?),
             None => None,
         };
-        let stop =
-            super::Shutdown::register().map_err(|e| (1, format!("cannot handle signals: {e}")))?;
+        let stop = super::shared::Shutdown::register()
+            .map_err(|e| (1, format!("cannot handle signals: {e}")))?;
         reload_on_hangup(&handler, &args.component)
             .map_err(|e| (1, format!("cannot handle signals: {e}")))?;
         let (stopped, metrics_stop) = tokio::sync::watch::channel(false);

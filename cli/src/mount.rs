@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::guests::NamespaceArgs;
+use super::shared::Shutdown;
 use super::shared::{fail, say, EXIT_USAGE};
-use super::Shutdown;
 use wasm9p_fuse::{self as fuse, NamespaceFs};
 
 /// `wasm9p mount`.

@@ -57,6 +57,30 @@ pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         .ok_or_else(|| format!("{s:?}: too long"))
 }
 
+/// SIGINT and SIGTERM, registered at once (so a signal that comes right after the
+/// "serving" line is caught, not fatal); `wait` resolves on the first of them.
+pub(crate) struct Shutdown {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Shutdown {
+    pub(crate) fn register() -> std::io::Result<Shutdown> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Shutdown {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+        })
+    }
+
+    pub(crate) async fn wait(mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,12 +37,12 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use super::invocation::{Invocation, Io};
 use super::wire::{self, Request};
 use super::{guest_env, paths, Options, Setup, Tool, EXIT_SETUP};
 use crate::shared::{fail, parse_duration, say};
 use wasm9p_host::engine::GuestEngine;
 use wasm9p_host::p1::{Input, Sink};
+use wasm9p_host::toolchain::{Invocation, Io};
 
 /// `wasm9p daemon`.
 #[derive(Debug, Args)]

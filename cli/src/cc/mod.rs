@@ -1,16 +1,12 @@
 //! `wasm9p cc`, `c++`, `ar`, `ld`, `nm`, ...: clang.wasm's tools as host commands a
 //! build system can call as `$CC`, `$AR` and the rest.
 //!
-//! clang.wasm (the npm package `@yowasp/clang`) is one multi-call module: argv[1]
-//! names the tool (`clang`, `clang++`, `wasm-ld`, `ar`, ...). It cannot start
-//! processes, so the compiler driver is run twice over: once with `-###`, which prints
-//! the jobs it would run (see [`jobs`]), then each job as a guest of its own, in order,
-//! stopping at the first that fails, as the native driver would. What the driver
-//! prints for the user (warnings, and everything with `-v`) is relayed; a query that
-//! makes no jobs (`--version`, `-print-file-name=`, an error in the arguments) is
-//! answered by the driver run plainly. stdout, stderr, stdin and the exit code are the
-//! guests' own, so `-E` and `-o -` write to stdout and `-x c -` reads stdin. The other
-//! tools run as one guest each.
+//! The tools themselves, and the compiler driver run job by job, are
+//! [`wasm9p_host::toolchain`]'s; this module is the command around them: its options
+//! and environment, the daemon that keeps a build's guests in one process
+//! ([`daemon`], reached through `autostart` and `client`), and the paths a guest
+//! sees. stdout, stderr, stdin and the exit code are the guests' own, so `-E` and
+//! `-o -` write to stdout and `-x c -` reads stdin.
 //!
 //! What the guest sees, so that every path a build passes means the same file:
 //! - the project root (`--root DIR`, `WASM9P_ROOT`, default the working directory)
@@ -37,9 +33,6 @@
 mod autostart;
 mod client;
 mod daemon;
-mod depfile;
-pub(super) mod invocation;
-mod jobs;
 mod paths;
 mod wire;
 
@@ -52,68 +45,17 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::engines::{engine_for, setup_failed, tier_from_env};
-use invocation::{Invocation, Io};
 use wasm9p_host::engine::GuestEngine;
 use wasm9p_host::module_cache::ModuleCache;
 use wasm9p_host::mounts::MountTable;
+pub use wasm9p_host::toolchain::Tool;
+use wasm9p_host::toolchain::{Invocation, Io, TOOLS};
 
 /// The clang.wasm release `scripts/fetch-clang-wasm` fetches (the default toolchain).
 pub const CLANG_WASM_VERSION: &str = "22.0.0-git20542-10";
 
 /// Exit code for a setup problem (no toolchain, a path outside the root).
 const EXIT_SETUP: u8 = super::shared::EXIT_USAGE;
-
-/// A tool of the multi-call module.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tool {
-    /// The compiler driver (`clang` or `clang++`), run job by job.
-    Driver(&'static str),
-    /// Any other tool, run as one guest (`ar`, `wasm-ld`, ...).
-    Direct(&'static str),
-}
-
-/// Names a build system calls, and the tool each is.
-const TOOLS: &[(&str, Tool)] = &[
-    ("cc", Tool::Driver("clang")),
-    ("c++", Tool::Driver("clang++")),
-    ("clang", Tool::Driver("clang")),
-    ("clang++", Tool::Driver("clang++")),
-    ("gcc", Tool::Driver("clang")),
-    ("g++", Tool::Driver("clang++")),
-    ("ar", Tool::Direct("ar")),
-    ("ranlib", Tool::Direct("ranlib")),
-    ("ld", Tool::Direct("wasm-ld")),
-    ("wasm-ld", Tool::Direct("wasm-ld")),
-    ("nm", Tool::Direct("nm")),
-    ("objdump", Tool::Direct("objdump")),
-    ("objcopy", Tool::Direct("objcopy")),
-    ("strip", Tool::Direct("strip")),
-    ("size", Tool::Direct("size")),
-    ("readelf", Tool::Direct("readelf")),
-    ("readobj", Tool::Direct("readobj")),
-    ("addr2line", Tool::Direct("addr2line")),
-    ("symbolizer", Tool::Direct("symbolizer")),
-    ("c++filt", Tool::Direct("c++filt")),
-];
-
-impl Tool {
-    /// The tool a subcommand or a command's file name names: `cc`, `c++`, `ar`, ...,
-    /// also with an `llvm-` or a target prefix (`llvm-ar`, `wasm32-wasi-clang`).
-    pub fn named(name: &str) -> Option<Tool> {
-        let name = name.strip_prefix("llvm-").unwrap_or(name);
-        // The longest name that is all of it or its last dash-separated part.
-        TOOLS
-            .iter()
-            .filter(|(tool, _)| {
-                name == *tool
-                    || name
-                        .strip_suffix(tool)
-                        .is_some_and(|prefix| prefix.ends_with('-'))
-            })
-            .max_by_key(|(tool, _)| tool.len())
-            .map(|&(_, tool)| tool)
-    }
-}
 
 /// Where things are, from our options and the environment.
 #[derive(Debug, Default)]
@@ -528,29 +470,6 @@ pub fn called(args: &[OsString]) -> Option<(String, Tool, Vec<String>, bool)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tools_are_known_by_their_names_and_prefixed_names() {
-        assert_eq!(Tool::named("cc"), Some(Tool::Driver("clang")));
-        assert_eq!(Tool::named("c++"), Some(Tool::Driver("clang++")));
-        assert_eq!(
-            Tool::named("wasm32-wasi-clang++"),
-            Some(Tool::Driver("clang++"))
-        );
-        assert_eq!(
-            Tool::named("wasm32-wasi-c++"),
-            Some(Tool::Driver("clang++"))
-        );
-        assert_eq!(Tool::named("llvm-ar"), Some(Tool::Direct("ar")));
-        assert_eq!(
-            Tool::named("wasm32-wasip1-ranlib"),
-            Some(Tool::Direct("ranlib"))
-        );
-        assert_eq!(Tool::named("ld"), Some(Tool::Direct("wasm-ld")));
-        assert_eq!(Tool::named("wasm-ld"), Some(Tool::Direct("wasm-ld")));
-        assert_eq!(Tool::named("make"), None);
-        assert_eq!(Tool::named("xcc"), None);
-    }
 
     #[test]
     fn a_link_passes_every_argument_and_a_subcommand_its_own() {

@@ -35,12 +35,12 @@ use wasm9p_guest_fs::namespace::Namespace;
 use wasm9p_remote::action::{Ended, Ran};
 use wasm9p_remote::layer;
 
-use crate::cc::invocation::{Invocation, Io};
-use crate::cc::Tool;
 use crate::engines::{engine_for, tier_from_env};
 use wasm9p_host::engine::{Guest, GuestEngine, Outcome, Stdio};
 use wasm9p_host::module_cache::ModuleCache;
 use wasm9p_host::p1::{Input, Output, Sink};
+use wasm9p_host::toolchain::Tool;
+use wasm9p_host::toolchain::{Invocation, Io};
 
 use super::slot::ModuleFile;
 

@@ -1,5 +1,6 @@
 //! An action's file system: its input root ([`InputTree`]) with a writable layer over
-//! it, as a [`NodeFs`] that `wasm9p_server::nodes::serve` speaks 9P2000.L for.
+//! it, as a [`NodeFs`](wasm9p_server::nodes::NodeFs) that `wasm9p_server::nodes::serve`
+//! speaks 9P2000.L for.
 //!
 //! - **The tree is read as it is.** A directory lists what its `Directory` message
 //!   lists (plus what the action made in it, less what it removed); a file's bytes
@@ -24,6 +25,11 @@
 //! - **Counted.** Files of the tree read, their bytes, and bytes fetched for them
 //!   ([`ActionFs::stats`]): what the laziness of an input root is measured by; and
 //!   which files were read, in order ([`ActionFs::paths_read`]), for access profiles.
+//!
+//! Files: `mod.rs` ([`ActionFs`], its stats and its reads of the tree), `ids.rs` (node
+//! numbers and versions), `overlay.rs` (the writable layer), `node_fs.rs` (the
+//! [`NodeFs`](wasm9p_server::nodes::NodeFs) implementation), `inspect.rs`
+//! ([`Inspected`]).
 
 mod ids;
 mod inspect;

@@ -11,7 +11,7 @@
 use std::path::Path;
 
 /// `text` with each name under the guest's `/usr/` moved to `usr` (a host directory).
-pub(super) fn to_host(text: &str, usr: &Path) -> String {
+pub(crate) fn to_host(text: &str, usr: &Path) -> String {
     let host = escape(&usr.display().to_string());
     let mut out = String::with_capacity(text.len());
     let mut at_name_start = true;

@@ -7,47 +7,53 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use super::{depfile, jobs, Tool};
-use crate::guests::exit_code;
-use wasm9p_host::engine::{Finished, Guest, GuestEngine, Outcome, Stdio};
-use wasm9p_host::p1::{Input, Output, Sink};
+use crate::engine::{Finished, Guest, GuestEngine, Outcome, Stdio};
+use crate::p1::{Input, Output, Sink};
 
 /// Whose stdio the guests get.
-pub(crate) enum Io {
+pub enum Io {
     /// This process's.
     Local,
     /// A daemon client's: its stdin's bytes, its stdout and stderr as streams, and the
     /// flag that is set when it goes away.
     Client {
+        /// What the guests read on stdin (a first guest may use it up).
         stdin: Input,
+        /// Where their stdout goes.
         stdout: Sink,
+        /// Where their stderr, and the invocation's own lines, go.
         stderr: Sink,
+        /// Set when the client goes away: the running guest is stopped.
         cancel: Arc<AtomicBool>,
     },
 }
 
 /// One invocation's guests: where they run and what they see.
-pub(crate) struct Invocation<'a> {
-    pub(crate) host: &'a GuestEngine,
+pub struct Invocation<'a> {
+    /// The engine (with its mounts, unless `namespace` is given) the guests run on.
+    pub host: &'a GuestEngine,
     /// The namespace they see (`None`: the host's mounts).
-    pub(crate) namespace: Option<Arc<wasm9p_guest_fs::namespace::Namespace>>,
-    pub(crate) env: Vec<(String, String)>,
+    pub namespace: Option<Arc<wasm9p_guest_fs::namespace::Namespace>>,
+    /// The guests' environment.
+    pub env: Vec<(String, String)>,
     /// The working directory: a guest path, which under `wasm9p cc` is the host's
     /// own (inside the root).
-    pub(crate) cwd: &'a Path,
+    pub cwd: &'a Path,
     /// The toolchain's `usr` on the host (the guest's `/usr`) that dependency files
     /// are pointed at (`None`: they stay as the guest wrote them).
-    pub(crate) usr: Option<&'a Path>,
+    pub usr: Option<&'a Path>,
     /// The host directory behind the guest's `/tmp`.
-    pub(crate) tmp: &'a Path,
-    pub(crate) io: Io,
+    pub tmp: &'a Path,
+    /// Whose stdio the guests get.
+    pub io: Io,
     /// The most bytes each guest's memory may take.
-    pub(crate) memory_limit: Option<usize>,
+    pub memory_limit: Option<usize>,
 }
 
 impl Invocation<'_> {
     /// Runs `tool` on `args`: how it ended, whose [`Outcome::exit_code`] is the one
     /// the native tool would give (the outcome of the job that failed, if one did).
-    pub(crate) fn run(&self, tool: Tool, args: &[String]) -> Outcome {
+    pub fn run(&self, tool: Tool, args: &[String]) -> Outcome {
         match tool {
             Tool::Driver(driver) => self.driver(driver, args),
             Tool::Direct(direct) => self.job(guest_argv(direct, args), direct),
@@ -110,7 +116,14 @@ impl Invocation<'_> {
     /// Runs one guest: how it ended (reported in one line if it did not exit).
     fn job(&self, argv: Vec<String>, tool: &str) -> Outcome {
         let finished = self.run_guest(argv, self.stdio());
-        if let (_, Some(trap)) = exit_code(&finished.outcome) {
+        if let Some(trap) = finished.outcome.reason() {
+            // `WASM9P_TRAP_DETAIL=1`, as for `wasm9p run`: the trap whole, with the
+            // guest's wasm backtrace.
+            if let (Outcome::Trapped(e), Some(_)) =
+                (&finished.outcome, std::env::var_os("WASM9P_TRAP_DETAIL"))
+            {
+                self.say(&format!("{e:?}"));
+            }
             self.say(&format!("wasm9p: {tool} trapped: {trap}"));
         }
         finished.outcome

@@ -9,21 +9,21 @@
 
 /// One job of a driver's plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Job {
+pub(crate) struct Job {
     /// Its words as printed: argv[0] (empty for the driver's own `-cc1` and `-cc1as`,
     /// else a tool such as `wasm-ld`) and its arguments.
-    pub(super) words: Vec<String>,
+    pub(crate) words: Vec<String>,
 }
 
 impl Job {
     /// The driver runs it in its own process: a `-cc1` or `-cc1as`.
-    pub(super) fn in_process(&self) -> bool {
+    pub(crate) fn in_process(&self) -> bool {
         self.words.first().is_some_and(String::is_empty)
     }
 
     /// The argv for clang.wasm's multi-call binary: `llvm TOOL ARGS...`, where TOOL is
     /// argv[1] of an in-process job (`clang`), else the file name of the job's argv[0].
-    pub(super) fn guest_argv(&self) -> Vec<String> {
+    pub(crate) fn guest_argv(&self) -> Vec<String> {
         let mut argv = vec!["llvm".to_owned()];
         match self.words.split_first() {
             Some((first, rest)) if first.is_empty() => argv.extend(rest.iter().cloned()),
@@ -38,13 +38,13 @@ impl Job {
     }
 
     /// The dependency file a `-cc1` writes (`-dependency-file PATH`), if it writes one.
-    pub(super) fn dependency_file(&self) -> Option<&str> {
+    pub(crate) fn dependency_file(&self) -> Option<&str> {
         let at = self.words.iter().position(|w| w == "-dependency-file")?;
         self.words.get(at + 1).map(String::as_str)
     }
 
     /// What the job is called in a failure message: `linker` for a link, as clang says.
-    pub(super) fn what(&self) -> &'static str {
+    pub(crate) fn what(&self) -> &'static str {
         match self.words.first().map(String::as_str) {
             Some(tool) if tool.ends_with("ld") || tool.contains("ld.") => "linker",
             Some("") => "compiler",
@@ -55,10 +55,10 @@ impl Job {
 
 /// A driver's plan: its jobs in order, and the lines meant for the user.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(super) struct Plan {
-    pub(super) jobs: Vec<Job>,
+pub(crate) struct Plan {
+    pub(crate) jobs: Vec<Job>,
     /// Lines other than jobs, `(in-process)` markers and the version preamble.
-    pub(super) messages: Vec<String>,
+    pub(crate) messages: Vec<String>,
 }
 
 /// The preamble lines `-###` prints first, which a plain run prints only with `-v`.
@@ -72,7 +72,7 @@ const PREAMBLE: &[&str] = &[
 ];
 
 /// Reads `-###` output (the driver's stderr).
-pub(super) fn plan(stderr: &str) -> Plan {
+pub(crate) fn plan(stderr: &str) -> Plan {
     let mut plan = Plan::default();
     let mut in_preamble = true;
     for line in stderr.lines() {
