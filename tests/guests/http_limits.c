@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <stdlib.h>
 
-#include "../../../examples/http/respond.h"
+#include "../../examples/http/respond.h"
 
 static bool starts(const guest_string_t *s, const char *prefix) {
   size_t n = strlen(prefix);

@@ -6,7 +6,7 @@
  *   /trap    traps
  *   /stall   answers 200 with a body it never writes: the head goes out, and the
  *            instance is stopped at the deadline (the timeout of a streaming body) */
-#include "../../../examples/http/respond_p3.h"
+#include "../../examples/http/respond_p3.h"
 
 static volatile uint64_t sink;
 
