@@ -14,8 +14,9 @@
 //! The layers, lowest first, each using only those below it:
 //! - [`path`] (guest paths) and [`node`] (the values every layer passes: [`node::Kind`],
 //!   [`node::Attr`], [`node::Entry`], [`node::Node`]);
-//! - [`mount_options`]: a mount's options ([`mount_options::OPTION_KEYS`]) and the one
-//!   [`cache::Policy`] made of them;
+//! - [`mount_options`]: a mount's options ([`mount_options::OPTION_KEYS`]), parsed and
+//!   checked into a [`mount_options::NinepOptions`] (the cache makes its one
+//!   [`cache::Policy`] of them: `Policy::of`);
 //! - [`client`]: sessions, fids, flights (pipelined requests), reconnecting;
 //! - [`cache`]: the mount cache, every kind of entry under one `cache_size` byte bound,
 //!   with the late-answer rule (an answer asked for before a change through the mount

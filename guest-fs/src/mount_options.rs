@@ -10,8 +10,9 @@
 //! `pipeline=on|off` (flights, see [`NinepOptions::pipeline`]), `reconnect=on|off` (off
 //! by default: see [`crate::client::ClientConfig::reconnect`]), `cachetag=`,
 //! `fscache_dir=` and `fscache_size=` (with `cache=fscache`, see [`crate::fscache`])
-//! and the flag `ro`. What a mount caches and how long it believes it comes out of them as
-//! one [`Policy`](crate::cache::Policy) (`Policy::of`).
+//! and the flag `ro`. This module parses and checks them; what a mount caches and how
+//! long it believes it is the cache's [`Policy`](crate::cache::Policy), made of them by
+//! `Policy::of` in `cache/policy.rs`.
 
 use std::fmt;
 use std::str::FromStr;

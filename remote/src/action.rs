@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prost::Message;
+use serde::{Deserialize, Serialize};
 
 use crate::apis::v2;
 use crate::bazel_test::{self, ResultsError};
@@ -101,8 +102,10 @@ pub struct GuestRun<'a> {
     pub memory_limit: usize,
 }
 
-/// How a guest ended, as the worker reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// How a guest ended, as the worker reports it (the engine's outcome, converted once
+/// where guests run; on a slot's wire as `{"exited": 0}`, `"stopped"`, ...).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Ended {
     /// It exited with this code.
     Exited(i32),
@@ -124,14 +127,16 @@ impl Ended {
     }
 }
 
-/// What [`Guests::run`] tells.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ran {
-    /// How the guest ended.
-    pub ended: Ended,
-    /// The 9P requests its namespace sent to the input root (for `--stats`).
+/// What a guest's namespace counted while it ran: defined here once, counted by its
+/// mount, carried in [`Ran`], kept in [`ActionStats`] and summed in
+/// [`crate::stats::Totals`] (the `--stats` names are the serde names).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestCounts {
+    /// The 9P requests its namespace sent to the input root.
+    #[serde(rename = "rpc_9p")]
     pub rpcs_9p: u64,
     /// Of those, the Treads.
+    #[serde(rename = "read_9p")]
     pub reads_9p: u64,
     /// Reads of input files its mount answered from pages an earlier action left in
     /// the worker's shared cache.
@@ -139,6 +144,25 @@ pub struct Ran {
     /// Lookups, listings, attributes and symlink targets its mount took from what an
     /// earlier action learnt (the same shared cache), with no request.
     pub shared_metadata_hits: u64,
+}
+
+impl std::ops::AddAssign for GuestCounts {
+    fn add_assign(&mut self, other: GuestCounts) {
+        self.rpcs_9p += other.rpcs_9p;
+        self.reads_9p += other.reads_9p;
+        self.shared_page_hits += other.shared_page_hits;
+        self.shared_metadata_hits += other.shared_metadata_hits;
+    }
+}
+
+/// What [`Guests::run`] tells.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ran {
+    /// How the guest ended.
+    pub ended: Ended,
+    /// What its namespace counted (for `--stats`).
+    #[serde(flatten)]
+    pub counts: GuestCounts,
 }
 
 /// What every action of a worker shares.
@@ -175,8 +199,8 @@ pub struct Work {
     pub cancel: Arc<AtomicBool>,
 }
 
-/// What one action took, for `--stats`.
-#[derive(Clone, Debug, Default)]
+/// What one action took: a `--stats` line (its serde names are the line's keys).
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct ActionStats {
     /// The lease.
     pub lease: String,
@@ -198,15 +222,9 @@ pub struct ActionStats {
     pub bytes_of_files_read: u64,
     /// The input root's files' bytes, each distinct file once.
     pub input_root_bytes: u64,
-    /// 9P requests to the input root.
-    pub rpcs_9p: u64,
-    /// Of those, the Treads.
-    pub reads_9p: u64,
-    /// Reads answered from pages an earlier action read (the worker's shared cache).
-    pub shared_page_hits: u64,
-    /// Lookups, listings, attributes and symlink targets answered from what an
-    /// earlier action learnt (the same cache).
-    pub shared_metadata_hits: u64,
+    /// What the guest's namespace counted (9P requests, shared cache hits).
+    #[serde(flatten)]
+    pub guest: GuestCounts,
     /// Paths in the access profile of the action's kind (0: none was recorded).
     pub profile_paths: u64,
     /// Blobs prefetched from the CAS for those paths (the store lacked them).
@@ -517,10 +535,7 @@ impl<G: Guests> Actions<G> {
         }
         let code = ran.ended.exit_code();
         stats.exit_code = Some(code);
-        stats.rpcs_9p = ran.rpcs_9p;
-        stats.reads_9p = ran.reads_9p;
-        stats.shared_page_hits = ran.shared_page_hits;
-        stats.shared_metadata_hits = ran.shared_metadata_hits;
+        stats.guest = ran.counts;
         let layer = fs.stats();
         stats.files_read = layer.files_read;
         stats.bytes_of_files_read = layer.bytes_of_files_read;

@@ -11,6 +11,7 @@
 //!   scheduler for at most [`Session::update`]'s `wait` (the gRPC deadline: BuildGrid
 //!   answers within 80 % of it when it has nothing to give).
 
+use std::path::Path;
 use std::time::Duration;
 
 use tonic::transport::Channel;
@@ -33,7 +34,53 @@ pub struct Bot {
     pub capacity: usize,
 }
 
+/// The platform properties a wasm worker announces by default.
+pub const DEFAULT_PROPERTIES: [(&str, &str); 2] = [("OSFamily", "wasi"), ("ISA", "wasm32")];
+
 impl Bot {
+    /// The platform properties: [`DEFAULT_PROPERTIES`] with `given` over them (a key
+    /// given replaces the default's value; several values of one key are all
+    /// announced, each once).
+    pub fn properties_over_defaults(given: &[(String, String)]) -> Vec<(String, String)> {
+        let mut all: Vec<(String, String)> = DEFAULT_PROPERTIES
+            .into_iter()
+            .filter(|(key, _)| !given.iter().any(|(g, _)| g == key))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        for pair in given {
+            if !all.contains(pair) {
+                all.push(pair.clone());
+            }
+        }
+        all
+    }
+
+    /// The id kept in `dir` (its file `bot-id`), made the first time (this host's
+    /// name and a number of the moment): the same across restarts of the worker, so
+    /// that a new session gets the leases a killed worker held requeued.
+    pub fn kept_id(dir: &Path) -> Result<String, String> {
+        let file = dir.join("bot-id");
+        if let Ok(id) = std::fs::read_to_string(&file) {
+            if !id.trim().is_empty() {
+                return Ok(id.trim().to_owned());
+            }
+        }
+        let host = rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let id = format!(
+            "wasm9p-{host}-{:x}",
+            (nanos as u64) ^ u64::from(std::process::id())
+        );
+        std::fs::write(&file, format!("{id}\n"))
+            .map_err(|e| format!("cannot keep the bot id in {}: {e}", file.display()))?;
+        Ok(id)
+    }
+
     fn worker(&self) -> workers::Worker {
         workers::Worker {
             devices: vec![workers::Device {
@@ -127,6 +174,48 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn given_properties_replace_the_defaults_key_and_add_the_rest_once() {
+        let given = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            Bot::properties_over_defaults(&[]),
+            given(&[("OSFamily", "wasi"), ("ISA", "wasm32")])
+        );
+        assert_eq!(
+            Bot::properties_over_defaults(&given(&[
+                ("ISA", "wasm64"),
+                ("pool", "a"),
+                ("pool", "b"),
+                ("pool", "a"),
+            ])),
+            given(&[
+                ("OSFamily", "wasi"),
+                ("ISA", "wasm64"),
+                ("pool", "a"),
+                ("pool", "b")
+            ])
+        );
+    }
+
+    #[test]
+    fn the_bot_id_is_made_once_and_read_back_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = Bot::kept_id(dir.path()).unwrap();
+        assert!(id.starts_with("wasm9p-"), "{id}");
+        assert_eq!(Bot::kept_id(dir.path()).unwrap(), id);
+        std::fs::write(dir.path().join("bot-id"), "farm-7\n").unwrap();
+        assert_eq!(Bot::kept_id(dir.path()).unwrap(), "farm-7");
+        let gone = dir.path().join("no-such-dir");
+        assert!(Bot::kept_id(&gone)
+            .unwrap_err()
+            .contains("cannot keep the bot id"));
+    }
 
     #[test]
     fn properties_go_on_the_primary_device_and_capacity_in_the_configs() {

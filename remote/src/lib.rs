@@ -33,11 +33,16 @@
 //!   out as the script would for a wasm test, `test.xml` and the undeclared outputs'
 //!   zip ([`stored_zip`]) included;
 //! - [`worker`]: the bot's loop: leases started, taken back and reported, the
-//!   scheduler's restarts ridden out, a drain on request.
+//!   scheduler's restarts ridden out, a drain on request;
+//! - [`stats`]: `--stats`, a JSON line per action and the totals, each figure defined
+//!   once.
 //!
 //! What it is not: a scheduler, a CAS server, or anything that runs a guest. It
-//! depends on `wasm9p-proto` and `wasm9p-server`, never on `wasm9p-host`; the
-//! command (`wasm9p worker`) parses its arguments and wires these parts together.
+//! depends on `wasm9p-proto` and `wasm9p-server`, never on `wasm9p-host`. The command
+//! (`wasm9p worker`, in `wasm9p-cli`'s `worker/`) parses its arguments, wires these
+//! parts together, and implements [`action::Guests`] with a pool of slot processes
+//! (each a `wasm9p worker-slot` running guests on `wasm9p-host`), keeps the bot id
+//! across restarts and prints the worker's stats.
 
 pub mod action;
 pub mod bazel_test;
@@ -50,6 +55,7 @@ pub mod lease;
 pub mod outputs;
 pub mod prefetch;
 pub mod profiles;
+pub mod stats;
 pub mod store;
 pub mod stored_zip;
 pub mod timeline;

@@ -1,4 +1,4 @@
-//! The programs of one slot process (`wasm9p worker-slot`), by the content-store file
+//! The programs of one slot process ([`crate::slot`]), by the content-store file
 //! of their module: each compiled (or mapped from the module cache) once per process,
 //! whatever number of actions use it; and how one action's guest runs on them.
 //!
@@ -11,7 +11,7 @@
 //! (`--tier auto`: a big module starts on the baseline code while the optimized one
 //! is compiled in the background, one compile across processes). The engines have no
 //! epoch interruption: a slot's guest is stopped by killing its process (see
-//! `slots`), so its code runs as fast as in `wasm9p cc`, and the daemon and the
+//! [`crate::slots`]), so its code runs as fast as in `wasm9p cc`, and the daemon and the
 //! worker share compiled artifacts. A module that does not load fails its actions
 //! with the reason.
 //!
@@ -32,20 +32,20 @@ use wasm9p_guest_fs::backend::ninep::NinepFs;
 use wasm9p_guest_fs::cache::SharedCache;
 use wasm9p_guest_fs::mount_options::NinepOptions;
 use wasm9p_guest_fs::namespace::Namespace;
-use wasm9p_remote::action::{Ended, Ran};
+use wasm9p_remote::action::{Ended, GuestCounts, Ran};
 use wasm9p_remote::layer;
 
-use crate::engines::{engine_for, tier_from_env};
-use wasm9p_host::engine::{Guest, GuestEngine, Outcome, Stdio};
+use wasm9p_host::engine::{tier_from_env, EngineBuilder, Guest, GuestEngine, Outcome, Stdio};
 use wasm9p_host::module_cache::ModuleCache;
 use wasm9p_host::p1::{Input, Output, Sink};
 use wasm9p_host::toolchain::Tool;
 use wasm9p_host::toolchain::{Invocation, Io};
 
-use super::slot::ModuleFile;
+use crate::protocol::ModuleFile;
+use crate::slot::SlotConfig;
 
 /// One guest to run in a slot: its argv in the namespace of one action.
-pub(super) struct SlotRun {
+pub(crate) struct SlotRun {
     /// Its arguments, `argv[0]` as the `Command` gives it.
     pub argv: Vec<String>,
     /// Its environment.
@@ -64,8 +64,8 @@ pub(super) struct SlotRun {
 }
 
 /// A slot's programs.
-pub(super) struct Tools {
-    module_cache: PathBuf,
+pub(crate) struct Programs {
+    config: SlotConfig,
     /// The input files' pages, and the input trees' names, listings, attributes and
     /// link targets, every action of this slot reads and keeps (see
     /// `wasm9p_remote::layer::fixed_content`); none with a size of 0.
@@ -75,7 +75,7 @@ pub(super) struct Tools {
 
 /// Why a slot has no program for a module.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub(super) enum NoProgram {
+pub(crate) enum NoProgram {
     /// Its compiled code is not kept, and its file is not fetched yet.
     #[error("its compiled code is not kept and its module is not fetched")]
     NotFetched,
@@ -84,12 +84,14 @@ pub(super) enum NoProgram {
     NotLoaded(String),
 }
 
-impl Tools {
-    /// Programs whose compiled code is kept in `module_cache`, their actions' mounts
-    /// sharing up to `page_cache` bytes of input files' pages and metadata.
-    pub(super) fn new(module_cache: PathBuf, page_cache: u64) -> Tools {
-        Tools {
-            module_cache,
+impl Programs {
+    /// Programs whose compiled code is kept in `config.module_cache`, their actions'
+    /// mounts sharing up to `config.page_cache_size` bytes of input files' pages and
+    /// metadata.
+    pub(crate) fn new(config: SlotConfig) -> Programs {
+        let page_cache = config.page_cache_size;
+        Programs {
+            config,
             shared: (page_cache > 0)
                 .then(|| Arc::new(SharedCache::new(page_cache, layer::fixed_content))),
             loaded: Mutex::default(),
@@ -99,7 +101,7 @@ impl Tools {
     /// The program of `module`: loaded once, by its digest or from its file (an error
     /// is one line, and kept: the same module fails the same way; a module not
     /// fetched is asked for again once it is).
-    pub(super) fn get(&self, module: &ModuleFile) -> Result<Arc<GuestEngine>, NoProgram> {
+    pub(crate) fn get(&self, module: &ModuleFile) -> Result<Arc<GuestEngine>, NoProgram> {
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(known) = loaded.get(module) {
             return known.clone().map_err(NoProgram::NotLoaded);
@@ -107,10 +109,10 @@ impl Tools {
         // Looked at before the load: a file that comes in meanwhile is not taken
         // for one that will never load.
         let fetched = module.path.exists();
-        let engine = tier_from_env(ModuleCache::at(&self.module_cache))
-            .map_err(|_| "WASM9P_TIER_FROM is not a number of bytes".to_owned())
+        let engine = tier_from_env(ModuleCache::at(&self.config.module_cache))
             .and_then(|cache| {
-                engine_for(&module.path, cache)
+                let c = &self.config;
+                EngineBuilder::for_tool(&module.path, cache, c.notes.clone(), c.hand_off_to.clone())
                     .program_digest(module.sha256)
                     .build()
                     .map_err(|e| format!("its module does not load: {e}"))
@@ -125,7 +127,7 @@ impl Tools {
 
     /// Waits for what the programs still store, and hands their unfinished optimized
     /// compiles to background processes (the slot is ending).
-    pub(super) fn finish(&self) {
+    pub(crate) fn finish(&self) {
         let loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
         for engine in loaded.values().flatten() {
             engine.finish();
@@ -134,7 +136,7 @@ impl Tools {
 
     /// Runs `run` on `engine` to its end: how it ended and its mount's counters, or
     /// one line saying why it could not start.
-    pub(super) fn run(&self, engine: &GuestEngine, run: SlotRun) -> Result<Ran, String> {
+    pub(crate) fn run(&self, engine: &GuestEngine, run: SlotRun) -> Result<Ran, String> {
         let (namespace, mount) = engine
             .runtime()
             .block_on(namespace(&run.socket, &run.tmp, self.shared.clone()))
@@ -197,10 +199,12 @@ impl Tools {
         };
         Ok(Ran {
             ended,
-            rpcs_9p: stats.rpc_total,
-            reads_9p: reads_9p.map_or(0, |(_, n)| *n),
-            shared_page_hits: stats.cache.shared_page_hits,
-            shared_metadata_hits: stats.cache.shared_metadata_hits,
+            counts: GuestCounts {
+                rpcs_9p: stats.rpc_total,
+                reads_9p: reads_9p.map_or(0, |(_, n)| *n),
+                shared_page_hits: stats.cache.shared_page_hits,
+                shared_metadata_hits: stats.cache.shared_metadata_hits,
+            },
         })
     }
 }

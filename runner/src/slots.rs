@@ -1,13 +1,13 @@
-//! The worker's guests run in slot processes (`wasm9p worker-slot`, [`super::slot`]),
-//! one action at a time each, as many as actions run at once: [`Slots`] is how
-//! `wasm9p-remote` runs them ([`Guests`]).
+//! The worker's guests run in slot processes ([`crate::slot`]), one action at a time
+//! each, as many as actions run at once: [`Slots`] is how `wasm9p-remote` runs them
+//! ([`Guests`]).
 //!
 //! - **Why processes.** A guest must be stoppable mid-computation (a timeout, a lease
 //!   taken back). In a thread that takes epoch checks in the guest's code, 12-15 % of
 //!   a compile (BENCHMARKS §10); a process is killed (SIGKILL) and costs nothing while
 //!   it runs. A guest that brings its process down fails its own action only.
 //! - **What a slot keeps.** Its programs, loaded once from the module cache, and the
-//!   pages of input files its actions read ([`super::tools`]): a slot lives from the
+//!   pages of input files its actions read ([`crate::programs`]): a slot lives from the
 //!   first action that needs it to the worker's end, or until it is killed; the next
 //!   action that needs one starts another. The worker's `--page-cache-size` is shared
 //!   out among `--jobs` slots.
@@ -19,6 +19,7 @@
 //!   worker, which drains, and not its running guests. A slot whose worker is gone
 //!   ends at once (its stdin ends).
 
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -28,21 +29,29 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
-use wasm9p_remote::action::{Captured, Ended, GuestRun, Guests, NotLoaded, Ran};
+use wasm9p_remote::action::{Captured, Ended, GuestCounts, GuestRun, Guests, NotLoaded, Ran};
 use wasm9p_remote::Digest;
 
-use super::slot::{ModuleFile, Reply, Request, RunRequest};
+use crate::protocol::{self, ModuleFile, Reply, Request, RunRequest};
 
 /// How often a slot's reply is looked for while its guest may be stopped.
 const CANCEL_POLL: Duration = Duration::from_millis(10);
 /// How long an idle slot has to end at the worker's end (handing its compiles on).
 const END_GRACE: Duration = Duration::from_secs(30);
 
+/// How a slot process is started: a program and its arguments, which make it run
+/// [`crate::slot::serve_slot`] (`wasm9p worker-slot --module-cache DIR ...`).
+#[derive(Clone, Debug)]
+pub struct SlotCommand {
+    /// The program.
+    pub exe: PathBuf,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+}
+
 /// The worker's slot processes.
-pub(super) struct Slots {
-    exe: PathBuf,
-    module_cache: PathBuf,
-    page_cache_per_slot: u64,
+pub struct Slots {
+    command: SlotCommand,
     /// Sockets and stream files, the worker's alone.
     dir: tempfile::TempDir,
     idle: Mutex<Vec<Slot>>,
@@ -53,22 +62,14 @@ pub(super) struct Slots {
 }
 
 impl Slots {
-    /// Slots running `wasm9p` (this program) whose compiled code is kept in
-    /// `module_cache`, each keeping `page_cache_per_slot` bytes of input pages.
-    pub(super) fn new(
-        module_cache: PathBuf,
-        page_cache_per_slot: u64,
-        runtime: tokio::runtime::Handle,
-    ) -> Result<Slots, String> {
-        let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+    /// Slots started by `command`, the input roots served on `runtime`.
+    pub fn new(command: SlotCommand, runtime: tokio::runtime::Handle) -> Result<Slots, String> {
         let dir = tempfile::Builder::new()
             .prefix("wasm9p-worker-")
             .tempdir()
             .map_err(|e| format!("a directory for the slots' sockets: {e}"))?;
         Ok(Slots {
-            exe,
-            module_cache,
-            page_cache_per_slot,
+            command,
             dir,
             idle: Mutex::default(),
             runs: AtomicUsize::new(0),
@@ -79,7 +80,7 @@ impl Slots {
     /// `request` sent to an idle slot, or to a new one: the slot, to be answered. An
     /// idle slot found dead (killed, crashed) is replaced: nothing was lost with it.
     fn sent(&self, request: &Request) -> Result<Slot, String> {
-        let line = request.to_line();
+        let line = protocol::line_of(request);
         loop {
             let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
             let Some(mut slot) = idle else { break };
@@ -95,12 +96,8 @@ impl Slots {
 
     /// A new slot process.
     fn start(&self) -> Result<Slot, String> {
-        let mut child = Command::new(&self.exe)
-            .arg("worker-slot")
-            .arg("--module-cache")
-            .arg(&self.module_cache)
-            .arg("--page-cache-size")
-            .arg(self.page_cache_per_slot.to_string())
+        let mut child = Command::new(&self.command.exe)
+            .args(&self.command.args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .process_group(0)
@@ -127,7 +124,7 @@ impl Slots {
 
     /// Ends every idle slot (the worker is stopping): each hands its unfinished
     /// optimized compiles on and exits; one that takes too long is killed.
-    pub(super) fn finish(&self) {
+    pub fn finish(&self) {
         let mut ending = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|e| e.into_inner()));
         for slot in &mut ending {
             slot.to.take(); // its stdin ends
@@ -223,10 +220,7 @@ impl Guests for Slots {
             // Stopped: the slot was killed with its guest.
             None => Ok(Ran {
                 ended: Ended::Stopped,
-                rpcs_9p: 0,
-                reads_9p: 0,
-                shared_page_hits: 0,
-                shared_metadata_hits: 0,
+                counts: GuestCounts::default(),
             }),
             Some(Reply::Ran(ran)) => {
                 self.put(slot);
@@ -284,7 +278,7 @@ impl Slot {
         }
         let mut line = String::new();
         match self.from.read_line(&mut line) {
-            Ok(n) if n > 0 => Reply::parse(&line)
+            Ok(n) if n > 0 => protocol::parse::<Reply>(&line)
                 .map(Some)
                 .map_err(|e| broken(format!("answered {line:?}: {e}"))),
             Ok(_) => {

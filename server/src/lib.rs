@@ -1,4 +1,4 @@
-//! # wasm9p-server: a 9P2000.L server for a host directory
+//! # wasm9p-server: a 9P2000.L server for host directories and node file systems
 //!
 //! What it is: a server that exports one or more host directories over any transport
 //! of [`wasm9p_proto::transport`] (tcp, unix, vsock, fc-vsock, or an in-process duplex

@@ -5,9 +5,10 @@
 //! its loop ([`wasm9p_remote::worker`]: leases started, taken back, reported, the
 //! scheduler's restarts ridden out) and each action's life
 //! ([`wasm9p_remote::action`]). This command parses its arguments, opens the content
-//! store and the channels, and gives that logic what runs guests: `slots`, processes
-//! (`wasm9p worker-slot`, `slot`) that run one guest at a time on this crate's
-//! engine (`tools`), killed to stop it.
+//! store and the channels, and gives that logic what runs guests: `wasm9p-runner`'s
+//! slots, processes (`wasm9p worker-slot`) that run one guest at a time on
+//! `wasm9p-host`'s engine, killed to stop it. The bot id and `--stats` are remote's
+//! ([`Bot::kept_id`], [`wasm9p_remote::stats`]).
 //!
 //! - The bot announces its platform properties (by default `OSFamily=wasi`,
 //!   `ISA=wasm32`) and its capacity (`--jobs`). Its id is the same across restarts of
@@ -19,14 +20,9 @@
 //!   store hits, files of the input root read, 9P requests, load and run times), and
 //!   the totals when it stops.
 
-mod slot;
-mod slots;
-mod tools;
-
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -35,12 +31,12 @@ use wasm9p_remote::bots::Bot;
 use wasm9p_remote::cas::Cas;
 use wasm9p_remote::directories::Directories;
 use wasm9p_remote::profiles::Profiles;
+use wasm9p_remote::stats::StatsFile;
 use wasm9p_remote::store::ContentStore;
 use wasm9p_remote::worker::Reports;
+use wasm9p_runner::{SlotCommand, SlotConfig, Slots};
 
 use super::shared::{fail, parse_bytes, say, EXIT_USAGE};
-pub use slot::{worker_slot, SlotArgs};
-use slots::Slots;
 
 /// Bytes of `Directory` messages kept for the actions after (a sysroot's input root
 /// has a few hundred of some hundred bytes each).
@@ -112,49 +108,6 @@ fn cache_dir(given: Option<PathBuf>) -> Result<PathBuf, String> {
     }
 }
 
-/// The bot's id: `given`, else the one kept in `dir`, made the first time.
-fn bot_id(given: Option<String>, dir: &Path) -> Result<String, String> {
-    if let Some(id) = given {
-        return Ok(id);
-    }
-    let file = dir.join("bot-id");
-    if let Ok(id) = std::fs::read_to_string(&file) {
-        if !id.trim().is_empty() {
-            return Ok(id.trim().to_owned());
-        }
-    }
-    let host = rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let id = format!(
-        "wasm9p-{host}-{:x}",
-        (nanos as u64) ^ u64::from(std::process::id())
-    );
-    std::fs::write(&file, format!("{id}\n"))
-        .map_err(|e| format!("cannot keep the bot id in {}: {e}", file.display()))?;
-    Ok(id)
-}
-
-/// The platform properties: the defaults, with `given` over them (a key given
-/// replaces the default's value; several values of one key are all announced).
-fn properties(given: &[(String, String)]) -> Vec<(String, String)> {
-    let mut all: Vec<(String, String)> = [("OSFamily", "wasi"), ("ISA", "wasm32")]
-        .into_iter()
-        .filter(|(key, _)| !given.iter().any(|(g, _)| g == key))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-    for pair in given {
-        if !all.contains(pair) {
-            all.push(pair.clone());
-        }
-    }
-    all
-}
-
 /// Runs `wasm9p worker` until SIGTERM or SIGINT (exit 0), or a setup error (exit 2).
 pub fn worker(args: WorkerArgs) -> ExitCode {
     type Parts = (
@@ -187,7 +140,10 @@ pub fn worker(args: WorkerArgs) -> ExitCode {
         let scratch = dir.join("actions");
         let _ = std::fs::remove_dir_all(&scratch); // a killed worker's leftovers
         std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
-        let id = bot_id(args.bot_id.clone(), &dir)?;
+        let id = match args.bot_id.clone() {
+            Some(id) => id,
+            None => Bot::kept_id(&dir)?,
+        };
         let jobs = args
             .jobs
             .map(usize::from)
@@ -208,8 +164,10 @@ pub fn worker(args: WorkerArgs) -> ExitCode {
             directories: Directories::new(DIRECTORIES_KEPT),
             store: Arc::new(store),
             guests: Slots::new(
-                module_cache,
-                args.page_cache_size.unwrap_or(512 << 20) / jobs as u64,
+                slot_command(
+                    &module_cache,
+                    args.page_cache_size.unwrap_or(512 << 20) / jobs as u64,
+                )?,
                 runtime.handle().clone(),
             )?,
             scratch,
@@ -222,7 +180,7 @@ pub fn worker(args: WorkerArgs) -> ExitCode {
         let bot = Bot {
             id,
             instance: args.instance.clone(),
-            properties: properties(&args.properties),
+            properties: Bot::properties_over_defaults(&args.properties),
             capacity: jobs,
         };
         Ok((Arc::new(actions), bot, bots, runtime))
@@ -231,7 +189,12 @@ pub fn worker(args: WorkerArgs) -> ExitCode {
         Ok(parts) => parts,
         Err(e) => return fail(EXIT_USAGE, &format!("worker: {e}")),
     };
-    let stats = match args.stats.as_ref().map(Stats::open).transpose() {
+    let stats = match args
+        .stats
+        .as_ref()
+        .map(|path| StatsFile::create(path).map_err(|e| format!("--stats {}: {e}", path.display())))
+        .transpose()
+    {
         Ok(stats) => stats,
         Err(e) => return fail(EXIT_USAGE, &format!("worker: {e}")),
     };
@@ -252,7 +215,7 @@ pub fn worker(args: WorkerArgs) -> ExitCode {
         wasm9p_remote::worker::serve(actions.clone(), bot, channel, reports.clone(), stop).await
     });
     if let Some(stats) = &reports.stats {
-        stats.totals();
+        let _ = stats.totals();
     }
     actions.guests.finish();
     // The programs' runtimes go outside any async context.
@@ -289,7 +252,7 @@ fn stop_on_signals() -> Result<tokio::sync::mpsc::UnboundedReceiver<()>, String>
 
 /// Where the loop's news goes: stderr, and `--stats`.
 struct Said {
-    stats: Option<Stats>,
+    stats: Option<StatsFile>,
 }
 
 impl Reports for Said {
@@ -304,99 +267,44 @@ impl Reports for Said {
     }
 }
 
-/// `--stats FILE`: a JSON line per action, the totals at the end.
-struct Stats {
-    file: Mutex<std::fs::File>,
-    totals: Mutex<Totals>,
-}
-
-#[derive(Default)]
-struct Totals {
-    actions: u64,
-    failed: u64,
-    blobs_fetched: u64,
-    bytes_fetched: u64,
-    store_hits: u64,
-    prefetched_blobs: u64,
-    rpcs_9p: u64,
-    shared_page_hits: u64,
-    shared_metadata_hits: u64,
-    run_ms: u64,
-}
-
-impl Stats {
-    fn open(path: &PathBuf) -> Result<Stats, String> {
-        let file =
-            std::fs::File::create(path).map_err(|e| format!("--stats {}: {e}", path.display()))?;
-        Ok(Stats {
-            file: Mutex::new(file),
-            totals: Mutex::default(),
-        })
-    }
-
-    fn line(&self, json: serde_json::Value) {
-        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = writeln!(file, "{json}");
-        let _ = file.flush();
-    }
-
-    fn action(&self, took: &ActionStats) {
-        {
-            let mut t = self.totals.lock().unwrap_or_else(|e| e.into_inner());
-            t.actions += 1;
-            t.failed += u64::from(took.status != 0);
-            t.blobs_fetched += took.blobs_fetched;
-            t.bytes_fetched += took.bytes_fetched;
-            t.store_hits += took.store_hits;
-            t.prefetched_blobs += took.prefetched_blobs;
-            t.rpcs_9p += took.rpcs_9p;
-            t.shared_page_hits += took.shared_page_hits;
-            t.shared_metadata_hits += took.shared_metadata_hits;
-            t.run_ms += took.run_ms;
-        }
-        self.line(serde_json::json!({ "action": action_json(took) }));
-    }
-
-    fn totals(&self) {
-        let t = self.totals.lock().unwrap_or_else(|e| e.into_inner());
-        self.line(serde_json::json!({ "totals": {
-            "actions": t.actions,
-            "failed": t.failed,
-            "blobs_fetched": t.blobs_fetched,
-            "bytes_fetched": t.bytes_fetched,
-            "store_hits": t.store_hits,
-            "prefetched_blobs": t.prefetched_blobs,
-            "rpc_9p": t.rpcs_9p,
-            "shared_page_hits": t.shared_page_hits,
-            "shared_metadata_hits": t.shared_metadata_hits,
-            "run_ms": t.run_ms,
-        }}));
-    }
-}
-
-/// One action's `--stats` line.
-fn action_json(took: &ActionStats) -> serde_json::Value {
-    serde_json::json!({
-        "lease": took.lease,
-        "status": took.status,
-        "exit_code": took.exit_code,
-        "blobs_fetched": took.blobs_fetched,
-        "bytes_fetched": took.bytes_fetched,
-        "store_hits": took.store_hits,
-        "directories_read": took.directories_read,
-        "files_read": took.files_read,
-        "bytes_of_files_read": took.bytes_of_files_read,
-        "input_root_bytes": took.input_root_bytes,
-        "rpc_9p": took.rpcs_9p,
-        "read_9p": took.reads_9p,
-        "shared_page_hits": took.shared_page_hits,
-        "shared_metadata_hits": took.shared_metadata_hits,
-        "profile_paths": took.profile_paths,
-        "prefetched_blobs": took.prefetched_blobs,
-        "prefetched_bytes": took.prefetched_bytes,
-        "program_by_digest": took.program_by_digest,
-        "load_ms": took.load_ms,
-        "run_ms": took.run_ms,
-        "total_ms": took.total_ms,
+/// How the worker starts a slot: this program as `wasm9p worker-slot`.
+fn slot_command(module_cache: &Path, page_cache_per_slot: u64) -> Result<SlotCommand, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+    Ok(SlotCommand {
+        exe,
+        args: vec![
+            "worker-slot".into(),
+            "--module-cache".into(),
+            module_cache.into(),
+            "--page-cache-size".into(),
+            page_cache_per_slot.to_string().into(),
+        ],
     })
+}
+
+/// `wasm9p worker-slot` (started by `wasm9p worker`, not by hand).
+#[derive(Debug, Args)]
+pub struct SlotArgs {
+    /// Where compiled modules are kept.
+    #[arg(long, value_name = "DIR")]
+    pub module_cache: PathBuf,
+    /// The most bytes of input files' pages and input trees' metadata this slot keeps
+    /// for its actions.
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub page_cache_size: u64,
+}
+
+/// Runs `wasm9p worker-slot` until its stdin ends (`wasm9p_runner::slot`).
+pub fn worker_slot(args: SlotArgs) -> ExitCode {
+    let served = wasm9p_runner::serve_slot(SlotConfig {
+        module_cache: args.module_cache,
+        page_cache_size: args.page_cache_size,
+        notes: Arc::new(say),
+        hand_off_to: std::env::current_exe().ok(),
+    });
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e @ wasm9p_runner::SlotError::Stdout(_)) => fail(1, &e.to_string()),
+        Err(e @ wasm9p_runner::SlotError::BadRequest(_)) => fail(2, &e.to_string()),
+    }
 }

@@ -20,10 +20,16 @@
 //!   starts: a [`Finished`] with the outcome and, when captured, its output.
 //! - [`GuestEngine::finish`] stores what the program's compiles left, at the end.
 //!
+//! A command-line tool gets the engine as `wasm9p`'s commands make it (notes and a
+//! first compile's progress in lines, compiles handed to an executable, the tier's
+//! threshold from `$WASM9P_TIER_FROM`) from [`EngineBuilder::for_tool`],
+//! [`progress_lines`] and [`tier_from_env`].
+//!
 //! The outcome is a type, never read off the guest's output: the memory limit is a
 //! [`crate::limits::MemoryLimiter`] of ours, and a cancel is the flag the caller gave.
 
 mod outcome;
+mod presets;
 mod tiered;
 
 use std::path::PathBuf;
@@ -34,6 +40,7 @@ use std::time::Instant;
 use wasm9p_guest_fs::namespace::Namespace;
 
 pub use outcome::Outcome;
+pub use presets::{progress_lines, tier_from_env};
 pub use tiered::guest_engines;
 pub(crate) use tiered::{link_error, OnTier, Runner, TieredProgram};
 
