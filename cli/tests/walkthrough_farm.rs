@@ -12,10 +12,11 @@
 //! 5433) are the walkthrough's: the test takes them for its run and leaves nothing behind.
 //! As the page says, it needs root (PostgreSQL runs as its own user).
 
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use wasm9p_tests::run_script;
 
 const PG: &str = "/usr/lib/postgresql/15/bin";
 const BUILD_LINE: &str = "cargo build --release -p wasm9p-cli";
@@ -87,29 +88,14 @@ fn the_farm_walkthrough_runs_as_written_in_one_go() {
     std::os::unix::fs::symlink(&modules, cache.join("wasm9p/worker/modules")).unwrap();
 
     stop(None); // a run before this one that died midway
-    let mut bash = Command::new("bash")
-        .args(["-e", "-c", &script])
-        .current_dir(here)
-        .env("XDG_CACHE_HOME", &cache)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(here.join("out.log")).unwrap())
-        .stderr(std::fs::File::create(here.join("err.log")).unwrap())
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    let group = bash.id();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let status = loop {
-        if let Some(status) = bash.try_wait().unwrap() {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let ran = run_script(
+        here,
+        &script,
+        &[("XDG_CACHE_HOME", &cache)],
+        Duration::from_secs(600),
+    );
+    let (status, said, group) = (ran.status, ran.said, ran.group);
     let log = |name: &str| std::fs::read_to_string(here.join(name)).unwrap_or_default();
-    let said = format!("stdout:\n{}\nstderr:\n{}", log("out.log"), log("err.log"));
     stop(Some(group));
     let status = status.unwrap_or_else(|| panic!("the walkthrough ran 10 minutes: {said}"));
     assert!(

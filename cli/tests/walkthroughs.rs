@@ -10,10 +10,10 @@
 //! against what the page says it prints. The farm's walkthrough has a test of its own
 //! (`walkthrough_farm.rs`: it needs root and PostgreSQL).
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use wasm9p_tests::run_script;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -106,39 +106,22 @@ fn run(script: &str) -> String {
     )
     .unwrap();
     let script = prepared(script, here);
-    let mut bash = Command::new("bash")
-        .args(["-e", "-c", &script])
-        .current_dir(here)
-        .env(
-            "WASM9P_CACHE_DIR",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("module-cache"),
-        )
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(here.join("out.log")).unwrap())
-        .stderr(std::fs::File::create(here.join("err.log")).unwrap())
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    let group = rustix::process::Pid::from_raw(bash.id() as i32).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let status = loop {
-        if let Some(status) = bash.try_wait().unwrap() {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let modules = Path::new(env!("CARGO_TARGET_TMPDIR")).join("module-cache");
+    let ran = run_script(
+        here,
+        &script,
+        &[("WASM9P_CACHE_DIR", &modules)],
+        Duration::from_secs(300),
+    );
+    let group = rustix::process::Pid::from_raw(ran.group as i32).unwrap();
     let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
-    let log = |name: &str| std::fs::read_to_string(here.join(name)).unwrap_or_default();
-    let said = format!("stdout:\n{}\nstderr:\n{}", log("out.log"), log("err.log"));
+    let (status, said) = (ran.status, ran.said);
     let status = status.unwrap_or_else(|| panic!("the walkthrough ran 5 minutes: {said}"));
     assert!(
         status.success(),
         "the walkthrough failed ({status}):\n{script}\n{said}"
     );
-    log("out.log")
+    std::fs::read_to_string(here.join("out.log")).unwrap_or_default()
 }
 
 #[test]

@@ -18,6 +18,7 @@ mod guests;
 pub mod linux_vm;
 pub mod reply_gate;
 mod rng;
+mod script;
 mod serve_process;
 mod server;
 
@@ -30,6 +31,7 @@ pub use guests::{
     c_sandbox_guest, compile_c_guest, componentize, guest_source, wit_bindgen,
 };
 pub use rng::Rng;
+pub use script::{run_script, ScriptRun};
 pub use serve_process::{served_addr, spawn_serve};
 pub use server::TestServer;
 
