@@ -25,5 +25,6 @@ pub mod protocol;
 pub mod slot;
 pub mod slots;
 
-pub use slot::{serve_slot, SlotConfig, SlotError};
+pub use programs::SlotConfig;
+pub use slot::{serve_slot, SlotError};
 pub use slots::{SlotCommand, Slots};

@@ -35,14 +35,29 @@ use wasm9p_guest_fs::namespace::Namespace;
 use wasm9p_remote::action::{Ended, GuestCounts, Ran};
 use wasm9p_remote::layer;
 
-use wasm9p_host::engine::{tier_from_env, EngineBuilder, Guest, GuestEngine, Outcome, Stdio};
+use wasm9p_host::engine::{
+    tier_from_env, EngineBuilder, Guest, GuestEngine, Notes, Outcome, Stdio,
+};
 use wasm9p_host::module_cache::ModuleCache;
 use wasm9p_host::p1::{Input, Output, Sink};
 use wasm9p_host::toolchain::Tool;
 use wasm9p_host::toolchain::{Invocation, Io};
 
 use crate::protocol::ModuleFile;
-use crate::slot::SlotConfig;
+
+/// How a slot process runs its programs.
+pub struct SlotConfig {
+    /// Where compiled modules are kept.
+    pub module_cache: PathBuf,
+    /// The most bytes of input files' pages and input trees' metadata this slot keeps
+    /// for its actions (0: none).
+    pub page_cache_size: u64,
+    /// Where the engine's notes and a first compile's progress go.
+    pub notes: Notes,
+    /// A `wasm9p` executable that finishes unfinished optimized compiles in the
+    /// background (none: they are left unfinished).
+    pub hand_off_to: Option<PathBuf>,
+}
 
 /// One guest to run in a slot: its argv in the namespace of one action.
 pub(crate) struct SlotRun {

@@ -14,25 +14,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
-use wasm9p_host::engine::Notes;
 use wasm9p_host::p1::Sink;
 
-use crate::programs::{NoProgram, Programs, SlotRun};
+use crate::programs::{NoProgram, Programs, SlotConfig, SlotRun};
 use crate::protocol::{self, Reply, Request, RunRequest};
-
-/// How a slot process runs its programs.
-pub struct SlotConfig {
-    /// Where compiled modules are kept.
-    pub module_cache: PathBuf,
-    /// The most bytes of input files' pages and input trees' metadata this slot keeps
-    /// for its actions (0: none).
-    pub page_cache_size: u64,
-    /// Where the engine's notes and a first compile's progress go.
-    pub notes: Notes,
-    /// A `wasm9p` executable that finishes unfinished optimized compiles in the
-    /// background (none: they are left unfinished).
-    pub hand_off_to: Option<PathBuf>,
-}
 
 /// Why a slot process stopped before its stdin ended.
 #[derive(Debug, thiserror::Error)]

@@ -3,7 +3,7 @@
 //!
 //! - Its argv and environment are the spec's process's; its stdio is the
 //!   container's (ctr's terminal, or a CRI log file). Its working directory is `/`
-//!   (see `crate::sandbox::say_working_dir_not_applied`).
+//!   (see `crate::prepared::say_working_dir_not_applied`).
 //! - Its exit code is the task's. A guest that ends otherwise (past its memory bound,
 //!   a trap) prints one line saying why and ends the task with 1.
 //! - SIGTERM or SIGINT (`ctr task kill`) ends the task at once, with 128 + the
@@ -17,7 +17,7 @@ use wasm9p_host::engine::{Guest, GuestEngine, Outcome};
 use wasm9p_host::module_cache::TierChoice;
 
 use crate::broker::CompileFor;
-use crate::sandbox::{hand_off, notes, progress, report, say_working_dir_not_applied, Prepared};
+use crate::prepared::{hand_off, notes, progress, report, say_working_dir_not_applied, Prepared};
 
 /// Runs the task's guest: its exit code.
 pub fn run(prepared: Prepared) -> i32 {

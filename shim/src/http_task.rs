@@ -16,7 +16,7 @@ use wasm9p_host::http::{HttpHandler, HttpLimits, Listen};
 use wasm9p_host::module_cache::TierChoice;
 
 use crate::broker::CompileFor;
-use crate::sandbox::{hand_off, notes, progress, report, say_working_dir_not_applied, Prepared};
+use crate::prepared::{hand_off, notes, progress, report, say_working_dir_not_applied, Prepared};
 
 /// The variable naming where to listen.
 pub const LISTEN_VAR: &str = "WASMTIME_HTTP_PROXY_SOCKET_ADDR";

@@ -12,6 +12,9 @@
 //!   per request, on the address in `WASMTIME_HTTP_PROXY_SOCKET_ADDR` (runwasi's
 //!   wasmtime shim's variable; default `0.0.0.0:8080`).
 //!
+//! Both start from what the create found ([`prepared`]: the program, its mounts, its
+//! module cache, its memory bound), and share that module's reports and notes.
+//!
 //! [`workload`] tells them apart by what the file exports. The guest's namespace
 //! ([`namespace`]): the container's root as `/` through the embedded 9P server
 //! (`cache=loose`, `ro` for a read-only root), never copied; the spec's volumes at
@@ -45,6 +48,7 @@ pub mod compiler;
 pub mod config;
 pub mod http_task;
 pub mod namespace;
+pub mod prepared;
 pub mod sandbox;
 pub mod signals;
 pub mod workload;

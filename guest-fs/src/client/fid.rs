@@ -1,64 +1,11 @@
-//! Fid handles and the fid number allocator.
+//! Fid handles, and attaching (which makes the first of them).
 
 use std::fmt;
-use std::sync::atomic::Ordering;
 
 use wasm9p_proto::consts::{MAXWELEM, NOFID};
-use wasm9p_proto::{Errno, Message, Qid, Tclunk, Twalk};
+use wasm9p_proto::{Errno, Message, Qid, Rattach, Tattach, Twalk};
 
 use super::session::Session;
-
-/// Hands out fid numbers; a number comes back only after its Tclunk was answered.
-/// One whose Tclunk got no answer is not handed out again on that connection: the
-/// server may still have it bound, and a walk to it would fail (or worse, succeed on
-/// the wrong file). A new connection (a reconnect) starts with no fid bound but those
-/// the session restores, so the lost numbers come back then.
-#[derive(Debug, Default)]
-pub(crate) struct FidPool {
-    next: u32,
-    free: Vec<u32>,
-    live: usize,
-    lost: Vec<u32>,
-}
-
-impl FidPool {
-    pub(crate) fn alloc(&mut self) -> Option<u32> {
-        let fid = match self.free.pop() {
-            Some(fid) => fid,
-            None if self.next == NOFID => return None,
-            None => {
-                self.next += 1;
-                self.next - 1
-            }
-        };
-        self.live += 1;
-        Some(fid)
-    }
-
-    pub(crate) fn free(&mut self, fid: u32) {
-        self.live -= 1;
-        self.free.push(fid);
-    }
-
-    /// Retires a number whose clunk was not answered, until [`FidPool::reclaim_lost`].
-    pub(crate) fn lose(&mut self, fid: u32) {
-        self.live -= 1;
-        self.lost.push(fid);
-    }
-
-    /// The connection those numbers were lost on is gone: they are free again.
-    pub(crate) fn reclaim_lost(&mut self) {
-        self.free.append(&mut self.lost);
-    }
-
-    pub(crate) fn live(&self) -> usize {
-        self.live
-    }
-
-    pub(crate) fn lost(&self) -> usize {
-        self.lost.len()
-    }
-}
 
 /// A fid: a server-side handle on a file. Clunked when dropped.
 pub struct Fid {
@@ -102,6 +49,29 @@ pub struct WalkError {
     pub qids: Vec<Qid>,
 }
 
+impl Session {
+    /// Attaches to export `aname`; the returned fid is its root.
+    pub async fn attach(&self, aname: &str) -> Result<Fid, Errno> {
+        let id = self.alloc_fid()?;
+        let fid = Fid::new(self.clone(), id, Default::default());
+        let msg = Tattach {
+            fid: id,
+            afid: NOFID,
+            uname: self.config().uname.clone(),
+            aname: aname.into(),
+            n_uname: self.config().n_uname,
+        };
+        match self.call(msg.into()).await {
+            Ok(Message::Rattach(Rattach { qid })) => Ok(fid.with_qid(qid)),
+            Ok(_) => Err(Errno::EIO),
+            Err(e) => {
+                fid.forget();
+                Err(e)
+            }
+        }
+    }
+}
+
 impl Fid {
     pub(crate) fn new(session: Session, id: u32, qid: Qid) -> Fid {
         Fid {
@@ -120,18 +90,14 @@ impl Fid {
     /// The server forgot this fid already: give the number back without a Tclunk.
     pub(crate) fn forget(mut self) {
         self.gone = true;
-        self.session.inner.free_fid(self.id);
+        self.session.free_fid(self.id);
     }
 
     /// Clunks now and returns the server's answer (dropping a fid clunks it too, in the
     /// background, without one). The number is free again either way.
     pub async fn clunk(mut self) -> Result<(), Errno> {
         self.gone = true;
-        // Not before a flushed request on this fid has left the server (see there).
-        self.session.inner.flushes_answered(self.id).await;
-        let result = self.session.call(Tclunk { fid: self.id }.into()).await;
-        self.session.inner.clunked(self.id, &result);
-        result.map(drop)
+        self.session.clunk(self.id).await
     }
 
     /// The fid number on the wire.
@@ -181,7 +147,6 @@ impl Fid {
         let fail = |index, errno, qids| WalkError { index, errno, qids };
         let newfid = self
             .session
-            .inner
             .alloc_fid()
             .map_err(|e| fail(0, e, Vec::new()))?;
         let msg = Twalk {
@@ -226,30 +191,8 @@ impl Fid {
 
 impl Drop for Fid {
     fn drop(&mut self) {
-        if self.gone {
-            return;
+        if !self.gone {
+            self.session.clunk_in_background(self.id);
         }
-        let session = self.session.clone();
-        let id = self.id;
-        if session.inner.is_dead() || session.inner.is_closing() {
-            session.inner.free_fid(id);
-            return;
-        }
-        // The number is reused only once the server has answered the clunk (or the
-        // session is gone, taking every fid with it). Until then the clunk is counted,
-        // for `Session::close` to wait for.
-        session
-            .inner
-            .clunks_on_the_way
-            .fetch_add(1, Ordering::AcqRel);
-        session.inner.runtime.clone().spawn(async move {
-            session.inner.flushes_answered(id).await;
-            let result = session.call_once_connected(Tclunk { fid: id }.into()).await;
-            session.inner.clunked(id, &result);
-            session
-                .inner
-                .clunks_on_the_way
-                .fetch_sub(1, Ordering::AcqRel);
-        });
     }
 }

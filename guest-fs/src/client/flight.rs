@@ -24,8 +24,6 @@
 //! answer), and the fid's number is given back only once every reply of the flight is
 //! in, so no request of a failed flight can reach a later fid of the same number.
 
-use std::sync::atomic::Ordering;
-
 use bytes::Bytes;
 use wasm9p_proto::consts::READDIRHDRSZ;
 use wasm9p_proto::consts::{getattr, LISTINGS_FILL_XATTR, ORDERED_XATTR};
@@ -34,8 +32,9 @@ use wasm9p_proto::{
 };
 
 use super::fid::{Fid, Walk, WalkError};
+use super::learned::Promises;
 use super::ops::Entries;
-use super::session::{Call, Promises, Session};
+use super::session::{Call, Session};
 
 /// What a flight asks of the opened fid after the open (and the attributes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,16 +106,16 @@ impl Session {
     /// Whether the server promised, when asked at the first flight, that its listings
     /// are filled ([`LISTINGS_FILL_XATTR`]); false until then and with flights off.
     pub fn fills_listings(&self) -> bool {
-        self.inner.promises.get().is_some_and(|p| p.listings_fill)
+        self.learned()
+            .promises_known()
+            .is_some_and(|p| p.listings_fill)
     }
 
     /// What the server promises (asked once, on `root`): a Txattrwalk of each
     /// promise's attribute, both on `root` and sent together, one round trip.
     async fn promises(&self, root: &Fid) -> Promises {
-        *self
-            .inner
-            .promises
-            .get_or_init(|| async {
+        self.learned()
+            .promises(|| async {
                 let Some(ordered) = self.start_promise(root, ORDERED_XATTR, true).await else {
                     return Promises::default();
                 };
@@ -139,7 +138,7 @@ impl Session {
     /// Sends a Txattrwalk of `name` on `root` to a new fid (waiting for a free slot if
     /// `may_wait`): the fid and the call, or `None` if it was not sent.
     async fn start_promise(&self, root: &Fid, name: &str, may_wait: bool) -> Option<(Fid, Call)> {
-        let newfid = self.inner.alloc_fid().ok()?;
+        let newfid = self.alloc_fid().ok()?;
         let probe = Fid::new(self.clone(), newfid, root.qid);
         let msg = Message::from(Txattrwalk {
             fid: root.id,
@@ -163,17 +162,14 @@ impl Session {
     /// and what follows it waits for the reply before it, and the server is not asked
     /// for its promises.
     pub fn without_flights(&self) {
-        self.inner.no_flights.store(true, Ordering::Relaxed);
+        self.learned().turn_flights_off();
     }
 
     /// Flights sent (opens, listings, stats and link reads that went with their
     /// walk), and requests of flights sent again because the server refused them while
     /// their walk succeeded.
     pub fn flights(&self) -> (u64, u64) {
-        (
-            self.inner.flights.load(Ordering::Relaxed),
-            self.inner.flight_retries.load(Ordering::Relaxed),
-        )
+        self.learned().flights()
     }
 }
 
@@ -207,7 +203,7 @@ impl Fid {
     /// turned off, and a server that handles requests in order.
     async fn can_fly(&self, names: &[String]) -> bool {
         (1..=wasm9p_proto::consts::MAXWELEM).contains(&names.len())
-            && !self.session.inner.no_flights.load(Ordering::Relaxed)
+            && self.session.learned().flights_on()
             && self.session.handles_requests_in_order(self).await
     }
 
@@ -228,7 +224,7 @@ impl Fid {
             errno,
             qids: Vec::new(),
         };
-        let newfid = self.session.inner.alloc_fid().map_err(fail)?;
+        let newfid = self.session.alloc_fid().map_err(fail)?;
         // Made before anything is sent: if this future is dropped mid-flight, the
         // server may have bound newfid, and dropping `new` clunks it.
         let new = Fid::new(self.session.clone(), newfid, self.qid);
@@ -250,7 +246,7 @@ impl Fid {
             calls.push(sent.then(|| self.session.try_start(msg)).flatten());
         }
         if calls.first().is_some_and(Option::is_some) {
-            self.session.inner.flights.fetch_add(1, Ordering::Relaxed);
+            self.session.learned().flight_sent();
         }
         // Every reply is in before the walk's outcome frees newfid (see the module docs).
         let walked = walk.wait().await;
@@ -291,10 +287,7 @@ impl Fid {
 
     /// A request of a flight was refused while its walk succeeded: it is sent again.
     fn count_retry(&self) {
-        self.session
-            .inner
-            .flight_retries
-            .fetch_add(1, Ordering::Relaxed);
+        self.session.learned().flight_request_retried();
     }
 
     /// Walks `names` to a new fid and opens it with `flags`; with `attrs`, asks its

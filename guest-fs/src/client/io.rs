@@ -11,11 +11,11 @@ use super::session::Call;
 
 impl Fid {
     fn chunk(&self) -> usize {
-        (self.session.inner.msize - IOHDRSZ) as usize
+        (self.session.msize() - IOHDRSZ) as usize
     }
 
     fn depth(&self) -> usize {
-        self.session.inner.config.io_depth.max(1)
+        self.session.config().io_depth.max(1)
     }
 
     /// Starts one more request of a pipeline. With nothing in flight it may wait for

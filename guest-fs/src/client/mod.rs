@@ -28,6 +28,13 @@
 //!   not decode, or a count larger than asked fails that request with EIO. Nothing a
 //!   server sends can make the client allocate more than msize per frame.
 //!
+//! The modules build on one another, none on one above it: `config` (what a caller
+//! sets and reads back), `fid_pool` (fid numbers) and `learned` (what the server
+//! promised or refused) stand alone; `reconnect` sees the session only as its trait
+//! `Supervised`; `session` (with `session/link`, the connection's tasks) is the tag
+//! pool and the calls, its shared state private to it; `fid`, `io`, `ops` and
+//! `flight` are fids and the requests on them, through [`Session`]'s methods.
+//!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use wasm9p_guest_fs::client::{ClientConfig, Session};
@@ -40,16 +47,18 @@
 //! # Ok(()) }
 //! ```
 
+mod config;
 mod fid;
+mod fid_pool;
 mod flight;
 mod io;
+mod learned;
 mod ops;
 mod reconnect;
 mod session;
 
+pub use config::{ClientConfig, ConnectError, Dial, Dialer, ReconnectStats, RpcCounts};
 pub use fid::{Fid, Walk, WalkError};
 pub use flight::{first_entries, first_read, First, FlightError, OpenedWalk};
 pub use ops::{Entries, SetAttr};
-pub use session::{
-    ClientConfig, ConnectError, Dial, Dialer, ReconnectStats, RpcCounts, Session, CLOSE_DRAIN,
-};
+pub use session::{Session, CLOSE_DRAIN};

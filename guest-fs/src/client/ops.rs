@@ -5,6 +5,7 @@ use wasm9p_proto::consts::{getattr, AT_REMOVEDIR, MAX_DIRENT_SIZE, READDIRHDRSZ}
 use wasm9p_proto::*;
 
 use super::fid::Fid;
+use super::learned::Newer;
 
 /// Which attributes [`Fid::setattr`] changes; `None` leaves one alone.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -132,7 +133,7 @@ impl Fid {
     /// One Tread of at most `msize - IOHDRSZ` bytes. A server that sends more than was
     /// asked gets EIO.
     pub async fn read(&self, offset: u64, count: u32) -> Result<Bytes, Errno> {
-        let count = count.min(self.session.inner.msize - consts::IOHDRSZ);
+        let count = count.min(self.session.msize() - consts::IOHDRSZ);
         let r = reply!(
             self.rpc(Tread {
                 fid: self.id,
@@ -150,7 +151,7 @@ impl Fid {
 
     /// One Twrite of at most `msize - IOHDRSZ` bytes; returns the count written.
     pub async fn write(&self, offset: u64, data: Bytes) -> Result<u32, Errno> {
-        let max = (self.session.inner.msize - consts::IOHDRSZ) as usize;
+        let max = (self.session.msize() - consts::IOHDRSZ) as usize;
         let data = if data.len() > max {
             data.slice(..max)
         } else {
@@ -181,7 +182,7 @@ impl Fid {
     /// Like [`Fid::readdir`], and whether the entries ended the listing: when none
     /// came, or when the server fills its listings and left room for another.
     pub async fn entries(&self, offset: u64, count: u32) -> Result<Entries, Errno> {
-        let count = count.min(self.session.inner.msize - READDIRHDRSZ);
+        let count = count.min(self.session.msize() - READDIRHDRSZ);
         let r = reply!(
             self.rpc(Treaddir {
                 fid: self.id,
@@ -305,8 +306,8 @@ impl Fid {
     /// Trename when the server lacks Trenameat (as Debian's diod 1.0.24 does), as Linux
     /// does; the fallback is remembered for the session.
     pub async fn renameat(&self, oldname: &str, newdir: &Fid, newname: &str) -> Result<(), Errno> {
-        let inner = &self.session.inner;
-        if !inner.no_renameat.load(std::sync::atomic::Ordering::Relaxed) {
+        let learned = self.session.learned();
+        if !learned.refuses(Newer::Renameat) {
             let msg = Trenameat {
                 olddirfid: self.id,
                 oldname: oldname.into(),
@@ -314,9 +315,7 @@ impl Fid {
                 newname: newname.into(),
             };
             match self.rpc(msg).await {
-                Err(Errno::EOPNOTSUPP) | Err(Errno::ENOSYS) => inner
-                    .no_renameat
-                    .store(true, std::sync::atomic::Ordering::Relaxed),
+                Err(Errno::EOPNOTSUPP) | Err(Errno::ENOSYS) => learned.refused(Newer::Renameat),
                 other => return reply!(other, Rrenameat).map(drop),
             }
         }
@@ -327,8 +326,8 @@ impl Fid {
     /// Removes `name` from this directory (`AT_REMOVEDIR` in `flags` for a directory).
     /// Falls back to walk + Tremove when the server lacks Tunlinkat.
     pub async fn unlinkat(&self, name: &str, flags: u32) -> Result<(), Errno> {
-        let inner = &self.session.inner;
-        if !inner.no_unlinkat.load(std::sync::atomic::Ordering::Relaxed) {
+        let learned = self.session.learned();
+        if !learned.refuses(Newer::Unlinkat) {
             match self
                 .rpc(Tunlinkat {
                     dirfd: self.id,
@@ -337,9 +336,7 @@ impl Fid {
                 })
                 .await
             {
-                Err(Errno::EOPNOTSUPP) | Err(Errno::ENOSYS) => inner
-                    .no_unlinkat
-                    .store(true, std::sync::atomic::Ordering::Relaxed),
+                Err(Errno::EOPNOTSUPP) | Err(Errno::ENOSYS) => learned.refused(Newer::Unlinkat),
                 other => return reply!(other, Runlinkat).map(drop),
             }
         }
@@ -426,7 +423,7 @@ impl Fid {
 
     /// Reads extended attribute `name` (empty: the list of names).
     pub async fn get_xattr(&self, name: &str) -> Result<Bytes, Errno> {
-        let newfid = self.session.inner.alloc_fid()?;
+        let newfid = self.session.alloc_fid()?;
         let result = self
             .rpc(Txattrwalk {
                 fid: self.id,

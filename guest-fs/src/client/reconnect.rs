@@ -40,7 +40,25 @@ use wasm9p_proto::{
     encode_frame, Addr, Errno, FrameDecoder, Message, Qid, Tattach, Tclunk, Tlopen, Tversion, Twalk,
 };
 
-use super::session::Inner;
+use super::config::{ClientConfig, ConnectError};
+
+/// The session as its supervisor sees it: what [`supervise`] reads of it and does to
+/// it. The session's shared state implements it; this module knows nothing else of
+/// the session.
+pub(crate) trait Supervised: Send + Sync + 'static {
+    /// The session's configuration (the timeout bounds the whole reconnect).
+    fn config(&self) -> &ClientConfig;
+    /// The msize in use: a new connection must grant at least as much.
+    fn msize(&self) -> u32;
+    /// Whether the owner is going away ([`super::Session::close`]): no reconnect then.
+    fn is_closing(&self) -> bool;
+    /// Every fid to restore, with its recipe, in an order where roots come first.
+    fn plan(&self) -> Vec<(u32, Recipe)>;
+    /// Takes `wire` as the session's connection, `restored` the fids bound on it.
+    fn resume(self: Arc<Self>, wire: Wire, restored: &[u32]);
+    /// Gives up: the session is dead, every call fails with EIO.
+    fn kill(&self, why: &str);
+}
 
 /// What a reply to a request changes in the fid table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -313,7 +331,7 @@ impl Recipes {
     }
 
     /// What to restore, roots first (every other fid walks from its root).
-    fn plan(&self) -> Vec<(u32, Recipe)> {
+    pub(crate) fn plan(&self) -> Vec<(u32, Recipe)> {
         let mut plan: Vec<(u32, Recipe)> = self
             .map
             .iter()
@@ -419,8 +437,7 @@ impl Wire {
 
     /// The version exchange: asks `msize`, returns what the server granted after
     /// checking it speaks 9P2000.L and granted at least 4096 and at most `msize`.
-    pub(crate) async fn version(&mut self, msize: u32) -> Result<u32, super::ConnectError> {
-        use super::ConnectError;
+    pub(crate) async fn version(&mut self, msize: u32) -> Result<u32, ConnectError> {
         let msg = Tversion {
             msize,
             version: VERSION_9P2000_L.into(),
@@ -466,40 +483,45 @@ pub(crate) enum WireError {
 
 /// The connection of session `weak` dropped at `lost`: connect to `addr` again and
 /// restore the fids, or give up once the session timeout has passed.
-pub(crate) async fn supervise(weak: Weak<Inner>, addr: Addr, lost: Instant, why: String) {
+pub(crate) async fn supervise<S: Supervised>(
+    weak: Weak<S>,
+    addr: Addr,
+    lost: Instant,
+    why: String,
+) {
     let mut backoff = Duration::from_millis(50);
     let mut last = why;
     loop {
-        let Some(inner) = weak.upgrade() else {
+        let Some(session) = weak.upgrade() else {
             return;
         };
-        let deadline = lost + inner.config.timeout;
+        let deadline = lost + session.config().timeout;
         let left = deadline.saturating_duration_since(Instant::now());
-        if inner.is_closing() || left.is_zero() {
-            inner.kill(&format!(
+        if session.is_closing() || left.is_zero() {
+            session.kill(&format!(
                 "{last}; gave up reconnecting to {addr} after {:.1} s",
                 lost.elapsed().as_secs_f64()
             ));
             return;
         }
-        match tokio::time::timeout(left, restore(&inner, &addr)).await {
+        match tokio::time::timeout(left, restore(&*session, &addr)).await {
             Ok(Ok((wire, fids))) => {
                 tracing::warn!(
                     "9p session to {addr} restored after {} ms ({} fids)",
                     lost.elapsed().as_millis(),
                     fids.len()
                 );
-                inner.resume(wire, &fids);
+                session.resume(wire, &fids);
                 return;
             }
             Ok(Err(Restore::Fatal(why))) => {
-                inner.kill(&format!("reconnecting to {addr}: {why}"));
+                session.kill(&format!("reconnecting to {addr}: {why}"));
                 return;
             }
             Ok(Err(Restore::Again(why))) => last = why,
             Err(_) => last = "reconnecting timed out".into(),
         }
-        drop(inner);
+        drop(session);
         tokio::time::sleep(backoff.min(left)).await;
         backoff = (backoff * 2).min(Duration::from_secs(1));
     }
@@ -514,31 +536,31 @@ enum Restore {
 
 /// Connects, negotiates and restores every replayable fid; returns the connection and
 /// the fids restored.
-async fn restore(inner: &Arc<Inner>, addr: &Addr) -> Result<(Wire, Vec<u32>), Restore> {
-    let stream = inner
-        .config
+async fn restore<S: Supervised>(session: &S, addr: &Addr) -> Result<(Wire, Vec<u32>), Restore> {
+    let config = session.config();
+    let msize = session.msize();
+    let stream = config
         .dialer
-        .connect(addr, inner.config.timeout)
+        .connect(addr, config.timeout)
         .await
         .map_err(|e| Restore::Again(e.to_string()))?;
-    let mut wire = Wire::new(stream, inner.config.msize.max(inner.msize));
-    let granted = wire.version(inner.msize).await.map_err(|e| {
+    let mut wire = Wire::new(stream, config.msize.max(msize));
+    let granted = wire.version(msize).await.map_err(|e| {
         if e.should_retry() {
             Restore::Again(e.to_string())
         } else {
             Restore::Fatal(e.to_string())
         }
     })?;
-    if granted < inner.msize {
+    if granted < msize {
         return Err(Restore::Fatal(format!(
-            "server now grants msize {granted}, less than the {} in use",
-            inner.msize
+            "server now grants msize {granted}, less than the {msize} in use"
         )));
     }
-    let plan = inner.with_recipes(|r| r.plan());
+    let plan = session.plan();
     let mut restored = Vec::with_capacity(plan.len());
     for (fid, recipe) in plan {
-        match restore_fid(&mut wire, &inner.config, fid, &recipe).await {
+        match restore_fid(&mut wire, config, fid, &recipe).await {
             Ok(true) => restored.push(fid),
             Ok(false) => {
                 tracing::debug!(
@@ -556,7 +578,7 @@ async fn restore(inner: &Arc<Inner>, addr: &Addr) -> Result<(Wire, Vec<u32>), Re
 /// file is not the one it was, `Err` when the connection failed.
 async fn restore_fid(
     wire: &mut Wire,
-    config: &super::ClientConfig,
+    config: &ClientConfig,
     fid: u32,
     recipe: &Recipe,
 ) -> Result<bool, String> {

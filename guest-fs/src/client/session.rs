@@ -2,7 +2,6 @@
 //! it (reader and writer tasks, replies, losing it) is `link`.
 
 use std::collections::HashMap;
-use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -10,14 +9,13 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
-use wasm9p_proto::consts::{DEFAULT_MSIZE, MIN_MSIZE, NOFID, NOTAG};
-use wasm9p_proto::transport::{connect, BoxStream};
-use wasm9p_proto::BoxFuture;
-use wasm9p_proto::{
-    encode_frame, encode_frame_head, Addr, Errno, Message, Rattach, Tattach, Tflush,
-};
+use wasm9p_proto::consts::{MIN_MSIZE, NOTAG};
+use wasm9p_proto::transport::BoxStream;
+use wasm9p_proto::{encode_frame, encode_frame_head, Addr, Errno, Message, Tclunk, Tflush};
 
-use super::fid::{Fid, FidPool};
+use super::config::{ClientConfig, ConnectError, ReconnectStats, RpcCounts};
+use super::fid_pool::FidPool;
+use super::learned::Learned;
 use super::reconnect::{self, Effect, Recipes, Wire};
 
 mod link;
@@ -25,188 +23,16 @@ mod link;
 /// How long [`Session::close`] waits for the requests in flight to be answered.
 pub const CLOSE_DRAIN: Duration = Duration::from_millis(500);
 
-/// How a session behaves.
-#[derive(Clone, Debug)]
-pub struct ClientConfig {
-    /// The msize to ask for (the server may grant less, never less than 4096).
-    pub msize: u32,
-    /// User name sent in Tattach.
-    pub uname: String,
-    /// Numeric uid sent in Tattach (`n_uname`).
-    pub n_uname: u32,
-    /// How long one request may wait for its reply before it fails with ETIMEDOUT
-    /// (and is flushed). Also bounds connecting and the version handshake.
-    pub timeout: Duration,
-    /// Most requests outstanding at once on the session.
-    pub max_inflight: usize,
-    /// Most Tread/Twrite in flight for one large read or write.
-    pub io_depth: usize,
-    /// When the connection drops, connect again and restore every fid (sessions made
-    /// by [`Session::connect`] only), trying for at most `timeout`: see the module
-    /// `reconnect` in the source for what is retried and what fails.
-    pub reconnect: bool,
-    /// How [`Session::connect`] and a reconnect reach the server's address (default:
-    /// the address's own transport).
-    pub dialer: Dialer,
-}
-
-/// Connects to a server's address on a caller's behalf: see [`Dialer`].
-pub trait Dial: Send + Sync {
-    /// A connected stream to `addr` (the session bounds the wait by its timeout).
-    fn dial<'a>(&'a self, addr: &'a Addr) -> BoxFuture<'a, io::Result<BoxStream>>;
-}
-
-/// How a session reaches its server: [`wasm9p_proto::transport::connect`], or a
-/// caller's [`Dial`] where this process cannot reach the address itself (a container
-/// whose mount namespace hides the server's socket asks a process outside it to
-/// connect, and gets the socket handed over). A reconnect dials the same way.
-#[derive(Clone, Default)]
-pub struct Dialer(Option<Arc<dyn Dial>>);
-
-impl Dialer {
-    /// Dials through `dial`.
-    pub fn new(dial: Arc<dyn Dial>) -> Dialer {
-        Dialer(Some(dial))
-    }
-
-    /// A stream to `addr`, or an error once `timeout` has passed.
-    pub(crate) async fn connect(&self, addr: &Addr, timeout: Duration) -> io::Result<BoxStream> {
-        let Some(dial) = &self.0 else {
-            return connect(addr, timeout).await;
-        };
-        match tokio::time::timeout(timeout, dial.dial(addr)).await {
-            Ok(dialed) => dialed,
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("no connection within {timeout:?}"),
-            )),
-        }
-    }
-}
-
-impl std::fmt::Debug for Dialer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self.0 {
-            Some(_) => "Dialer(caller's)",
-            None => "Dialer(transport)",
-        })
-    }
-}
-
-impl Default for ClientConfig {
-    fn default() -> Self {
-        ClientConfig {
-            msize: DEFAULT_MSIZE,
-            uname: std::env::var("USER").unwrap_or_else(|_| "root".into()),
-            n_uname: rustix::process::getuid().as_raw(),
-            timeout: Duration::from_secs(30),
-            max_inflight: 64,
-            io_depth: 4,
-            reconnect: false,
-            dialer: Dialer::default(),
-        }
-    }
-}
-
-/// Why a session could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    /// The transport did not connect.
-    #[error("cannot connect to {addr}: {source}")]
-    Connect {
-        /// Where.
-        addr: String,
-        /// Why.
-        source: io::Error,
-    },
-    /// The server does not speak 9P2000.L.
-    #[error("server speaks {0:?}, not 9P2000.L")]
-    UnknownVersion(String),
-    /// The server granted an msize below the protocol minimum.
-    #[error("server granted msize {0}, below the minimum of 4096")]
-    MsizeTooSmall(u32),
-    /// The server granted more than was asked: a broken or hostile server.
-    #[error("server granted msize {granted}, more than the {asked} asked for")]
-    MsizeTooLarge {
-        /// What the server answered.
-        granted: u32,
-        /// What we asked.
-        asked: u32,
-    },
-    /// The version exchange failed (closed, timed out, or garbage).
-    #[error("version handshake failed: {0}")]
-    Handshake(String),
-}
-
-impl ConnectError {
-    /// Whether trying again later may help (the server may come up or be reachable);
-    /// a server that speaks the wrong protocol will not change by retrying.
-    pub fn should_retry(&self) -> bool {
-        matches!(
-            self,
-            ConnectError::Connect { .. } | ConnectError::Handshake(_)
-        )
-    }
-}
-
-/// Requests sent, by message type.
-#[derive(Debug)]
-pub struct RpcCounts([AtomicU64; 128]);
-
-impl RpcCounts {
-    fn bump(&self, ty: u8) {
-        self.0[usize::from(ty / 2) % 128].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// `(name, count)` for every request type sent at least once, e.g. `("walk", 12)`.
-    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
-        (0..128u8)
-            .filter_map(|i| {
-                let n = self.0[usize::from(i)].load(Ordering::Relaxed);
-                let name = Message::type_name(i * 2)?;
-                (n > 0).then(|| (&name[1..], n))
-            })
-            .collect()
-    }
-
-    /// All requests sent.
-    pub fn total(&self) -> u64 {
-        self.0.iter().map(|c| c.load(Ordering::Relaxed)).sum()
-    }
-}
-
-/// What reconnecting did so far ([`Session::reconnects`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ReconnectStats {
-    /// Connections restored after a loss.
-    pub reconnects: u64,
-    /// Requests sent again on a restored connection.
-    pub retried: u64,
-    /// Requests failed with EIO because the connection dropped under them and sending
-    /// them again would not be safe (writes, creates, renames...).
-    pub failed: u64,
-    /// Fids that could not be restored (ESTALE from then on).
-    pub stale_fids: u64,
-}
-
 /// A 9P2000.L client session; cheap to clone, usable from any task or thread.
 #[derive(Clone, Debug)]
 pub struct Session {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
-/// What a server promised when asked (module `flight` asks, at the first flight).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Promises {
-    /// It handles a connection's requests in order (`ORDERED_XATTR`): flights may go.
-    pub ordered: bool,
-    /// Its listings are filled (`LISTINGS_FILL_XATTR`): a Treaddir's reply with room
-    /// left for another entry ended the listing.
-    pub listings_fill: bool,
-}
-
+/// What a session's clones share. Its fields are this module's (and `link`'s): the
+/// rest of the client goes through [`Session`]'s methods.
 #[derive(Debug)]
-pub(crate) struct Inner {
+struct Inner {
     state: Mutex<State>,
     /// Where to connect again (sessions from [`Session::connect`] with reconnect on).
     addr: Option<Addr>,
@@ -219,30 +45,20 @@ pub(crate) struct Inner {
     reconnects: AtomicU64,
     retried: AtomicU64,
     failed: AtomicU64,
-    pub(crate) stale_fids: AtomicU64,
+    stale_fids: AtomicU64,
     permits: Arc<Semaphore>,
-    pub(crate) msize: u32,
-    pub(crate) config: ClientConfig,
-    pub(crate) runtime: Handle,
-    pub(crate) fids: Mutex<FidPool>,
+    msize: u32,
+    config: ClientConfig,
+    runtime: Handle,
+    fids: Mutex<FidPool>,
     counts: RpcCounts,
-    /// Set once the server answered Trenameat / Tunlinkat with EOPNOTSUPP.
-    pub(crate) no_renameat: AtomicBool,
-    pub(crate) no_unlinkat: AtomicBool,
     /// Set by [`Session::close`]: the owner is going away with its runtime.
     closing: AtomicBool,
     /// Tclunks of dropped fids not yet answered, sent or about to be (what
     /// [`Session::close`] waits for, with the requests in `pending`).
-    pub(crate) clunks_on_the_way: AtomicUsize,
-    /// What the server promises: requests handled in order, listings filled (asked
-    /// once, at the first flight: `flight`).
-    pub(crate) promises: tokio::sync::OnceCell<Promises>,
-    /// Set by [`Session::without_flights`]: requests go one after another.
-    pub(crate) no_flights: AtomicBool,
-    /// Flights sent (a walk and the requests on its fid: `flight`), and requests of
-    /// a flight the server refused that were sent again after the walk's reply.
-    pub(crate) flights: AtomicU64,
-    pub(crate) flight_retries: AtomicU64,
+    clunks_on_the_way: AtomicUsize,
+    /// What the server promised and refused, and the flights sent (`learned`).
+    learned: Learned,
 }
 
 #[derive(Debug)]
@@ -390,45 +206,72 @@ impl Session {
             msize,
             runtime: Handle::current(),
             fids: Mutex::new(FidPool::default()),
-            counts: RpcCounts(std::array::from_fn(|_| AtomicU64::new(0))),
-            no_renameat: AtomicBool::new(false),
-            no_unlinkat: AtomicBool::new(false),
+            counts: RpcCounts::new(),
             closing: AtomicBool::new(false),
             clunks_on_the_way: AtomicUsize::new(0),
-            promises: tokio::sync::OnceCell::new(),
-            no_flights: AtomicBool::new(false),
-            flights: AtomicU64::new(0),
-            flight_retries: AtomicU64::new(0),
+            learned: Learned::default(),
             config,
         });
         inner.spawn_link(wire, out_rx, 0);
         Ok(Session { inner })
     }
 
-    /// Attaches to export `aname`; the returned fid is its root.
-    pub async fn attach(&self, aname: &str) -> Result<Fid, Errno> {
-        let id = self.inner.alloc_fid()?;
-        let fid = Fid::new(self.clone(), id, Default::default());
-        let msg = Tattach {
-            fid: id,
-            afid: NOFID,
-            uname: self.inner.config.uname.clone(),
-            aname: aname.into(),
-            n_uname: self.inner.config.n_uname,
-        };
-        match self.call(msg.into()).await {
-            Ok(Message::Rattach(Rattach { qid })) => Ok(fid.with_qid(qid)),
-            Ok(_) => Err(Errno::EIO),
-            Err(e) => {
-                fid.forget();
-                Err(e)
-            }
-        }
-    }
-
     /// The negotiated msize.
     pub fn msize(&self) -> u32 {
         self.inner.msize
+    }
+
+    /// How this session was configured.
+    pub(crate) fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// What this session learned of its server (`learned`).
+    pub(crate) fn learned(&self) -> &Learned {
+        &self.inner.learned
+    }
+
+    /// A fid number for a new fid, or EMFILE when none is left.
+    pub(crate) fn alloc_fid(&self) -> Result<u32, Errno> {
+        self.inner.alloc_fid()
+    }
+
+    /// Gives `fid`'s number back without a Tclunk (the server does not have it bound).
+    pub(crate) fn free_fid(&self, fid: u32) {
+        self.inner.free_fid(fid);
+    }
+
+    /// Clunks `fid` and returns the server's answer; the number is free again (or
+    /// retired, when no answer came) either way.
+    pub(crate) async fn clunk(&self, fid: u32) -> Result<(), Errno> {
+        // Not before a flushed request on this fid has left the server (see there).
+        self.inner.flushes_answered(fid).await;
+        let result = self.call(Tclunk { fid }.into()).await;
+        self.inner.clunked(fid, &result);
+        result.map(drop)
+    }
+
+    /// Clunks `fid` on the session's runtime, for a fid dropped (or frees its number at
+    /// once if the session is dead or closing: the server forgets it with the
+    /// connection). The number is reused only once the server has answered; until then
+    /// the clunk is counted, for [`Session::close`] to wait for.
+    pub(crate) fn clunk_in_background(&self, fid: u32) {
+        let inner = &self.inner;
+        if inner.is_dead() || inner.is_closing() {
+            inner.free_fid(fid);
+            return;
+        }
+        inner.clunks_on_the_way.fetch_add(1, Ordering::AcqRel);
+        let session = self.clone();
+        inner.runtime.spawn(async move {
+            session.inner.flushes_answered(fid).await;
+            let result = session.call_once_connected(Tclunk { fid }.into()).await;
+            session.inner.clunked(fid, &result);
+            session
+                .inner
+                .clunks_on_the_way
+                .fetch_sub(1, Ordering::AcqRel);
+        });
     }
 
     /// Fid numbers in use, including those whose Tclunk is still on its way.
@@ -654,7 +497,7 @@ impl Drop for Call {
 }
 
 impl Inner {
-    pub(crate) fn alloc_fid(&self) -> Result<u32, Errno> {
+    fn alloc_fid(&self) -> Result<u32, Errno> {
         self.fids
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -665,7 +508,7 @@ impl Inner {
     /// The Tclunk of `fid` ended with `result`: any answer (an error too: the server
     /// forgets a fid whatever its clunk answers) or a dead session frees the number; no
     /// answer, or no tag to send it with, retires it until the next reconnect.
-    pub(crate) fn clunked(&self, fid: u32, result: &Result<Message, Errno>) {
+    fn clunked(&self, fid: u32, result: &Result<Message, Errno>) {
         // (`state` before `fids`, as `resume` takes them.)
         let dead = self.is_dead();
         let mut pool = self.fids.lock().unwrap_or_else(|e| e.into_inner());
@@ -675,18 +518,18 @@ impl Inner {
         }
     }
 
-    pub(crate) fn free_fid(&self, fid: u32) {
+    fn free_fid(&self, fid: u32) {
         self.fids
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .free(fid);
     }
 
-    pub(crate) fn is_dead(&self) -> bool {
+    fn is_dead(&self) -> bool {
         lock(&self.state).dead
     }
 
-    pub(crate) fn is_closing(&self) -> bool {
+    fn is_closing(&self) -> bool {
         self.closing.load(Ordering::Relaxed)
     }
 
@@ -717,7 +560,7 @@ impl Inner {
     /// its Rflush; a Tclunk of that fid must not overtake it, since a server may free
     /// the fid under the request (diod does, and crashes). Clunks wait here; without
     /// such flushes in flight this is one look at the state.
-    pub(crate) async fn flushes_answered(&self, fid: u32) {
+    async fn flushes_answered(&self, fid: u32) {
         let deadline = tokio::time::Instant::now() + self.config.timeout;
         loop {
             let notified = self.flushes_done.notified();

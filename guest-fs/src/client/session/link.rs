@@ -13,7 +13,8 @@ use wasm9p_proto::transport::{write_segments, BoxStream};
 use wasm9p_proto::{Errno, FrameDecoder, Message, Rclunk};
 
 use super::{lock, Inner, Pending};
-use crate::client::reconnect::{self, Recipes, Wire};
+use crate::client::config::ClientConfig;
+use crate::client::reconnect::{self, Recipe, Recipes, Supervised, Wire};
 
 impl Inner {
     /// Routes one reply to whoever waits for it.
@@ -74,7 +75,7 @@ impl Inner {
     }
 
     /// The connection is gone: every waiter gets EIO now, later calls get it at once.
-    pub(crate) fn kill(&self, why: &str) {
+    pub(super) fn kill(&self, why: &str) {
         let mut st = lock(&self.state);
         if st.dead {
             return;
@@ -132,15 +133,9 @@ impl Inner {
         Ok(())
     }
 
-    /// Runs `f` on the recipes (reconnect is on whenever a supervisor runs).
-    pub(crate) fn with_recipes<T>(&self, f: impl FnOnce(&mut Recipes) -> T) -> T {
-        let mut st = lock(&self.state);
-        f(st.recipes.get_or_insert_with(Recipes::default))
-    }
-
     /// A new connection `wire` is up and `restored` fids are bound on it: mark them,
     /// send again what was waiting for it, start its tasks and let new calls through.
-    pub(crate) fn resume(self: &Arc<Self>, wire: Wire, restored: &[u32]) {
+    fn resume(self: &Arc<Self>, wire: Wire, restored: &[u32]) {
         let mut st = lock(&self.state);
         let epoch = st.epoch;
         let Some(out) = st.next_out.take() else {
@@ -195,7 +190,7 @@ impl Inner {
     /// Connection `epoch` is gone. Without reconnect (or while closing) the session
     /// dies; otherwise requests in flight are sorted (see the `reconnect` module) and a
     /// supervisor connects again. Reports about an older connection are ignored.
-    pub(crate) fn lost(self: &Arc<Self>, epoch: u64, why: String) {
+    pub(super) fn lost(self: &Arc<Self>, epoch: u64, why: String) {
         let mut st = lock(&self.state);
         if st.dead || st.epoch != epoch {
             return;
@@ -243,6 +238,34 @@ impl Inner {
             Instant::now(),
             why,
         ));
+    }
+}
+
+impl Supervised for Inner {
+    fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    fn msize(&self) -> u32 {
+        self.msize
+    }
+
+    fn is_closing(&self) -> bool {
+        Inner::is_closing(self)
+    }
+
+    fn plan(&self) -> Vec<(u32, Recipe)> {
+        // Reconnect is on whenever a supervisor runs, so there are recipes.
+        let mut st = lock(&self.state);
+        st.recipes.get_or_insert_with(Recipes::default).plan()
+    }
+
+    fn resume(self: Arc<Self>, wire: Wire, restored: &[u32]) {
+        Inner::resume(&self, wire, restored);
+    }
+
+    fn kill(&self, why: &str) {
+        Inner::kill(self, why);
     }
 }
 
