@@ -16,7 +16,13 @@ fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile = exe.parent().and_then(Path::parent).unwrap();
     let built = profile.join("examples").join(name);
-    assert!(built.exists(), "{} is not built", built.display());
+    assert!(
+        built.exists(),
+        "{} is not built: `cargo test -p wasm9p-host` builds the examples before the \
+         tests, a `--test` filter alone does not (`cargo build -p wasm9p-host --examples` \
+         first)",
+        built.display()
+    );
     built
 }
 
