@@ -43,7 +43,7 @@ fn mount_help() -> String {
 /// The mounts a namespace is made of, as `run`, `batch` and `mount` take them.
 #[derive(Debug, Args)]
 pub struct NamespaceArgs {
-    /// A mount (see [`mount_help`] for what `--help` says).
+    /// A mount (see `mount_help` for what `--help` says).
     #[arg(long = "mount", value_name = "SPEC", help = mount_help())]
     pub mounts: Vec<String>,
     /// A host directory bound at a guest path (HOSTDIR::/GUEST, or HOSTDIR at itself).
@@ -209,11 +209,11 @@ pub(super) fn exit_code(outcome: &Outcome) -> (u8, Option<String>) {
 pub struct Job {
     /// Its line number (from 1).
     pub line: usize,
-    /// Its argv words, argv[0] first.
+    /// Its argv words, `argv[0]` first.
     pub argv: Vec<String>,
 }
 
-/// Parses COMMANDS: one guest per line, shell-quoted words, argv[0] first; blank
+/// Parses COMMANDS: one guest per line, shell-quoted words, `argv[0]` first; blank
 /// lines and `#` comments skipped. The error names the line.
 pub fn parse_commands(text: &str) -> Result<Vec<Job>, String> {
     let mut jobs = Vec::new();

@@ -1,6 +1,9 @@
 //! Command-line interface. Exit codes: 0 success, 1 runtime failure, 2 bad usage or
 //! unusable configuration (bad address, missing export), always with one clear line on
 //! stderr and no backtrace.
+// The doc comments of the commands' arguments are their `--help` text, where brackets
+// are option syntax (`EXPORT=PEER[,PEER]...`, `argv[0]`), not links.
+#![allow(rustdoc::broken_intra_doc_links)]
 
 use clap::{Parser, Subcommand};
 

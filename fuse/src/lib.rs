@@ -19,7 +19,7 @@
 //! - `inodes`: the node ids; `convert`: FUSE's types from guest-fs's.
 //!
 //! Design:
-//! - The kernel names files by node id; the namespace by path. [`inodes::Inodes`] maps
+//! - The kernel names files by node id; the namespace by path. `inodes::Inodes` maps
 //!   one to the other (a file's hard links share its id, so they show as one inode) and
 //!   keeps paths current across renames; an unlinked file's id
 //!   lives on for its open handles, without a path: fstat and ftruncate go through
@@ -30,7 +30,7 @@
 //! - Entry and attribute lifetimes given to the kernel are zero: every lookup and
 //!   getattr comes to the namespace, whose cache modes decide what is asked of the
 //!   server. Files are opened for direct I/O, so the namespace's page cache is the only
-//!   one (see [`FILE_OPEN`]).
+//!   one (see `FILE_OPEN`).
 //! - Open files are the namespace's [`OpenFile`]s (write-back and readahead as the
 //!   mount's mode says), flushed on `flush` (every close) and `release`; an error a
 //!   buffered write met is reported by the close that flushes it.

@@ -46,7 +46,7 @@ pub const NAME_MAX: usize = 255;
 /// The longest name (in bytes) a server that promises [`LISTINGS_FILL_XATTR`] lists:
 /// [`NAME_MAX`].
 pub const MAX_ENTRY_NAME: usize = NAME_MAX;
-/// The largest directory entry such a server sends: qid[13] offset[8] type[1] and a
+/// The largest directory entry such a server sends: `qid[13] offset[8] type[1]` and a
 /// name of [`MAX_ENTRY_NAME`] bytes with its 2-byte length.
 pub const MAX_DIRENT_SIZE: usize = 13 + 8 + 1 + 2 + MAX_ENTRY_NAME;
 

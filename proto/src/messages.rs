@@ -1,6 +1,6 @@
 //! Every 9P2000.L message, defined once.
 //!
-//! The [`protocol!`] table below lists each request with its number and fields and the
+//! The `protocol!` table below lists each request with its number and fields and the
 //! reply that answers it (numbered request + 1). From that single table the macro
 //! derives the structs, their [`Wire`] encode/decode/size, and the [`Message`] enum with
 //! its type numbers, so encode and decode cannot drift apart. Field layouts follow

@@ -7,7 +7,7 @@
 //!   a compile (BENCHMARKS §10); a process is killed (SIGKILL) and costs nothing while
 //!   it runs. A guest that brings its process down fails its own action only.
 //! - **What a slot keeps.** Its programs, loaded once from the module cache, and the
-//!   pages of input files its actions read ([`crate::programs`]): a slot lives from the
+//!   pages of input files its actions read (`crate::programs`): a slot lives from the
 //!   first action that needs it to the worker's end, or until it is killed; the next
 //!   action that needs one starts another. The worker's `--page-cache-size` is shared
 //!   out among `--jobs` slots.

@@ -2,7 +2,7 @@
 //!
 //! The task's process is the first of its pid namespace, and the kernel drops a
 //! signal sent to such a process unless it has a handler. So the handler is
-//! installed at the container's create ([`watch`], from the sandbox's `can_handle`),
+//! installed at the container's create ([`watch()`], from the sandbox's `can_handle`),
 //! not when the guest is about to run: a signal sent as soon as containerd says the
 //! task runs, while the program is still being compiled, is not lost. What a signal
 //! does is the task's: a cli task ends at once ([`end_process_on_stop`]); an http task
@@ -39,7 +39,7 @@ pub fn watch() -> std::io::Result<()> {
 }
 
 /// Resolves once a stop signal has come (at once if one came already); never
-/// without [`watch`].
+/// without [`watch()`].
 pub async fn stopped() -> i32 {
     let Some(sender) = STOP.get() else {
         return std::future::pending().await;
@@ -57,7 +57,7 @@ pub async fn stopped() -> i32 {
 
 /// Ends the process once a stop signal comes, with 128 + the signal as a killed
 /// process would (a cli task: its guest stops wherever it is). Call it inside the
-/// runtime [`watch`] was.
+/// runtime [`watch()`] was.
 pub fn end_process_on_stop() {
     tokio::spawn(async {
         let signal = stopped().await;

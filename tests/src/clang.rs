@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 /// Where the fetched package lives.
 #[derive(Clone, Debug)]
 pub struct ClangWasm {
-    /// The WASI preview1 module (LLVM's multi-call binary: argv[1] names the tool).
+    /// The WASI preview1 module (LLVM's multi-call binary: `argv[1]` names the tool).
     pub module: PathBuf,
     /// A directory holding `usr/` (clang's headers and the WASI sysroot), which clang
     /// expects at `/usr` in the guest.
@@ -40,7 +40,7 @@ pub fn clang_wasm() -> ClangWasm {
 }
 
 /// The words of the one `-cc1` line that `clang -###` prints (each word double-quoted,
-/// `\"`, `\\` and `\$` escaped), without the leading empty argv[0] clang puts there
+/// `\"`, `\\` and `\$` escaped), without the leading empty `argv[0]` clang puts there
 /// when it runs in process; `None` when there is no such line.
 pub fn parse_cc1_line(hash3_output: &str) -> Option<Vec<String>> {
     let line = hash3_output

@@ -8,7 +8,7 @@
 //! stock-wasi [--jobs N] [--passes N] [--dir HOST::GUEST]... [--stats=FILE] --module M COMMANDS
 //! ```
 //!
-//! COMMANDS is `wasm9p batch`'s format: one guest per line, shell words, argv[0] first.
+//! COMMANDS is `wasm9p batch`'s format: one guest per line, shell words, `argv[0]` first.
 //! Guests inherit stdio. Prints one summary line per pass on stderr; `--stats=FILE`
 //! writes `{"wall_ms", "guests", "passes": [{"wall_ms", "guests"}]}`. Exit 0 when every
 //! guest exited 0, 1 otherwise, 2 for a usage or setup error.

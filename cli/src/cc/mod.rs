@@ -23,7 +23,7 @@
 //!   paths and `..` mean what they mean on the host, and clang records the real
 //!   compilation directory.
 //!
-//! A path outside the root is refused before anything runs ([`paths`]); so is a
+//! A path outside the root is refused before anything runs (`paths`); so is a
 //! working directory outside the root.
 //!
 //! Our own options come before the tool's arguments (`wasm9p cc --root DIR -c a.c`);

@@ -21,10 +21,10 @@
 //! artifacts count. Temporary files untouched for an hour (a process killed between
 //! writing an artifact and renaming it into place) go at a store too.
 //!
-//! Tiers ([`tiers`]): [`ModuleCache::load_tiered`] starts a big guest on Winch's code
+//! Tiers (`tiers`): [`ModuleCache::load_tiered`] starts a big guest on Winch's code
 //! when Cranelift's is not cached yet, and compiles Cranelift's in the background.
 //!
-//! Sources ([`source`]): the digest of a guest's bytes is remembered by the file's
+//! Sources (`source`): the digest of a guest's bytes is remembered by the file's
 //! identity, so a hit maps its artifact without reading or hashing the guest. A caller
 //! that knows the digest already (a content-addressed store: the build farm's worker)
 //! loads by it ([`ModuleCache::load_tiered_by_digest`]), and a hit needs no file at

@@ -85,7 +85,7 @@ impl FdTable {
     }
 
     /// Adds the guest's working directory, preopened as `/` (see
-    /// [`DirDesc::working_dir`]).
+    /// `DirDesc::working_dir`).
     pub fn push_working_dir(&mut self, loc: Location) {
         let desc = Desc::Dir(DirDesc {
             loc,

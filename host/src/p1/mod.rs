@@ -289,7 +289,7 @@ impl WasiP1CtxBuilder {
         self
     }
 
-    /// Appends one argument (the first is the guest's argv[0]).
+    /// Appends one argument (the first is the guest's `argv[0]`).
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.args.push(arg.into());
         self

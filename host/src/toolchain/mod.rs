@@ -3,15 +3,15 @@
 //! job by job. `wasm9p cc`, its daemon and the build farm's worker all run tools
 //! through it; so can a runtime that embeds the engine.
 //!
-//! clang.wasm (the npm package `@yowasp/clang`) is one multi-call module: argv[1]
+//! clang.wasm (the npm package `@yowasp/clang`) is one multi-call module: `argv[1]`
 //! names the tool (`clang`, `clang++`, `wasm-ld`, `ar`, ...). It cannot start
 //! processes, so the compiler driver is run twice over: once with `-###`, which prints
-//! the jobs it would run ([`jobs`]), then each job as a guest of its own, in order,
+//! the jobs it would run (`jobs`), then each job as a guest of its own, in order,
 //! stopping at the first that fails, as the native driver would. What the driver
 //! prints for the user (warnings, and everything with `-v`) is relayed; a query that
 //! makes no jobs (`--version`, `-print-file-name=`, an error in the arguments) is
 //! answered by the driver run plainly. Dependency files a job writes are pointed at
-//! the host's toolchain headers ([`depfile`]). The other tools run as one guest each.
+//! the host's toolchain headers (`depfile`). The other tools run as one guest each.
 //!
 //! - `mod.rs`: [`Tool`], [`TOOLS`];
 //! - `invocation.rs`: [`Invocation`] (its guests on a prepared engine, with the stdio

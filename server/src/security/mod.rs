@@ -24,7 +24,7 @@
 //!   for host file systems without user xattrs: the metadata of `dir/name` in
 //!   `dir/.virtfs_metadata/name`, of the export's root in `.virtfs_metadata_root`, as
 //!   lines `virtfs.mode=N` (and `uid`, `gid`, `rdev`; decimal), as QEMU keeps them
-//!   ([`files`]). These names are hidden from clients (not listed, not found, not
+//!   (`files`). These names are hidden from clients (not listed, not found, not
 //!   made), and the metadata moves, is linked and goes with its file.
 //!
 //! In every model the server never opens a special file's bytes: Tlopen of a device
