@@ -98,7 +98,8 @@ fn the_farm_walkthrough_runs_as_written_in_one_go() {
     );
 
     // It printed what the page says a run that worked prints (`file` of the object
-    // the farm compiled, among PostgreSQL's messages), and its teardown stopped
+    // the farm compiled, a wasm object, and `nm` of it, defining `answer`; among
+    // PostgreSQL's messages), and its teardown stopped
     // PostgreSQL and removed what it made.
     let expected = printed("farm.md", "A run that worked prints");
     assert!(log("out.log").contains(&expected), "{said}");
