@@ -1,10 +1,12 @@
 //! The book's walkthroughs run as written: each `Walkthrough:` section of a page in
-//! `docs/` (http, plugins, serve, cc), its `sh` blocks joined into one script, run by
+//! `docs/` (http, plugins, serve, cc, mount), its `sh` blocks joined into one script, run by
 //! `wasm9p_tests::run_walkthrough` with the binary under test standing in for the
 //! release build, and what it printed checked against what the page says a run that
 //! worked prints. The farm's walkthrough has a test of its own (`walkthrough_farm.rs`:
-//! it needs root and PostgreSQL), and so does the embedding one
-//! (`host/tests/walkthrough_embedding.rs`: it runs the library's examples).
+//! it needs root and PostgreSQL), and so do the embedding one
+//! (`host/tests/walkthrough_embedding.rs`: it runs the library's examples) and the
+//! containerd shim's (`shim/tests/tasks/walkthrough.rs`: it runs against the shim
+//! tests' own containerd).
 
 use std::path::Path;
 
@@ -17,8 +19,7 @@ fn run(script: &str) -> String {
         script,
         &StandIns {
             wasm9p: Some(Path::new(env!("CARGO_BIN_EXE_wasm9p"))),
-            examples: &[],
-            module_cache: &modules,
+            ..StandIns::new(&modules)
         },
     )
 }
@@ -63,4 +64,14 @@ fn the_cc_walkthrough_builds_the_example_project_through_a_daemon_it_stops() {
     let script = walkthrough("cc.md", "Walkthrough: a make project");
     assert!(script.contains("kill %1; wait"), "{script}");
     assert_eq!(run(&script), printed("cc.md", "A run that worked prints"));
+}
+
+#[test]
+fn the_mount_walkthrough_serves_a_directory_through_fuse_and_unmounts() {
+    let script = walkthrough("mount.md", "Walkthrough: a directory through FUSE");
+    assert!(script.contains("kill %1; wait %1"), "{script}");
+    assert_eq!(
+        run(&script),
+        printed("mount.md", "A run that worked prints")
+    );
 }

@@ -36,9 +36,8 @@ fn the_embedding_walkthrough_runs_a_guest_and_two_tenants_as_the_page_says() {
     let out = run_walkthrough(
         &script,
         &StandIns {
-            wasm9p: None,
             examples: &[("embed", &embed), ("http_embed", &http_embed)],
-            module_cache: &modules,
+            ..StandIns::new(&modules)
         },
     );
     assert_eq!(out, printed("embedding.md", "A run that worked prints"));

@@ -31,7 +31,9 @@ pub use guests::{
     c_sandbox_guest, compile_c_guest, componentize, guest_source, wit_bindgen,
 };
 pub use rng::Rng;
-pub use script::{printed, run_script, run_walkthrough, walkthrough, ScriptRun, StandIns};
+pub use script::{
+    printed, run_script, run_walkthrough, walkthrough, ScriptRun, StandIns, Walk, Walked,
+};
 pub use serve_process::{served_addr, spawn_serve};
 pub use server::TestServer;
 

@@ -3,12 +3,13 @@
 //! root, volumes), http components (rootfs files, the env's address, SIGTERM under
 //! load), the memory limit, signals, compiled code kept across containers, a
 //! node-side 9P server shared by two containers, and every bad input failing the
-//! create with one line.
+//! create with one line; and the book's walkthrough (`walkthrough.rs`) as written.
 
 mod compiled;
 #[path = "../containerd/mod.rs"]
 mod containerd;
 mod running;
+mod walkthrough;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
