@@ -49,29 +49,30 @@ fn the_http_walkthrough_serves_one_host_then_a_fleet_that_sees_a_change() {
     );
 }
 
+/// Runs the walkthrough under `heading` of `page`, which stops what it started in the
+/// background with `stops` and waits for it, and checks that it prints what the page
+/// says a run that worked prints.
+fn prints_what_the_page_says(page: &str, heading: &str, stops: &str) {
+    let script = walkthrough(page, heading);
+    assert!(script.contains(stops), "{script}");
+    assert_eq!(run(&script), printed(page, "A run that worked prints"));
+}
+
 #[test]
 fn the_serve_walkthrough_runs_a_guest_on_an_export_and_stops_the_server() {
-    let script = walkthrough("serve.md", "Walkthrough: one export");
-    assert!(script.contains("kill %1; wait"), "{script}");
-    assert_eq!(
-        run(&script),
-        printed("serve.md", "A run that worked prints")
-    );
+    prints_what_the_page_says("serve.md", "Walkthrough: one export", "kill %1; wait");
 }
 
 #[test]
 fn the_cc_walkthrough_builds_the_example_project_through_a_daemon_it_stops() {
-    let script = walkthrough("cc.md", "Walkthrough: a make project");
-    assert!(script.contains("kill %1; wait"), "{script}");
-    assert_eq!(run(&script), printed("cc.md", "A run that worked prints"));
+    prints_what_the_page_says("cc.md", "Walkthrough: a make project", "kill %1; wait");
 }
 
 #[test]
 fn the_mount_walkthrough_serves_a_directory_through_fuse_and_unmounts() {
-    let script = walkthrough("mount.md", "Walkthrough: a directory through FUSE");
-    assert!(script.contains("kill %1; wait %1"), "{script}");
-    assert_eq!(
-        run(&script),
-        printed("mount.md", "A run that worked prints")
+    prints_what_the_page_says(
+        "mount.md",
+        "Walkthrough: a directory through FUSE",
+        "kill %1; wait %1",
     );
 }
