@@ -22,8 +22,8 @@ use super::engines::{report_progress, setup_failed};
 use super::guests::{CodeArgs, NamespaceArgs};
 use super::shared::{fail, parse_bytes, parse_duration, parse_env, say, EXIT_USAGE};
 use wasm9p_host::http::{
-    default_max_connections, AllowedHost, HttpHandler, HttpLimits, Listen, MAX_INSTANCES,
-    MAX_MEMORY, MIN_MEMORY,
+    default_max_connections, AllowedHost, HttpHandler, HttpLimits, Listen, Reuse, MAX_INSTANCES,
+    MAX_MEMORY, MAX_USES, MIN_MEMORY,
 };
 
 /// `wasm9p http`.
@@ -75,6 +75,15 @@ pub struct HttpArgs {
     /// (default: the descriptor limit less an eighth of it, or 256, for the mounts).
     #[arg(long, value_name = "N", value_parser = parse_connections)]
     pub max_connections: Option<usize>,
+    /// The most requests one instance serves, one after the other (default 1: a
+    /// fresh instance for every request). A kept instance sees what earlier requests
+    /// left in its memory; see the book's page on serving.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=MAX_USES as i64))]
+    pub reuse: u32,
+    /// How long a kept instance waits for its next request before it is dropped
+    /// (Nms, Ns, Nm; with --reuse).
+    #[arg(long, value_name = "TIME", default_value = "10s", value_parser = parse_timeout)]
+    pub reuse_idle: Duration,
     /// Where to serve the metrics (Prometheus text, at /metrics): tcp:HOST:PORT or
     /// unix:PATH.
     #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
@@ -187,6 +196,10 @@ pub fn http(args: HttpArgs) -> ExitCode {
             header_timeout: args.header_timeout,
             idle_timeout: args.idle_timeout,
             max_connections: args.max_connections.unwrap_or_else(default_max_connections),
+            reuse: Reuse {
+                uses: args.reuse,
+                idle: args.reuse_idle,
+            },
         })
         .notes(Arc::new(say))
         .progress(Arc::new(report_progress(cache)));

@@ -8,7 +8,12 @@
  *   /echo          reads the request body, answers its length (the body bound)
  *   /fetch?HOST:PORT  sends GET http://HOST:PORT/ and answers "fetched STATUS", or 502
  *                  "denied" when the host refuses it (the outgoing allow list)
- *   /write?NAME    creates /NAME in the namespace: "written", or the error's name */
+ *   /write?NAME    creates /NAME in the namespace: "written", or the error's name
+ *   /count         how many requests this instance has served, this one included (the
+ *                  instance reuse of `--reuse`)
+ *   /overlong      says a body of 5 bytes and writes 10
+ *   /open?NAME     opens /NAME and leaves it open
+ *   /unfinished    sends a head and one byte of a body it neither finishes nor drops */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -31,6 +36,9 @@ static void query(const guest_string_t *s, char *out, size_t cap) {
 }
 
 static volatile uint64_t sink;
+
+/* Requests this instance has served. */
+static uint64_t served;
 
 static void spin(void) {
   for (uint64_t i = 0;; i++) sink = i;
@@ -124,7 +132,29 @@ static void write_file(const char *name, outparam_t out) {
   respond_text(out, ok ? 200 : 500, ok ? "written\n" : "failed\n");
 }
 
+/* A body that says 5 bytes and gets 10: the write past the length fails. */
+static void overlong(outparam_t out) {
+  const header_t headers[] = {{"content-length", "5"}};
+  body_t body = start_response(out, 200, headers, 1);
+  write_body(&body, "0123456789", 10);
+  finish_body(&body);
+}
+
+static void leave_open(const char *name, outparam_t out) {
+  char path[300];
+  snprintf(path, sizeof path, "/%s", name);
+  int fd = open(path, O_RDONLY);
+  respond_text(out, fd < 0 ? 404 : 200, fd < 0 ? "no such file\n" : "left open\n");
+}
+
+/* The head and a byte, then the guest returns with its body and stream in hand. */
+static void unfinished(outparam_t out) {
+  body_t body = start_response(out, 200, NULL, 0);
+  write_body(&body, "x", 1);
+}
+
 void exports_wasi_http_incoming_handler_handle(request_t request, outparam_t out) {
+  served++;
   guest_string_t target = {0};
   wasi_http_types_method_incoming_request_path_with_query(wasi_http_types_borrow_incoming_request(request), &target);
   char q[256];
@@ -141,6 +171,16 @@ void exports_wasi_http_incoming_handler_handle(request_t request, outparam_t out
     write_file(q, out);
   } else if (starts(&target, "/fetch")) {
     fetch(q, out);
+  } else if (starts(&target, "/count")) {
+    char text[32];
+    snprintf(text, sizeof text, "%llu\n", (unsigned long long)served);
+    respond_text(out, 200, text);
+  } else if (starts(&target, "/overlong")) {
+    overlong(out);
+  } else if (starts(&target, "/open")) {
+    leave_open(q, out);
+  } else if (starts(&target, "/unfinished")) {
+    unfinished(out);
   } else {
     respond_text(out, 200, "ok\n");
   }

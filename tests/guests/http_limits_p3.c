@@ -5,14 +5,26 @@
  *   /grow    takes memory until it cannot (the memory limit)
  *   /trap    traps
  *   /stall   answers 200 with a body it never writes: the head goes out, and the
- *            instance is stopped at the deadline (the timeout of a streaming body) */
+ *            instance is stopped at the deadline (the timeout of a streaming body)
+ *   /count   how many requests this instance has served, this one included (the
+ *            instance reuse of `--reuse`) */
 #include "../../examples/http/respond_p3.h"
 
 static volatile uint64_t sink;
 
+/* Requests this instance has served. */
+static uint64_t served;
+
 guest_callback_code_t exports_wasi_http_handler_handle(exports_wasi_http_handler_own_request_t request) {
+  served++;
   char *path = take_target(request);
   const char *p = path ? path : "/";
+  if (strcmp(p, "/count") == 0) {
+    free(path);
+    char text[32];
+    snprintf(text, sizeof text, "%llu\n", (unsigned long long)served);
+    return respond_text(200, text);
+  }
   if (strcmp(p, "/loop") == 0) {
     for (uint64_t i = 0;; i++) sink = i;
   }

@@ -5,13 +5,15 @@
 //! malformed or the timing counted).
 //!
 //! By scenario: here, hello, static files, the limits, the queue, SIGTERM and bad
-//! input; `p3`, WASI 0.3 components; `embedded`, the library as a runtime embeds it
+//! input; `p3`, WASI 0.3 components; `reuse`, instances serving more than one
+//! request; `embedded`, the library as a runtime embeds it
 //! and `examples/http_embed.rs`; `client`, the plain client.
 
 mod client;
 mod embedded;
 mod front;
 mod p3;
+mod reuse;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

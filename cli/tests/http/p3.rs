@@ -19,7 +19,7 @@ fn files() -> PathBuf {
     p3_component(&CELL, "examples/http/files_p3.c")
 }
 
-fn limits() -> PathBuf {
+pub(crate) fn limits() -> PathBuf {
     static CELL: OnceLock<PathBuf> = OnceLock::new();
     p3_component(&CELL, "tests/guests/http_limits_p3.c")
 }

@@ -137,6 +137,52 @@ where
     }
 }
 
+/// How far a response body got against the length its head declared: hyper stops
+/// polling a body once the declared length went out (it never sees its end), and cuts
+/// one that gives more, so a body is whole when its bytes reach the length, or when it
+/// ends having given exactly that many (or any number, with no length declared).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tally {
+    declared: Option<u64>,
+    passed: u64,
+}
+
+/// What a frame made of a body, by its [`Tally`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tallied {
+    /// More is to come.
+    Going,
+    /// The declared length went out: hyper wants no more.
+    Whole,
+    /// Past the declared length: the body is not what its head said.
+    Over,
+}
+
+impl Tally {
+    /// A tally for a body whose head declared `declared` bytes.
+    pub(crate) fn new(declared: Option<u64>) -> Tally {
+        Tally {
+            declared,
+            passed: 0,
+        }
+    }
+
+    /// `frame` went by.
+    pub(crate) fn frame(&mut self, frame: &Frame<Bytes>) -> Tallied {
+        self.passed += frame.data_ref().map_or(0, |d| d.len() as u64);
+        match self.declared {
+            Some(d) if self.passed > d => Tallied::Over,
+            Some(d) if self.passed == d => Tallied::Whole,
+            _ => Tallied::Going,
+        }
+    }
+
+    /// Whether a body that ended here (its stream over) was whole.
+    pub(crate) fn ended_whole(&self) -> bool {
+        self.declared.is_none_or(|d| d == self.passed)
+    }
+}
+
 /// A response body holding `guard` until hyper is done with it: sent whole, or dropped
 /// because the client went away. A WASI 0.3 guest writes its body while its store
 /// runs, and the store runs until then (the guard a oneshot sender, whose receiver
@@ -246,6 +292,24 @@ mod tests {
         drop(sender);
         assert!(body.frame().await.is_none());
         assert!(!state.stalled());
+    }
+
+    #[test]
+    fn a_body_is_whole_at_its_declared_length_and_not_past_it() {
+        let data = |n: usize| Frame::data(Bytes::from(vec![0u8; n]));
+        let mut tally = Tally::new(Some(10));
+        assert_eq!(tally.frame(&data(4)), Tallied::Going);
+        assert!(!tally.ended_whole(), "short");
+        assert_eq!(tally.frame(&data(6)), Tallied::Whole);
+        assert!(tally.ended_whole());
+        let mut over = Tally::new(Some(5));
+        assert_eq!(over.frame(&data(10)), Tallied::Over);
+        assert!(!over.ended_whole());
+        let mut open = Tally::new(None);
+        assert_eq!(open.frame(&data(1 << 20)), Tallied::Going);
+        assert!(open.ended_whole(), "any length, none declared");
+        let trailers = Frame::<Bytes>::trailers(hyper::HeaderMap::new());
+        assert_eq!(Tally::new(Some(0)).frame(&trailers), Tallied::Whole);
     }
 
     #[tokio::test]

@@ -16,7 +16,8 @@
 //! | `wasm9p_http_request_duration_seconds` | histogram | |
 //! | `wasm9p_http_limit_hits` | counter | `limit`: `busy`, `timeout`, `memory`, `body`, `slow_body`, `trap`, `bad_request` |
 //! | `wasm9p_http_instances_in_flight`, `_queued` | gauge | |
-//! | `wasm9p_http_instances_made` | counter | |
+//! | `wasm9p_http_instances_made`, `_reused` | counter | |
+//! | `wasm9p_http_instances_idle` | gauge | |
 //! | `wasm9p_http_connections_open` | gauge | |
 //! | `wasm9p_http_reloads` | counter | `result`: `ok`, `failed` |
 //! | `wasm9p_mount_messages` | counter | `mount` |
@@ -37,6 +38,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use super::admission::Admission;
 use super::instance::InstanceCounts;
+use super::reuse::ReuseCounts;
 use super::Counts;
 use crate::mounts::MountTable;
 
@@ -145,6 +147,7 @@ impl Metrics {
 pub(crate) struct Scrape {
     pub(crate) counts: Arc<Counts>,
     pub(crate) instances: Arc<InstanceCounts>,
+    pub(crate) reuses: Arc<ReuseCounts>,
     pub(crate) admission: Arc<Admission>,
     pub(crate) mounts: Arc<MountTable>,
 }
@@ -262,6 +265,18 @@ impl Collector for Scrape {
             "http_instances_made",
             "Instances made",
             n(&self.instances.made),
+        )?;
+        counter(
+            &mut encoder,
+            "http_instances_reused",
+            "Requests served by an instance that had served one before",
+            n(&self.reuses.reused),
+        )?;
+        gauge(
+            &mut encoder,
+            "http_instances_idle",
+            "Instances kept for the next request now",
+            usize::try_from(n(&self.reuses.idle)).unwrap_or(usize::MAX),
         )?;
         let mounted: Vec<_> = self
             .mounts

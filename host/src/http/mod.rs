@@ -49,6 +49,7 @@ mod instance;
 mod metrics;
 mod outgoing;
 mod proxy;
+mod reuse;
 mod serve;
 
 use std::path::PathBuf;
@@ -66,15 +67,18 @@ pub use bodies::{text_body, ResponseBody};
 pub use connections::{default_max_connections, RESERVED_DESCRIPTORS};
 pub use metrics::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 pub use outgoing::AllowedHost;
+pub use reuse::{Reuse, MAX_USES};
 pub use serve::{serve, serve_metrics, Listen, Listener};
 
 use crate::engine::{Notes, ProgramSource, SetupError};
 use crate::limits::MemoryLimitReached;
-use crate::module_cache::{Engines, HandOff, ModuleCache, Progress, TierChoice};
+use crate::module_cache::{Bounds, Engines, HandOff, ModuleCache, Progress, TierChoice};
 use crate::mounts::MountTable;
 use crate::p2::WasiP2Fs;
 use admission::{Admission, Refused};
+use instance::First;
 use proxy::{Setting, TimedOut};
+use reuse::{Idle, Lease, ReuseCounts};
 
 /// The most instances at once: each reserves address space for its memories in both
 /// tiers' pools (4 GiB and a guard each, 4 memories an instance), and 2048 of them take
@@ -112,6 +116,9 @@ pub struct HttpLimits {
     pub idle_timeout: Duration,
     /// Connections open at once; past it, [`serve`] accepts no more until one closes.
     pub max_connections: usize,
+    /// Whether an instance serves more than one request (default: no, a fresh one for
+    /// each; see [`Reuse`] for what a reused instance sees).
+    pub reuse: Reuse,
 }
 
 impl Default for HttpLimits {
@@ -126,6 +133,7 @@ impl Default for HttpLimits {
             header_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             max_connections: default_max_connections(),
+            reuse: Reuse::default(),
         }
     }
 }
@@ -223,6 +231,16 @@ impl HttpBuilder {
                  {MIN_MEMORY} bytes (128K)"
             )));
         }
+        if !(1..=MAX_USES).contains(&self.limits.reuse.uses) {
+            return Err(SetupError::Program(format!(
+                "reuse: an instance serves between 1 and {MAX_USES} requests"
+            )));
+        }
+        if self.limits.reuse.idle.is_zero() {
+            return Err(SetupError::Program(
+                "reuse: the idle time must be longer than 0".into(),
+            ));
+        }
         if self.limits.max_connections == 0 {
             return Err(SetupError::Program(
                 "max_connections must be at least 1".into(),
@@ -241,10 +259,17 @@ impl HttpBuilder {
         let program = loader.load()?;
         let counts = Arc::new(Counts::default());
         let instances: Arc<instance::InstanceCounts> = Arc::default();
+        let reuses: Arc<ReuseCounts> = Arc::default();
+        let idle = self
+            .limits
+            .reuse
+            .on()
+            .then(|| Idle::new(self.limits.reuse, Arc::clone(&reuses)));
         let admission = Arc::new(Admission::new(self.limits.max_instances, self.limits.queue));
         let metrics = metrics::Metrics::new(metrics::Scrape {
             counts: Arc::clone(&counts),
             instances: Arc::clone(&instances),
+            reuses: Arc::clone(&reuses),
             admission: Arc::clone(&admission),
             mounts: Arc::clone(&self.mounts),
         });
@@ -260,6 +285,8 @@ impl HttpBuilder {
                 limits: self.limits,
                 counts,
                 instances,
+                idle,
+                reuses,
                 metrics,
                 started: Instant::now(),
                 hand_off_to: self.hand_off_to,
@@ -341,7 +368,10 @@ pub fn engines(limits: &HttpLimits) -> Result<Engines, SetupError> {
     let mut config = wasmtime::Config::new();
     config.epoch_interruption(true);
     config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
-    Engines::new(&config)
+    // Requests instantiate and tear down all the time, and most grow their memory a
+    // little: explicit bounds checks let the pool reset a slot without protection
+    // changes (see `Bounds`).
+    Engines::with_bounds(&config, Bounds::Explicit)
         .map_err(|e| SetupError::Runtime(format!("cannot make the engines: {e:#}")))
 }
 
@@ -383,6 +413,9 @@ struct Inner {
     admission: Arc<Admission>,
     counts: Arc<Counts>,
     instances: Arc<instance::InstanceCounts>,
+    /// Instances kept between requests, when reuse is on.
+    idle: Option<Arc<Idle>>,
+    reuses: Arc<ReuseCounts>,
     metrics: metrics::Metrics,
     started: Instant,
     hand_off_to: Option<HandOff>,
@@ -493,6 +526,9 @@ impl HttpHandler {
             "bad_request": n(&c.bad_request),
             "bodies_cut": n(&inner.instances.bodies_cut),
             "instances": n(&inner.instances.made),
+            "reused": n(&inner.reuses.reused),
+            "idle_instances": n(&inner.reuses.idle),
+            "finished_apart": n(&inner.instances.finished_apart),
             "instantiate_us_avg": n(&inner.instances.making_ns)
                 .checked_div(n(&inner.instances.made))
                 .map_or(0, |ns| ns / 1000),
@@ -522,8 +558,16 @@ fn ours(status: StatusCode, line: &str) -> Response<ResponseBody> {
     response
 }
 
+/// A response, and whose it is.
+enum Whose {
+    /// The guest's.
+    Guest(Response<ResponseBody>),
+    /// One of ours, in its place.
+    Ours(Response<ResponseBody>),
+}
+
 /// The length a message says its body has, if it says one that parses.
-fn declared_length(headers: &hyper::HeaderMap) -> Option<u64> {
+pub(crate) fn declared_length(headers: &hyper::HeaderMap) -> Option<u64> {
     headers
         .get(hyper::header::CONTENT_LENGTH)?
         .to_str()
@@ -569,70 +613,86 @@ impl Inner {
                 return ours(StatusCode::SERVICE_UNAVAILABLE, &line);
             }
         };
-        let on = self.program().next();
-        let pre = on.runner.clone();
+        let made = self.program().next();
         let preopens = self
             .preopens
             .get_or_init(|| WasiP2Fs::preopens_of(self.mounts.namespace()))
             .await;
-        let fs = WasiP2Fs::with_preopens(Arc::clone(self.mounts.namespace()), preopens.clone());
-        let outgoing = outgoing::Outgoing {
-            allowed: Arc::clone(&self.allowed),
-        };
-        let state = proxy::state(fs, &self.env, outgoing);
         let setting = Setting {
             memory_limit: limits.memory,
             deadline,
+            timeout: limits.timeout,
         };
-        let store = proxy::store(pre.engine(), state, &setting, limits.timeout);
+        let fresh = || {
+            let fs = WasiP2Fs::with_preopens(Arc::clone(self.mounts.namespace()), preopens.clone());
+            let outgoing = outgoing::Outgoing {
+                allowed: Arc::clone(&self.allowed),
+            };
+            let state = proxy::state(fs, &self.env, outgoing);
+            proxy::store(made.runner.engine(), state, &setting)
+        };
+        let mut lease = Lease::take(Arc::clone(&made), admitted, self.idle.as_ref(), fresh);
+        if lease.reused() {
+            proxy::arm(&mut lease.store, &setting);
+        }
         let body = Arc::new(bodies::BodyState::default());
         let request = request
             .map(|b| bodies::Bounded::request(b, limits.max_request_body, Arc::clone(&body)));
         let started = instance::start(
-            pre,
-            store,
+            &made.runner,
+            lease,
             request,
             deadline,
             limits.timeout,
-            admitted,
             Arc::clone(&self.instances),
         );
-        let instance::Started { answer, task } = match started {
+        let started = match started {
             Ok(started) => started,
             Err(line) => {
                 self.counts.bad_request.fetch_add(1, Ordering::Relaxed);
                 return ours(StatusCode::BAD_REQUEST, &line);
             }
         };
-        // The task ends by the deadline (the epoch stops guest code, the timer a wait);
-        // the margin is for a task that cannot be stopped sooner.
+        // The run ends by the deadline (the epoch stops guest code, the timer a wait);
+        // the margin is for a run that cannot be stopped sooner, and is dropped then.
         let margin = deadline + Duration::from_secs(1);
-        let answer = match tokio::time::timeout_at(margin.into(), answer).await {
-            Ok(answer) => answer,
-            Err(_) => {
-                task.abort();
-                return self.timed_out(&body);
+        let first = match tokio::time::timeout_at(margin.into(), started.first()).await {
+            Ok(first) => first,
+            Err(_) => return self.timed_out(&body),
+        };
+        let (answer, rest) = match first {
+            First::Answered(answer, rest) => (answer, rest),
+            First::Ended(ran) => {
+                let response = if body.went_over() {
+                    self.request_body_too_large()
+                } else {
+                    self.without_response(&ran.result, &body)
+                };
+                ran.end(false);
+                return response;
             }
         };
+        // Whatever is answered, the rest of the run goes with the body sent.
+        // Whatever is answered, the rest of the run goes with the body sent; an
+        // instance whose answer is replaced by ours is not kept.
+        let drive = |response: Whose| {
+            let (response, guests) = match response {
+                Whose::Guest(response) => (response, true),
+                Whose::Ours(ours) => (ours, false),
+            };
+            instance::Driving::response(response, rest, guests, &self.instances)
+        };
         if body.went_over() {
-            return self.request_body_too_large();
+            return drive(Whose::Ours(self.request_body_too_large()));
         }
         match answer {
-            Ok(Ok(response)) => self.checked(response),
-            Ok(Err(code)) => {
+            Ok(response) => drive(self.checked(response)),
+            Err(code) => {
                 self.counts.traps.fetch_add(1, Ordering::Relaxed);
-                ours(
+                drive(Whose::Ours(ours(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     &format!("the component answered with an error: {code}"),
-                )
-            }
-            // No response: the task tells why.
-            Err(_) => {
-                let ended = task.await;
-                if body.went_over() {
-                    return self.request_body_too_large();
-                }
-                self.without_response(ended, &body)
+                )))
             }
         }
     }
@@ -664,47 +724,37 @@ impl Inner {
     }
 
     /// The guest's response, its body bounded; refused when it says a length past the
-    /// bound.
-    fn checked(&self, response: Response<ResponseBody>) -> Response<ResponseBody> {
+    /// bound (ours instead).
+    fn checked(&self, response: Response<ResponseBody>) -> Whose {
         let bound = self.limits.max_response_body;
         if let Some(length) = declared_length(response.headers()).filter(|n| *n > bound) {
             self.counts.body_too_large.fetch_add(1, Ordering::Relaxed);
-            return ours(
+            return Whose::Ours(ours(
                 StatusCode::BAD_GATEWAY,
                 &format!(
                     "the component's response body of {length} bytes is past the bound of \
                      {bound} bytes"
                 ),
-            );
+            ));
         }
-        response.map(|body| bodies::Bounded::response(body, bound).boxed_unsync())
+        Whose::Guest(response.map(|body| bodies::Bounded::response(body, bound).boxed_unsync()))
     }
 
     /// Our answer for a guest that ended without giving a response.
     fn without_response(
         &self,
-        ended: Result<wasmtime::Result<()>, tokio::task::JoinError>,
+        ended: &wasmtime::Result<()>,
         body: &bodies::BodyState,
     ) -> Response<ResponseBody> {
         let counts = &self.counts;
-        let error = match ended {
-            Ok(Ok(())) => {
-                counts.traps.fetch_add(1, Ordering::Relaxed);
-                return ours(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "the component returned without setting a response",
-                );
-            }
-            Ok(Err(error)) => error,
-            Err(e) => {
-                counts.traps.fetch_add(1, Ordering::Relaxed);
-                return ours(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    &format!("the request's task failed: {e}"),
-                );
-            }
+        let Err(error) = ended else {
+            counts.traps.fetch_add(1, Ordering::Relaxed);
+            return ours(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the component returned without setting a response",
+            );
         };
-        if let Some(reached) = MemoryLimitReached::in_error(&error) {
+        if let Some(reached) = MemoryLimitReached::in_error(error) {
             counts.memory_limit.fetch_add(1, Ordering::Relaxed);
             return ours(
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -49,7 +49,18 @@ impl AllowedHost {
     }
 }
 
-/// The hooks of one request's store: the outgoing allow list.
+/// The most bytes one write to a 0.2 body may carry (what `check-write` answers).
+const BODY_CHUNK: usize = 16 << 10;
+
+/// Writes a 0.2 body takes before its writer waits for the connection to take one:
+/// a guest writing 4 KiB at a time (the most `blocking-write-and-flush` takes) queues
+/// 256 KiB without waiting, a flush completes as soon as its bytes are queued, and no
+/// body holds more than about a MiB (wasmtime's default is one write, so that every
+/// 4 KiB waited for hyper).
+const BODY_CHUNKS: usize = 64;
+
+/// The hooks of one request's store: the outgoing allow list, and how much of a body
+/// is queued before its writer waits.
 pub(crate) struct Outgoing {
     pub(crate) allowed: std::sync::Arc<[AllowedHost]>,
 }
@@ -78,6 +89,14 @@ type SendResult = Result<
 >;
 
 impl WasiHttpHooks for Outgoing {
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        BODY_CHUNKS
+    }
+
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        BODY_CHUNK
+    }
+
     fn send_request(
         &mut self,
         request: http::Request<WasiBody>,

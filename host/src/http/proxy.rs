@@ -24,6 +24,10 @@ pub(crate) struct RequestState {
     pub(crate) wasi: WasiP2Ctx,
     pub(crate) http: WasiHttpCtx,
     pub(crate) outgoing: Outgoing,
+    /// When the request being served times out (guest code past it traps).
+    deadline: Instant,
+    /// Its timeout, for the trap's message.
+    timeout: Duration,
 }
 
 impl WasiView for RequestState {
@@ -143,6 +147,7 @@ fn handler_of(engine: &Engine, component: &Component, path: &Path) -> Result<Han
 pub(crate) struct Setting {
     pub(crate) memory_limit: Option<usize>,
     pub(crate) deadline: Instant,
+    pub(crate) timeout: Duration,
 }
 
 /// The trap of a guest still running at its deadline.
@@ -161,29 +166,38 @@ impl std::fmt::Display for TimedOut {
 
 impl std::error::Error for TimedOut {}
 
-/// A store for one request on `engine`: memory bounded, and trapping with
-/// [`TimedOut`] once the epoch ticker passes the deadline (see `crate::interrupt`).
+/// A store for requests on `engine`: memory bounded, and trapping with [`TimedOut`]
+/// once the epoch ticker passes the deadline of the request it serves (see
+/// `crate::interrupt`), which [`arm`] sets.
 pub(crate) fn store(
     engine: &Engine,
     state: RequestState,
     setting: &Setting,
-    timeout: Duration,
 ) -> Store<RequestState> {
     let mut store = Store::new(engine, state);
     store.data_mut().wasi.limits = MemoryLimiter::of(setting.memory_limit);
     store.limiter(|state| &mut state.wasi.limits);
+    store.epoch_deadline_callback(|store| {
+        let state = store.data();
+        if Instant::now() >= state.deadline {
+            return Err(wasmtime::Error::new(TimedOut(state.timeout)));
+        }
+        // The ticker runs late under load: look again at the next tick, after
+        // letting the other requests on this thread run.
+        Ok(UpdateDeadline::Yield(1))
+    });
+    arm(&mut store, setting);
+    store
+}
+
+/// Sets the deadline of the request `store` is about to serve.
+pub(crate) fn arm(store: &mut Store<RequestState>, setting: &Setting) {
     let left = setting.deadline.saturating_duration_since(Instant::now());
     let ticks = left.as_nanos() / crate::interrupt::TICK.as_nanos();
     store.set_epoch_deadline((ticks as u64).max(1));
-    let deadline = setting.deadline;
-    store.epoch_deadline_callback(move |_| {
-        if Instant::now() >= deadline {
-            return Err(wasmtime::Error::new(TimedOut(timeout)));
-        }
-        // The ticker runs late under load: look again at the next tick.
-        Ok(UpdateDeadline::Continue(1))
-    });
-    store
+    let state = store.data_mut();
+    state.deadline = setting.deadline;
+    state.timeout = setting.timeout;
 }
 
 /// The parts of a store for one request, before the request's own resources.
@@ -207,5 +221,7 @@ pub(crate) fn state(
         },
         http: WasiHttpCtx::new(),
         outgoing,
+        deadline: Instant::now(),
+        timeout: Duration::ZERO,
     }
 }

@@ -42,7 +42,9 @@ mod tiers;
 pub use source::Digest;
 use source::Source;
 
-pub use tiers::{Engines, HandOff, HandOffHook, Loaded, Tier, TierChoice, Upgrade, UpgradeIn};
+pub use tiers::{
+    Bounds, Engines, HandOff, HandOffHook, Loaded, Tier, TierChoice, Upgrade, UpgradeIn,
+};
 use wasmtime::component::Component;
 use wasmtime::{Engine, Module};
 

@@ -87,6 +87,20 @@ impl FromStr for TierChoice {
     }
 }
 
+/// How compiled code keeps a guest's memory accesses within its memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bounds {
+    /// Guard pages past the memory, and the signal an access to them raises: no check
+    /// in the code. A pooling allocator then resets a slot's protections each time an
+    /// instance grew its memory: an `mprotect` whose TLB flush interrupts every core
+    /// running the process, a cost virtual machines multiply.
+    Guarded,
+    /// An explicit check at each access, no guard pages, no signals: a pool slot's
+    /// memory stays accessible from one instance to the next, reset without any
+    /// protection change. The checks cost a guest that computes a few per cent.
+    Explicit,
+}
+
 /// The engines of the two tiers.
 #[derive(Clone)]
 pub struct Engines {
@@ -108,9 +122,22 @@ impl Engines {
     /// 320 MB of code Winch makes of clang.wasm took about half a second of its first
     /// run, on one core; the optimized tier, which guests move to, keeps it.
     pub fn new(config: &Config) -> wasmtime::Result<Engines> {
+        Engines::with_bounds(config, Bounds::Guarded)
+    }
+
+    /// Engines as [`Engines::new`] makes them, the optimized tier's memory accesses
+    /// checked as `bounds` says (the baseline tier's are always [`Bounds::Guarded`]:
+    /// Winch needs guard pages).
+    pub fn with_bounds(config: &Config, bounds: Bounds) -> wasmtime::Result<Engines> {
         let mut optimized = config.clone();
         optimized.strategy(Strategy::Cranelift);
         optimized.native_unwind_info(false);
+        if bounds == Bounds::Explicit {
+            optimized
+                .signals_based_traps(false)
+                .memory_guard_size(0)
+                .guard_before_linear_memory(false);
+        }
         let mut baseline = config.clone();
         baseline.strategy(Strategy::Winch);
         baseline.native_unwind_info(false);

@@ -105,17 +105,18 @@ impl WasiP2Fs {
     }
 
     /// Writes back what files still open have buffered (call it when the guest ends;
-    /// [`P2Program::run`] does).
-    pub async fn close_all(&self) {
+    /// [`P2Program::run`] does), and says how many the guest left open.
+    pub async fn close_all(&self) -> usize {
         let open: Vec<_> = {
             let mut opened = self.opened.lock().unwrap_or_else(|e| e.into_inner());
             opened.drain(..).filter_map(|f| f.upgrade()).collect()
         };
-        for file in open {
+        for file in &open {
             if let Err(e) = file.flush().await {
                 tracing::warn!("a file the component left open could not be written back: {e}");
             }
         }
+        open.len()
     }
 }
 
