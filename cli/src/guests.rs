@@ -20,7 +20,7 @@ use clap::Args;
 use super::engines::{engine_for, parse_tier, setup_failed, tier_from_env};
 use super::shared::{fail, parse_env, say, EXIT_USAGE};
 use wasm9p_guest_fs::mount_options::OptionKey;
-use wasm9p_host::engine::{Guest, GuestEngine, Outcome, Stdio};
+use wasm9p_host::engine::{parse_commands, Guest, GuestEngine, Job, Outcome, Stdio};
 use wasm9p_host::module_cache::{ModuleCache, TierChoice};
 use wasm9p_host::mounts::{MountSpec, MountTable, MountTableBuilder};
 use wasm9p_host::p2::MountGrant;
@@ -202,31 +202,6 @@ pub(super) fn exit_code(outcome: &Outcome) -> (u8, Option<String>) {
         }
     }
     (outcome.exit_code(), outcome.reason())
-}
-
-/// One COMMANDS line.
-#[derive(Debug)]
-pub struct Job {
-    /// Its line number (from 1).
-    pub line: usize,
-    /// Its argv words, `argv[0]` first.
-    pub argv: Vec<String>,
-}
-
-/// Parses COMMANDS: one guest per line, shell-quoted words, `argv[0]` first; blank
-/// lines and `#` comments skipped. The error names the line.
-pub fn parse_commands(text: &str) -> Result<Vec<Job>, String> {
-    let mut jobs = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let trimmed = line.trim();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
-            continue;
-        }
-        let argv = shlex::split(trimmed)
-            .ok_or_else(|| format!("line {}: unbalanced quotes or a trailing backslash", i + 1))?;
-        jobs.push(Job { line: i + 1, argv });
-    }
-    Ok(jobs)
 }
 
 /// `wasm9p batch`: 0 when every guest exited 0, 1 when any did not, 2 for a setup error.
@@ -434,23 +409,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn commands_are_shell_words_one_guest_per_line() {
-        let jobs = parse_commands("# a comment\n\nclang -c 'a b.c' -o \"a b.o\"\n  cc1 x\\ y  \n")
-            .unwrap();
-        let got: Vec<(usize, Vec<&str>)> = jobs
-            .iter()
-            .map(|j| (j.line, j.argv.iter().map(String::as_str).collect()))
-            .collect();
-        assert_eq!(
-            got,
-            vec![
-                (3, vec!["clang", "-c", "a b.c", "-o", "a b.o"]),
-                (4, vec!["cc1", "x y"]),
-            ]
-        );
-    }
-
-    #[test]
     fn a_pass_counts_what_it_added_and_keeps_names() {
         let before = serde_json::json!({"wall_ms": 100, "guests": 0,
             "mounts": [{"target": "/usr", "rpc": {"walk": 10, "total": 12},
@@ -465,11 +423,5 @@ mod tests {
                 "mounts": [{"target": "/usr", "rpc": {"walk": 5, "read": 3, "total": 8},
                             "cache": {"persistent_bytes": 5000, "validations": 0}}]})
         );
-    }
-
-    #[test]
-    fn unbalanced_quotes_name_the_line() {
-        let err = parse_commands("ok\nbad 'quote\n").unwrap_err();
-        assert!(err.starts_with("line 2:"), "{err}");
     }
 }

@@ -21,12 +21,13 @@ mod worker;
 
 pub use cache::{cache, CacheAction, CacheArgs, StoreChoice};
 pub use compile::{compile, CompileArgs};
-pub use guests::{batch, parse_commands, BatchArgs, CodeArgs, GuestArgs, Job, NamespaceArgs};
+pub use guests::{batch, BatchArgs, CodeArgs, GuestArgs, NamespaceArgs};
 pub use http::{http, HttpArgs};
 pub use mount::{mount, MountArgs};
 pub use run::{run, RunArgs};
 pub use serve::{serve, ServeArgs};
 pub use shared::{fail, say, EXIT_USAGE};
+pub use wasm9p_host::engine::{parse_commands, Job};
 pub use worker::{worker, worker_slot, SlotArgs, WorkerArgs};
 
 /// wasm9p: WASI guests on a 9P2000.L filesystem.

@@ -69,6 +69,71 @@ static bool write_body(body_t *body, const void *data, size_t len) {
   return true;
 }
 
+/* Moves up to `len` bytes from `from` (a file's input-stream, say) into the body, host
+ * to host: the bytes never enter this component's memory. Returns how many moved;
+ * fewer than `len` if the input ended first or the client went away. */
+static inline uint64_t splice_body(body_t *body, wasi_io_streams_borrow_input_stream_t from, uint64_t len) {
+  uint64_t moved = 0;
+  while (moved < len) {
+    uint64_t n;
+    wasi_io_streams_stream_error_t err;
+    if (!wasi_io_streams_method_output_stream_blocking_splice(
+            wasi_io_streams_borrow_output_stream(body->stream), from, len - moved, &n, &err)) {
+      if (err.tag == WASI_IO_STREAMS_STREAM_ERROR_LAST_OPERATION_FAILED) {
+        wasi_io_error_error_drop_own(err.val.last_operation_failed);
+      }
+      break;
+    }
+    moved += n;
+  }
+  return moved;
+}
+
+/* Opens the file at the absolute namespace path `path` through wasi:filesystem (the
+ * preopen holding it: the longest whose path is a prefix of it; the preopens are
+ * asked for once) and gives its input-stream from the start, to splice into a body.
+ * Drop the stream, then the file, when done. False if it cannot be opened. */
+static inline bool open_read_stream(const char *path, wasi_filesystem_types_own_descriptor_t *file,
+                                    wasi_io_streams_own_input_stream_t *stream) {
+  static wasi_filesystem_preopens_list_tuple2_own_descriptor_string_t preopens;
+  static bool asked;
+  if (!asked) {
+    wasi_filesystem_preopens_get_directories(&preopens);
+    asked = true;
+  }
+  size_t best = 0;
+  bool found = false;
+  wasi_filesystem_types_borrow_descriptor_t dir;
+  for (size_t i = 0; i < preopens.len; i++) {
+    const char *name = (const char *)preopens.ptr[i].f1.ptr;
+    size_t len = preopens.ptr[i].f1.len;
+    while (len > 0 && name[len - 1] == '/') len--;
+    bool holds = strncmp(path, name, len) == 0 && (path[len] == '/' || path[len] == '\0');
+    if (holds && (!found || len > best)) {
+      best = len;
+      found = true;
+      dir = wasi_filesystem_types_borrow_descriptor(preopens.ptr[i].f0);
+    }
+  }
+  if (!found) return false;
+  const char *rest = path + best;
+  while (*rest == '/') rest++;
+  if (*rest == '\0') rest = ".";
+  guest_string_t name = {(uint8_t *)rest, strlen(rest)};
+  wasi_filesystem_types_error_code_t err;
+  if (!wasi_filesystem_types_method_descriptor_open_at(dir, WASI_FILESYSTEM_TYPES_PATH_FLAGS_SYMLINK_FOLLOW,
+                                                        &name, 0, WASI_FILESYSTEM_TYPES_DESCRIPTOR_FLAGS_READ,
+                                                        file, &err)) {
+    return false;
+  }
+  if (!wasi_filesystem_types_method_descriptor_read_via_stream(wasi_filesystem_types_borrow_descriptor(*file), 0,
+                                                                stream, &err)) {
+    wasi_filesystem_types_descriptor_drop_own(*file);
+    return false;
+  }
+  return true;
+}
+
 /* Ends the body (and the response). */
 static void finish_body(body_t *body) {
   wasi_io_streams_output_stream_drop_own(body->stream);

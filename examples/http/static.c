@@ -11,11 +11,9 @@
  * links work). Each file gets an ETag made of its size and modification time; a
  * request whose If-None-Match names it gets 304 and no body. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "respond.h"
 
@@ -105,13 +103,27 @@ static bool none_match(request_t request, const char *etag) {
   return matched;
 }
 
+/* Sends `len` bytes of the file at `path` as the body, by splice from its
+ * input-stream; false if it cannot be opened or ends short. */
+static bool splice_file(body_t *body, const char *path, uint64_t len) {
+  wasi_filesystem_types_own_descriptor_t file;
+  wasi_io_streams_own_input_stream_t stream;
+  if (!open_read_stream(path, &file, &stream)) return false;
+  bool whole = splice_body(body, wasi_io_streams_borrow_input_stream(stream), len) == len;
+  wasi_io_streams_input_stream_drop_own(stream);
+  wasi_filesystem_types_descriptor_drop_own(file);
+  return whole;
+}
+
 static void serve_file(request_t request, outparam_t out, const char *path, bool head) {
-  int fd = open(path, O_RDONLY);
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) != 0) {
-    if (fd >= 0) close(fd);
-    respond_text(out, errno == ENOENT || errno == ENOTDIR ? 404 : 500,
-                 errno == ENOENT || errno == ENOTDIR ? "not found\n" : "cannot read the file\n");
+  if (stat(path, &st) != 0) {
+    bool missing = errno == ENOENT || errno == ENOTDIR;
+    respond_text(out, missing ? 404 : 500, missing ? "not found\n" : "cannot read the file\n");
+    return;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    respond_text(out, 404, "not found\n");
     return;
   }
   char etag[64], length[32];
@@ -119,7 +131,6 @@ static void serve_file(request_t request, outparam_t out, const char *path, bool
            (unsigned long long)st.st_mtim.tv_sec * 1000000000ull + (unsigned long long)st.st_mtim.tv_nsec);
   snprintf(length, sizeof length, "%llu", (unsigned long long)st.st_size);
   if (none_match(request, etag)) {
-    close(fd);
     const header_t headers[] = {{"etag", etag}};
     body_t body = start_response(out, 304, headers, 1);
     finish_body(&body);
@@ -128,14 +139,13 @@ static void serve_file(request_t request, outparam_t out, const char *path, bool
   const header_t headers[] = {
       {"content-type", content_type(path)}, {"content-length", length}, {"etag", etag}};
   body_t body = start_response(out, 200, headers, 3);
-  if (!head) {
-    static char buf[64 * 1024];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0) {
-      if (!write_body(&body, buf, (size_t)n)) break;
-    }
+  if (!head && !splice_file(&body, path, (uint64_t)st.st_size)) {
+    /* The head is sent: a body cut short is all that is left to say. The host sees
+     * fewer bytes than the declared length and ends the connection. */
+    wasi_io_streams_output_stream_drop_own(body.stream);
+    wasi_http_types_outgoing_body_drop_own(body.body);
+    return;
   }
-  close(fd);
   finish_body(&body);
 }
 

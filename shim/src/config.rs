@@ -18,11 +18,17 @@
 //! # How the rootfs and the spec's volumes are mounted.
 //! root_options = "cache=loose"
 //! volume_options = "cache=loose,revalidate=1000"
+//! # HTTP tasks: the most requests one instance serves, one after the other (1: a
+//! # fresh instance for every request), and how long a kept one waits for the next.
+//! # What a reused instance sees of the requests before: docs/http.md.
+//! http_reuse = 1
+//! http_reuse_idle_ms = 10000
 //! ```
 
 use std::path::PathBuf;
 
 use serde::Deserialize;
+use wasm9p_host::http::{Reuse, MAX_USES};
 
 /// Where the configuration is read from when `$WASM9P_SHIM_CONFIG` does not say.
 pub const DEFAULT_PATH: &str = "/etc/wasm9p/shim.toml";
@@ -44,6 +50,10 @@ pub struct ShimConfig {
     pub root_options: String,
     /// The 9p mount options of the spec's volumes.
     pub volume_options: String,
+    /// The most requests one instance of an HTTP task serves (1: fresh each time).
+    pub http_reuse: u32,
+    /// How long a kept instance waits for its next request, in milliseconds.
+    pub http_reuse_idle_ms: u64,
 }
 
 impl Default for ShimConfig {
@@ -57,6 +67,8 @@ impl Default for ShimConfig {
             // A volume may change behind the container (a ConfigMap's update, a
             // sidecar's writes): trusted for a second, then checked.
             volume_options: "cache=loose,revalidate=1000".into(),
+            http_reuse: Reuse::default().uses,
+            http_reuse_idle_ms: Reuse::default().idle.as_millis() as u64,
         }
     }
 }
@@ -114,7 +126,24 @@ impl ShimConfig {
                 ));
             }
         }
+        if !(1..=MAX_USES).contains(&config.http_reuse) {
+            return Err(format!(
+                "http_reuse: {} is not from 1 to {MAX_USES}",
+                config.http_reuse
+            ));
+        }
+        if config.http_reuse_idle_ms == 0 {
+            return Err("http_reuse_idle_ms: must be above 0".into());
+        }
         Ok(config)
+    }
+
+    /// How HTTP tasks reuse instances.
+    pub fn http_reuse(&self) -> Reuse {
+        Reuse {
+            uses: self.http_reuse,
+            idle: std::time::Duration::from_millis(self.http_reuse_idle_ms),
+        }
     }
 
     /// Whether the annotation may name `source`: it is one of `node_sources`, or
@@ -156,6 +185,15 @@ mod tests {
         assert!(defaults.allows_source("unix:/run/wasm9p/node.sock"));
         assert!(!defaults.allows_source("unix:/run/containerd/containerd.sock"));
         assert!(!defaults.allows_source("unix:/run/wasm9p"));
+        assert_eq!(defaults.http_reuse(), Reuse::default());
+        let reusing = ShimConfig::parse("http_reuse = 100\nhttp_reuse_idle_ms = 2500\n").unwrap();
+        assert_eq!(
+            reusing.http_reuse(),
+            Reuse {
+                uses: 100,
+                idle: std::time::Duration::from_millis(2500)
+            }
+        );
     }
 
     #[test]
@@ -169,6 +207,11 @@ mod tests {
             ("volume_options = \"cache=strict\"\n", "volume_options:"),
             ("root_options = \"colour=blue\"\n", "root_options:"),
             ("node_sources = [\"/run/9p.sock\"]\n", "not an address"),
+            ("http_reuse = 0\n", "http_reuse: 0 is not from 1"),
+            (
+                "http_reuse_idle_ms = 0\n",
+                "http_reuse_idle_ms: must be above 0",
+            ),
         ] {
             let err = ShimConfig::parse(text).unwrap_err();
             assert!(err.contains(needle) && !err.contains('\n'), "{text}: {err}");

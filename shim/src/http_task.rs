@@ -1,6 +1,7 @@
 //! A task that serves: a `wasi:http` component (a 0.2 proxy or a 0.3 service) with
 //! `wasm9p_host::http`, as `wasm9p http` serves it: one pre-instance, each request a
-//! fresh instance on the pooling allocator, every instance on the one namespace and
+//! fresh instance on the pooling allocator (or one kept from a request before, when
+//! the node's `shim.toml` sets `http_reuse`), every instance on the one namespace and
 //! its caches, the limits of `wasm9p http`'s defaults, each instance's memory bounded
 //! by the container's memory limit (past it: 500).
 //!
@@ -11,8 +12,9 @@
 //! the task with 0.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use wasm9p_host::http::{HttpHandler, HttpLimits, Listen};
+use wasm9p_host::http::{HttpHandler, HttpLimits, Listen, Reuse};
 use wasm9p_host::module_cache::TierChoice;
 
 use crate::broker::CompileFor;
@@ -63,6 +65,10 @@ fn serve_until_signal(prepared: Prepared) -> Result<(), String> {
     let mounts = Arc::new(mounts);
     let limits = HttpLimits {
         memory: memory.or(HttpLimits::default().memory),
+        reuse: Reuse {
+            uses: prepared.described.http_reuse,
+            idle: Duration::from_millis(prepared.described.http_reuse_idle_ms),
+        },
         ..HttpLimits::default()
     };
     let mut builder = HttpHandler::builder_for(prepared.program, Arc::clone(&mounts))

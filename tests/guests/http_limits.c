@@ -13,12 +13,15 @@
  *                  instance reuse of `--reuse`)
  *   /overlong      says a body of 5 bytes and writes 10
  *   /open?NAME     opens /NAME and leaves it open
- *   /unfinished    sends a head and one byte of a body it neither finishes nor drops */
+ *   /unfinished    sends a head and one byte of a body it neither finishes nor drops
+ *   /splice-trap?NAME  declares /NAME's length, splices half of it into the body, traps
+ *   /splice-stop?NAME  the same, but stops reading there and finishes the body short */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "../../examples/http/respond.h"
 
@@ -153,6 +156,28 @@ static void unfinished(outparam_t out) {
   write_body(&body, "x", 1);
 }
 
+/* Half of /NAME spliced into a body that declares all of it; then a trap, or the
+ * stream and file dropped and the body finished short. */
+static void splice_half(const char *name, bool trap, outparam_t out) {
+  char path[300], length[32];
+  snprintf(path, sizeof path, "/%s", name);
+  struct stat st;
+  wasi_filesystem_types_own_descriptor_t file;
+  wasi_io_streams_own_input_stream_t stream;
+  if (stat(path, &st) != 0 || !open_read_stream(path, &file, &stream)) {
+    respond_text(out, 404, "no such file\n");
+    return;
+  }
+  snprintf(length, sizeof length, "%llu", (unsigned long long)st.st_size);
+  const header_t headers[] = {{"content-length", length}};
+  body_t body = start_response(out, 200, headers, 1);
+  splice_body(&body, wasi_io_streams_borrow_input_stream(stream), (uint64_t)st.st_size / 2);
+  if (trap) __builtin_trap();
+  wasi_io_streams_input_stream_drop_own(stream);
+  wasi_filesystem_types_descriptor_drop_own(file);
+  finish_body(&body);
+}
+
 void exports_wasi_http_incoming_handler_handle(request_t request, outparam_t out) {
   served++;
   guest_string_t target = {0};
@@ -181,6 +206,10 @@ void exports_wasi_http_incoming_handler_handle(request_t request, outparam_t out
     leave_open(q, out);
   } else if (starts(&target, "/unfinished")) {
     unfinished(out);
+  } else if (starts(&target, "/splice-trap")) {
+    splice_half(q, true, out);
+  } else if (starts(&target, "/splice-stop")) {
+    splice_half(q, false, out);
   } else {
     respond_text(out, 200, "ok\n");
   }

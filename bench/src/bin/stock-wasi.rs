@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use wasm9p_cli::parse_commands;
+use wasm9p_host::engine::parse_commands;
 use wasm9p_host::module_cache::{ModuleCache, Program};
 use wasmtime::{Engine, InstancePre, Linker, Store};
 use wasmtime_wasi::p1::WasiP1Ctx;

@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use wasm9p_host::http::{HttpHandler, HttpLimits};
+use wasm9p_host::http::{HttpHandler, HttpLimits, Reuse};
 use wasm9p_host::module_cache::ModuleCache;
 use wasm9p_host::mounts::MountTable;
 
-use super::{hello, static_files};
+use super::{hello, limits, static_files};
 
 async fn body_of(response: hyper::Response<wasm9p_host::http::ResponseBody>) -> (u16, Vec<u8>) {
     let status = response.status().as_u16();
@@ -73,6 +73,38 @@ fn two_components_on_one_mount_table_share_its_caches() {
         assert_eq!(stats["mounts"][0]["rpc"]["read"], 1, "{stats}");
         // Both handlers see the same table.
         assert_eq!(greeter.stats_now()["mounts"], files.stats_now()["mounts"],);
+    });
+}
+
+#[test]
+fn an_embedder_turns_reuse_on_through_the_limits_and_reads_it_back_in_the_stats() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mounts = Arc::new(MountTable::builder().build().await.unwrap());
+        let handler = HttpHandler::builder(limits(), mounts)
+            .limits(HttpLimits {
+                reuse: Reuse {
+                    uses: 2,
+                    ..Reuse::default()
+                },
+                ..HttpLimits::default()
+            })
+            .build()
+            .unwrap();
+        let mut counts = Vec::new();
+        for _ in 0..5 {
+            let (status, body) = body_of(handler.handle(get("/count")).await).await;
+            assert_eq!(status, 200);
+            counts.push(String::from_utf8(body).unwrap().trim().to_owned());
+        }
+        assert_eq!(
+            counts,
+            ["1", "2", "1", "2", "1"],
+            "each instance serves two"
+        );
+        let stats = handler.stats_now();
+        assert_eq!(stats["http"]["reused"], 2, "{stats}");
+        assert_eq!(stats["http"]["instances"], 3, "{stats}");
     });
 }
 

@@ -392,15 +392,32 @@ fn the_metrics_parse_as_prometheus_text_and_count_the_requests_sent() {
         assert_eq!(server.get("/trap").status, 500);
     }
     assert_eq!(server.get("/write?made.txt").status, 200);
-    let text = super::client::get(&metrics_addr, "/metrics", &[]).text();
-    let samples = parse_metrics(&text);
-    let value = |name: &str, labels: &[(&str, &str)]| -> f64 {
+    let sum = |samples: &[(String, serde_json::Value, f64)],
+               name: &str,
+               labels: &[(&str, &str)]| {
         samples
             .iter()
             .filter(|(n, l, _)| n == name && labels.iter().all(|(k, v)| l[*k].as_str() == Some(*v)))
             .map(|(_, _, v)| *v)
-            .sum()
+            .sum::<f64>()
     };
+    // An instance is torn down (its pool slot reset, its place given back) just after
+    // its response went out: scrape until the last one is gone, as a dashboard would.
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = super::client::get(&metrics_addr, "/metrics", &[]).text();
+        if sum(
+            &parse_metrics(&text),
+            "wasm9p_http_instances_in_flight",
+            &[],
+        ) == 0.0
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let samples = parse_metrics(&text);
+    let value = |name: &str, labels: &[(&str, &str)]| sum(&samples, name, labels);
     assert_eq!(value("wasm9p_http_requests_total", &[]), 8.0, "{text}");
     assert_eq!(
         value("wasm9p_http_responses_total", &[("status", "200")]),

@@ -105,6 +105,79 @@ fn an_instance_that_trapped_timed_out_overran_its_length_or_left_a_file_open_is_
 }
 
 #[test]
+fn a_guest_that_traps_or_stops_midway_through_a_spliced_file_cuts_the_body_and_is_not_reused() {
+    let site = tempfile::tempdir().unwrap();
+    let file: Vec<u8> = (0..256u32 << 10).map(|i| (i % 251) as u8).collect();
+    std::fs::write(site.path().join("file"), &file).unwrap();
+    let mount = format!(
+        "type=9p,export={},target=/,cache=loose,ro",
+        site.path().display()
+    );
+    let work = tempfile::tempdir().unwrap();
+    let stats = work.path().join("stats.json");
+    let server = Server::start(
+        &limits(),
+        &[
+            "--mount",
+            &mount,
+            "--reuse",
+            "100",
+            &format!("--stats={}", stats.display()),
+        ],
+    );
+    for round in 0..3 {
+        for path in ["/splice-trap?file", "/splice-stop?file"] {
+            assert_eq!(
+                count(&server),
+                1,
+                "{path}: a fresh instance after the last one"
+            );
+            assert_eq!(count(&server), 2, "{path}: kept after a clean request");
+            // The head says 256 KiB and half of it is spliced from the file's stream;
+            // then the guest traps, or ends the body short. The client never takes it
+            // for the whole file: the connection ends before the declared length
+            // (curl: 18, a partial body of the file's own bytes), or, when the body
+            // failed before hyper wrote anything, with no answer at all (curl: 52).
+            let out = std::process::Command::new("curl")
+                .args(["-s", "--max-time", "20", "-o", "-", "-w", "%{http_code}"])
+                .arg(server.url(path))
+                .output()
+                .unwrap();
+            let (body, code) = out.stdout.split_at(out.stdout.len() - 3);
+            match out.status.code() {
+                Some(18) => {
+                    assert_eq!(code, b"200", "{path} (round {round})");
+                    assert!(body.len() < file.len(), "{path}: {} bytes", body.len());
+                    assert_eq!(body, &file[..body.len()], "{path}");
+                }
+                Some(52) => assert_eq!(code, b"000", "{path} (round {round})"),
+                other => panic!(
+                    "{path} (round {round}): curl {other:?}, {} bytes",
+                    body.len()
+                ),
+            }
+        }
+    }
+    assert_eq!(count(&server), 1, "not reused after a body cut short");
+    let (status, stderr) = server.stop();
+    assert!(status.success(), "{stderr}");
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let http = &stats["http"];
+    // Answered, then trapped: not among the requests a limit answered (`traps`).
+    assert_eq!(http["trapped_after_answer"], 3, "{stats}");
+    assert_eq!(http["traps"], 0, "{stats}");
+    // Every instance made was dropped or kept: none still in flight, and the one kept
+    // at the end is the only one idle.
+    assert_eq!(http["in_flight"], 0, "{stats}");
+    assert_eq!(http["idle_instances"], 1, "{stats}");
+    assert_eq!(
+        http["instances"], 7,
+        "one for each of the 6 cut bodies and the last count"
+    );
+}
+
+#[test]
 fn a_kept_instance_idle_past_its_time_is_dropped() {
     let work = tempfile::tempdir().unwrap();
     let stats = work.path().join("stats.json");

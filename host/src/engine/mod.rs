@@ -28,6 +28,8 @@
 //! The outcome is a type, never read off the guest's output: the memory limit is a
 //! [`crate::limits::MemoryLimiter`] of ours, and a cancel is the flag the caller gave.
 
+mod commands;
+mod loading;
 mod outcome;
 mod presets;
 mod tiered;
@@ -39,60 +41,19 @@ use std::time::Instant;
 
 use wasm9p_guest_fs::namespace::Namespace;
 
+pub use commands::{parse_commands, Job};
+pub use loading::ProgramSource;
+pub(crate) use loading::{loading_setters, Loading};
 pub use outcome::Outcome;
 pub use presets::{progress_lines, tier_from_env};
 pub use tiered::guest_engines;
 pub(crate) use tiered::{link_error, OnTier, Runner, TieredProgram};
 
-use crate::module_cache::{Digest, HandOff, ModuleCache, Progress, Tier, TierChoice, UpgradeIn};
+use crate::module_cache::{Digest, HandOff, Tier, UpgradeIn};
 use crate::mounts::{MountTable, MountTableBuilder};
 use crate::p1::{Input, Output, WasiP1Ctx};
 use crate::p2::{MountGrant, RuntimeMountRecord, WasiP2Ctx, WasiP2Fs};
 use crate::plugin::PluginCompile;
-
-/// Where a guest program's code comes from: one value, loaded the same way by the
-/// guest engine's builder and the HTTP handler's ([`crate::http::HttpBuilder`]).
-#[derive(Clone, Debug)]
-pub enum ProgramSource {
-    /// A wasm file (a core module or a component), compiled through the module cache
-    /// on its tiers.
-    File {
-        /// The file.
-        path: PathBuf,
-        /// The SHA-256 of its bytes, when the caller knows it (a content-addressed
-        /// store names its files so): compiled code cached for it is mapped without the
-        /// file being read, or even present. The caller vouches for it (see
-        /// [`ModuleCache::load_tiered_by_digest`]).
-        digest: Option<Digest>,
-    },
-    /// Code compiled ahead of time for the optimized tier of the engines it runs on
-    /// ([`crate::module_cache::compile_ahead`]), from a store the caller trusts (see
-    /// [`crate::module_cache::load_compiled_ahead`]): no compile, no upgrade.
-    CompiledAhead {
-        /// What it is, for errors and notes.
-        name: PathBuf,
-        /// The code.
-        code: Arc<[u8]>,
-    },
-}
-
-impl ProgramSource {
-    /// A wasm file.
-    pub fn file(path: impl Into<PathBuf>) -> ProgramSource {
-        ProgramSource::File {
-            path: path.into(),
-            digest: None,
-        }
-    }
-
-    /// The file, or the name of code compiled ahead.
-    pub fn path(&self) -> &std::path::Path {
-        match self {
-            ProgramSource::File { path, .. } => path,
-            ProgramSource::CompiledAhead { name, .. } => name,
-        }
-    }
-}
 
 /// Where the engine's notes go: one line each (a plugin left on the baseline tier,
 /// a background compile handed off or failed).
@@ -213,15 +174,10 @@ pub struct Finished {
 
 /// Makes a [`GuestEngine`] (see [`GuestEngine::builder`]).
 pub struct EngineBuilder {
-    program: ProgramSource,
+    loading: Loading,
     mounts: MountTableBuilder,
-    cache: ModuleCache,
-    tier: TierChoice,
     interruptible: bool,
     grants: Vec<MountGrant>,
-    hand_off_to: Option<HandOff>,
-    notes: Notes,
-    progress: Arc<dyn Fn(Progress) + Send + Sync>,
 }
 
 impl EngineBuilder {
@@ -231,27 +187,15 @@ impl EngineBuilder {
         self
     }
 
-    /// Where compiled code is kept (default: [`ModuleCache::user_default`]).
-    pub fn module_cache(mut self, cache: ModuleCache) -> Self {
-        self.cache = cache;
-        self
-    }
-
     /// The SHA-256 of the program's bytes, when the caller knows it (a
     /// content-addressed store names its files so): compiled code cached for it is
     /// mapped without the program's file being read, or even present, and only
     /// without it is the file loaded. The caller vouches for it (see
-    /// [`ModuleCache::load_tiered_by_digest`]).
+    /// [`crate::module_cache::ModuleCache::load_tiered_by_digest`]).
     pub fn program_digest(mut self, sha256: Digest) -> Self {
-        if let ProgramSource::File { digest, .. } = &mut self.program {
+        if let ProgramSource::File { digest, .. } = &mut self.loading.program {
             *digest = Some(sha256);
         }
-        self
-    }
-
-    /// The compiler tier guests run on (default: auto).
-    pub fn tier(mut self, tier: TierChoice) -> Self {
-        self.tier = tier;
         self
     }
 
@@ -269,39 +213,12 @@ impl EngineBuilder {
         self
     }
 
-    /// A `wasm9p` executable that finishes unfinished optimized compiles in the
-    /// background (`wasm9p compile --background`), of the program at
-    /// [`GuestEngine::finish`] and of plugins as they load (default: none; the
-    /// program's is left unfinished, and plugins' run on a thread of this process).
-    pub fn hand_off_compiles_to(mut self, exe: PathBuf) -> Self {
-        self.hand_off_to = Some(HandOff::Process(exe));
-        self
-    }
-
-    /// Who finishes the program's unfinished optimized compile at
-    /// [`GuestEngine::finish`], where no `wasm9p` executable can (default: none).
-    /// Plugins' compiles then run on a thread of this process.
-    pub fn hand_off_compiles_with(mut self, hand_off: HandOff) -> Self {
-        self.hand_off_to = Some(hand_off);
-        self
-    }
-
-    /// Where the engine's notes go (default: `tracing` at info).
-    pub fn notes(mut self, notes: Notes) -> Self {
-        self.notes = notes;
-        self
-    }
-
-    /// Who hears how a first compile goes (default: nobody).
-    pub fn progress(mut self, progress: Arc<dyn Fn(Progress) + Send + Sync>) -> Self {
-        self.progress = progress;
-        self
-    }
+    loading_setters!("GuestEngine::finish");
 
     /// Starts the runtime, makes the mounts and loads the program.
     pub fn build(self) -> Result<GuestEngine, SetupError> {
         let started = Instant::now();
-        let upgrade_in = match &self.hand_off_to {
+        let upgrade_in = match &self.loading.hand_off_to {
             Some(HandOff::Process(exe)) => UpgradeIn::Process {
                 exe: exe.clone(),
                 extra: vec!["--plugin".into()],
@@ -309,13 +226,13 @@ impl EngineBuilder {
             Some(HandOff::Hook(_)) | None => UpgradeIn::Thread,
         };
         let plugins = PluginCompile {
-            cache: self.cache.clone(),
-            tier: self.tier,
+            cache: self.loading.cache.clone(),
+            tier: self.loading.tier,
             upgrade_in,
         };
         let table = self
             .mounts
-            .module_cache(self.cache.clone())
+            .module_cache(self.loading.cache.clone())
             .plugin_tier(plugins.tier, plugins.upgrade_in.clone());
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -327,7 +244,7 @@ impl EngineBuilder {
         for mounted in mounts.mounted() {
             if let Some(plugin) = &mounted.plugin {
                 if plugin.handed_off() {
-                    (self.notes)(&format!(
+                    (self.loading.notes)(&format!(
                         "plugin at {}: on the baseline tier for this run; its optimized code \
                          is being compiled in the background for later runs",
                         mounted.spec.target
@@ -335,13 +252,9 @@ impl EngineBuilder {
                 }
             }
         }
-        let program = TieredProgram::load(
-            &self.cache,
-            &self.program,
-            self.tier,
+        let program = self.loading.load(
             (guest_engines(self.interruptible)?, self.interruptible),
-            tiered::runner(self.program.path(), !self.grants.is_empty()),
-            &*self.progress,
+            tiered::runner(self.loading.program.path(), !self.grants.is_empty()),
         )?;
         Ok(GuestEngine {
             runtime,
@@ -351,8 +264,8 @@ impl EngineBuilder {
             plugins,
             runtime_mounts: Default::default(),
             started,
-            hand_off_to: self.hand_off_to,
-            notes: self.notes,
+            hand_off_to: self.loading.hand_off_to,
+            notes: self.loading.notes,
         })
     }
 }
@@ -385,15 +298,10 @@ impl GuestEngine {
     /// An engine for the program `source` gives (see [`EngineBuilder`]).
     pub fn builder_for(source: ProgramSource) -> EngineBuilder {
         EngineBuilder {
-            program: source,
+            loading: Loading::of(source),
             mounts: MountTable::builder(),
-            cache: ModuleCache::user_default(),
-            tier: TierChoice::Auto,
             interruptible: false,
             grants: Vec::new(),
-            hand_off_to: None,
-            notes: Arc::new(|line| tracing::info!("{line}")),
-            progress: Arc::new(|_| {}),
         }
     }
 

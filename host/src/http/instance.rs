@@ -57,6 +57,8 @@ pub(crate) struct InstanceCounts {
     /// Runs that outlived their response body and were finished on a task of their
     /// own.
     pub(crate) finished_apart: AtomicU64,
+    /// Guests that trapped after they answered (their body cut where the trap came).
+    pub(crate) trapped_after_answer: AtomicU64,
 }
 
 impl InstanceCounts {
@@ -69,13 +71,17 @@ impl InstanceCounts {
         made
     }
 
-    /// The run's result; a timeout after the guest answered is a body cut.
+    /// The run's result; after the guest answered, a timeout is a body cut, and
+    /// another error a trap after the answer.
     fn ended(&self, answered: &AtomicBool, result: &wasmtime::Result<()>) {
-        let timed_out = result
-            .as_ref()
-            .is_err_and(|e| e.downcast_ref::<TimedOut>().is_some());
-        if timed_out && answered.load(Ordering::Relaxed) {
+        let Err(e) = result else { return };
+        if !answered.load(Ordering::Relaxed) {
+            return;
+        }
+        if e.downcast_ref::<TimedOut>().is_some() {
             self.bodies_cut.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.trapped_after_answer.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

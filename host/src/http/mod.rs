@@ -1,5 +1,6 @@
-//! Serverless: HTTP components served per request, each request in a fresh instance,
-//! every instance on one shared, cached namespace. A component is a `wasi:http/proxy`
+//! Serverless: HTTP components served per request, each request in a fresh instance
+//! (or, as the operator chooses, one reused), every instance on one shared, cached
+//! namespace. A component is a `wasi:http/proxy`
 //! of WASI 0.2 (it exports `wasi:http/incoming-handler@0.2.x`) or a WASI 0.3 service
 //! (`wasi:http/handler@0.3.x`, async); `instance` runs either.
 //!
@@ -15,7 +16,13 @@
 //!   deadline; otherwise 503.
 //! - **The instance**: a fresh store on the engine of the tier the program has reached
 //!   (baseline code until the optimized code is ready, `crate::engine`'s tiers), on
-//!   wasmtime's pooling allocator, instantiated from the one pre-instance. It sees the
+//!   wasmtime's pooling allocator, instantiated from the one pre-instance; or, when
+//!   [`HttpLimits::reuse`] allows, one kept from a request before that ended cleanly
+//!   (`reuse`). It runs on the task of the request's connection, with no hop to
+//!   another thread (`instance`): what is left of the run once the guest answered goes
+//!   with the response body, which drives it as hyper polls. The optimized tier's code
+//!   checks bounds explicitly, so a pool slot is reset without a page-protection
+//!   change (`crate::module_cache::Bounds`). It sees the
 //!   table's namespace through our `wasi:filesystem`: the same preopens (resolved once,
 //!   on the first request) for every request, and every request shares the mounts'
 //!   caches; `ro` mounts stay read-only.
@@ -70,9 +77,9 @@ pub use outgoing::AllowedHost;
 pub use reuse::{Reuse, MAX_USES};
 pub use serve::{serve, serve_metrics, Listen, Listener};
 
-use crate::engine::{Notes, ProgramSource, SetupError};
+use crate::engine::{loading_setters, Loading, ProgramSource, SetupError};
 use crate::limits::MemoryLimitReached;
-use crate::module_cache::{Bounds, Engines, HandOff, ModuleCache, Progress, TierChoice};
+use crate::module_cache::{Bounds, Engines};
 use crate::mounts::MountTable;
 use crate::p2::WasiP2Fs;
 use admission::{Admission, Refused};
@@ -140,31 +147,15 @@ impl Default for HttpLimits {
 
 /// Makes an [`HttpHandler`] (see [`HttpHandler::builder`]).
 pub struct HttpBuilder {
-    program: ProgramSource,
+    loading: Loading,
     mounts: Arc<MountTable>,
-    cache: ModuleCache,
-    tier: TierChoice,
     limits: HttpLimits,
     env: Vec<(String, String)>,
     allowed: Vec<AllowedHost>,
-    hand_off_to: Option<HandOff>,
-    notes: Notes,
-    progress: Arc<dyn Fn(Progress) + Send + Sync>,
 }
 
 impl HttpBuilder {
-    /// Where compiled code is kept (default: [`ModuleCache::user_default`]).
-    pub fn module_cache(mut self, cache: ModuleCache) -> Self {
-        self.cache = cache;
-        self
-    }
-
-    /// The compiler tier (default: auto: baseline code first for a big component, new
-    /// requests moving to the optimized code once it is compiled).
-    pub fn tier(mut self, tier: TierChoice) -> Self {
-        self.tier = tier;
-        self
-    }
+    loading_setters!("HttpHandler::finish");
 
     /// The bounds requests are served within (default: [`HttpLimits::default`]).
     pub fn limits(mut self, limits: HttpLimits) -> Self {
@@ -181,32 +172,6 @@ impl HttpBuilder {
     /// Hosts guests may send HTTP requests to (default: none).
     pub fn allow_outgoing(mut self, hosts: Vec<AllowedHost>) -> Self {
         self.allowed = hosts;
-        self
-    }
-
-    /// A `wasm9p` executable that finishes an unfinished optimized compile in the
-    /// background at [`HttpHandler::finish`] (default: none).
-    pub fn hand_off_compiles_to(mut self, exe: PathBuf) -> Self {
-        self.hand_off_to = Some(HandOff::Process(exe));
-        self
-    }
-
-    /// Who finishes an unfinished optimized compile at [`HttpHandler::finish`], where no
-    /// `wasm9p` executable can (default: none).
-    pub fn hand_off_compiles_with(mut self, hand_off: HandOff) -> Self {
-        self.hand_off_to = Some(hand_off);
-        self
-    }
-
-    /// Where notes go (default: `tracing` at info).
-    pub fn notes(mut self, notes: Notes) -> Self {
-        self.notes = notes;
-        self
-    }
-
-    /// Who hears how a first compile goes (default: nobody).
-    pub fn progress(mut self, progress: Arc<dyn Fn(Progress) + Send + Sync>) -> Self {
-        self.progress = progress;
         self
     }
 
@@ -246,15 +211,12 @@ impl HttpBuilder {
                 "max_connections must be at least 1".into(),
             ));
         }
-        if let ProgramSource::File { path, .. } = &self.program {
+        if let ProgramSource::File { path, .. } = &self.loading.program {
             not_wasm(path)?;
         }
         let loader = Loader {
-            cache: self.cache,
-            source: self.program,
-            tier: self.tier,
             engines: engines(&self.limits)?,
-            progress: self.progress,
+            loading: self.loading,
         };
         let program = loader.load()?;
         let counts = Arc::new(Counts::default());
@@ -289,8 +251,6 @@ impl HttpBuilder {
                 reuses,
                 metrics,
                 started: Instant::now(),
-                hand_off_to: self.hand_off_to,
-                notes: self.notes,
             }),
         })
     }
@@ -319,23 +279,16 @@ fn not_wasm(path: &std::path::Path) -> Result<(), SetupError> {
 
 /// How the component is loaded, at the start and at each reload.
 struct Loader {
-    cache: ModuleCache,
-    source: ProgramSource,
-    tier: TierChoice,
+    loading: Loading,
     engines: Engines,
-    progress: Arc<dyn Fn(Progress) + Send + Sync>,
 }
 
 impl Loader {
     fn load(&self) -> Result<crate::engine::TieredProgram<proxy::Linked>, SetupError> {
-        let path = self.source.path().to_owned();
-        crate::engine::TieredProgram::load(
-            &self.cache,
-            &self.source,
-            self.tier,
+        let path = self.loading.program.path().to_owned();
+        self.loading.load(
             (self.engines.clone(), true),
             Box::new(move |engine, program| proxy::link(engine, program, &path)),
-            &*self.progress,
         )
     }
 }
@@ -418,8 +371,6 @@ struct Inner {
     reuses: Arc<ReuseCounts>,
     metrics: metrics::Metrics,
     started: Instant,
-    hand_off_to: Option<HandOff>,
-    notes: Notes,
 }
 
 impl Inner {
@@ -438,16 +389,11 @@ impl HttpHandler {
     /// A handler for the component `source` gives, on `mounts` (see [`HttpBuilder`]).
     pub fn builder_for(source: ProgramSource, mounts: Arc<MountTable>) -> HttpBuilder {
         HttpBuilder {
-            program: source,
+            loading: Loading::of(source),
             mounts,
-            cache: ModuleCache::user_default(),
-            tier: TierChoice::Auto,
             limits: HttpLimits::default(),
             env: Vec::new(),
             allowed: Vec::new(),
-            hand_off_to: None,
-            notes: Arc::new(|line| tracing::info!("{line}")),
-            progress: Arc::new(|_| {}),
         }
     }
 
@@ -481,7 +427,7 @@ impl HttpHandler {
     /// while it compiles: call it off the runtime (`spawn_blocking`).
     pub fn reload(&self) -> Result<(), SetupError> {
         let inner = &self.inner;
-        let loaded = match &inner.loader.source {
+        let loaded = match &inner.loader.loading.program {
             ProgramSource::File { path, .. } => not_wasm(path),
             ProgramSource::CompiledAhead { .. } => Ok(()),
         }
@@ -504,8 +450,9 @@ impl HttpHandler {
 
     /// The `--stats` JSON as of now: the mounts' (with `guests` the requests served),
     /// the program's tiers, and `http`: the requests by how they ended (`bodies_cut`:
-    /// answered, then their body cut at the deadline), the instances made and the
-    /// mean time one took to make.
+    /// answered, then their body cut at the deadline; `trapped_after_answer`:
+    /// answered, then a trap, the body cut there), the instances made and the mean
+    /// time one took to make.
     pub fn stats_now(&self) -> serde_json::Value {
         let inner = &self.inner;
         let c = &inner.counts;
@@ -529,6 +476,7 @@ impl HttpHandler {
             "reused": n(&inner.reuses.reused),
             "idle_instances": n(&inner.reuses.idle),
             "finished_apart": n(&inner.instances.finished_apart),
+            "trapped_after_answer": n(&inner.instances.trapped_after_answer),
             "instantiate_us_avg": n(&inner.instances.making_ns)
                 .checked_div(n(&inner.instances.made))
                 .map_or(0, |ns| ns / 1000),
@@ -541,9 +489,10 @@ impl HttpHandler {
     /// Waits for what the program still has to store, and hands an unfinished
     /// optimized compile on (see [`HttpBuilder::hand_off_compiles_to`]).
     pub fn finish(&self) {
-        self.inner
-            .program()
-            .finish(self.inner.hand_off_to.as_ref(), &self.inner.notes);
+        self.inner.program().finish(
+            self.inner.loader.loading.hand_off_to.as_ref(),
+            &self.inner.loader.loading.notes,
+        );
     }
 }
 

@@ -112,6 +112,10 @@ pub struct Described {
     pub module_cache_bytes: Option<u64>,
     /// Programs from this size up start on the baseline tier.
     pub tier_from: u64,
+    /// How an HTTP task reuses instances (the node's configuration).
+    pub http_reuse: u32,
+    /// How long a kept instance waits, in milliseconds.
+    pub http_reuse_idle_ms: u64,
 }
 
 /// The largest message either side sends.

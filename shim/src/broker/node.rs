@@ -108,6 +108,8 @@ fn answer(
                 volume_options: config.volume_options.clone(),
                 module_cache_bytes,
                 tier_from: config.tier_from,
+                http_reuse: config.http_reuse,
+                http_reuse_idle_ms: config.http_reuse_idle_ms,
             };
             Ok((Reply::Described(described), fds))
         }
