@@ -24,29 +24,10 @@ fn wasm9p(cache: &Path) -> Command {
 
 /// The generated guest (see the module docs), written to `dir`.
 fn checksum_guest(dir: &Path) -> PathBuf {
-    let mut wat = String::from(
-        r#"(module
-  (import "wasi_snapshot_preview1" "fd_write"
-    (func $fd_write (param i32 i32 i32 i32) (result i32)))
-  (memory (export "memory") 1)
-"#,
-    );
     const FUNCTIONS: u32 = 3000;
     // Enough work per guest (tens of ms) that a batch outlasts the optimized compile.
     const ROUNDS: u32 = 60;
-    for f in 0..FUNCTIONS {
-        wat.push_str(&format!(
-            "  (func $f{f} (param i32) (result i32)\n    local.get 0\n"
-        ));
-        for step in 0..40u32 {
-            let k = f.wrapping_mul(2_654_435_761).wrapping_add(step * 97) | 1;
-            wat.push_str(&format!(
-                "    i32.const {k} i32.mul i32.const {} i32.rotl i32.const {step} i32.xor\n",
-                (step % 31) + 1
-            ));
-        }
-        wat.push_str("  )\n");
-    }
+    let mut wat = wasm9p_tests::arithmetic_module_wat(FUNCTIONS);
     wat.push_str(
         r#"  (func $print (param $v i32)
     (local $p i32)

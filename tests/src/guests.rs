@@ -213,3 +213,31 @@ fn output_for(src: &Path, kind: &str) -> PathBuf {
         NEXT.fetch_add(1, Ordering::Relaxed)
     ))
 }
+
+/// The text of a big preview1 module for the tier tests, without its `_start` (the
+/// caller adds it and the closing parenthesis): an import of `fd_write`, a memory of
+/// one page, and `functions` functions `$f0`.. of 40 steps of arithmetic each (i32 to
+/// i32), enough that Cranelift takes a while on a few thousand of them.
+pub fn arithmetic_module_wat(functions: u32) -> String {
+    let mut wat = String::from(
+        r#"(module
+  (import "wasi_snapshot_preview1" "fd_write"
+    (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+"#,
+    );
+    for f in 0..functions {
+        wat.push_str(&format!(
+            "  (func $f{f} (param i32) (result i32)\n    local.get 0\n"
+        ));
+        for step in 0..40u32 {
+            let k = f.wrapping_mul(2_654_435_761).wrapping_add(step * 97) | 1;
+            wat.push_str(&format!(
+                "    i32.const {k} i32.mul i32.const {} i32.rotl i32.const {step} i32.xor\n",
+                (step % 31) + 1
+            ));
+        }
+        wat.push_str("  )\n");
+    }
+    wat
+}

@@ -27,8 +27,9 @@ pub use conn::Conn;
 pub use diod::{diod_available, free_port, Diod};
 pub use fixture::{copy_tree, Tree};
 pub use guests::{
-    build_c_component, build_c_http, build_c_http_p3, build_c_plugin, c_http, c_http_p3, c_plugin,
-    c_sandbox_guest, compile_c_guest, componentize, guest_source, wit_bindgen,
+    arithmetic_module_wat, build_c_component, build_c_http, build_c_http_p3, build_c_plugin,
+    c_http, c_http_p3, c_plugin, c_sandbox_guest, compile_c_guest, componentize, guest_source,
+    wit_bindgen,
 };
 pub use rng::Rng;
 pub use script::{

@@ -48,26 +48,7 @@ fn the_second_container_of_an_image_does_not_compile() {
 /// A preview1 module past [`containerd::TIER_FROM`]: `functions` functions of
 /// arithmetic, chained into one number `_start` prints.
 fn big_module(functions: u32) -> Vec<u8> {
-    let mut wat = String::from(
-        r#"(module
-  (import "wasi_snapshot_preview1" "fd_write"
-    (func $fd_write (param i32 i32 i32 i32) (result i32)))
-  (memory (export "memory") 1)
-"#,
-    );
-    for f in 0..functions {
-        wat.push_str(&format!(
-            "  (func $f{f} (param i32) (result i32)\n    local.get 0\n"
-        ));
-        for step in 0..40u32 {
-            let k = f.wrapping_mul(2_654_435_761).wrapping_add(step * 97) | 1;
-            wat.push_str(&format!(
-                "    i32.const {k} i32.mul i32.const {} i32.rotl i32.const {step} i32.xor\n",
-                (step % 31) + 1
-            ));
-        }
-        wat.push_str("  )\n");
-    }
+    let mut wat = wasm9p_tests::arithmetic_module_wat(functions);
     // _start: the chain's low byte as one letter and a newline.
     wat.push_str("  (func (export \"_start\") (local $v i32)\n    i32.const 7 local.set $v\n");
     for f in 0..functions {
