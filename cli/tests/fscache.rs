@@ -4,10 +4,10 @@
 //! symlinks); its output is checked against a run that caches nothing.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Command, Output};
 
 use serde_json::Value;
-use wasm9p_tests::{compile_c_guest, diod_available, spawn_serve, Diod, Tree};
+use wasm9p_tests::{compile_c_guest, diod_available, spawn_serve, Diod, Reaped, Tree};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
 
@@ -53,7 +53,7 @@ fn export() -> tempfile::TempDir {
 
 /// A 9p server process exporting a directory.
 enum Server {
-    Ours(Child, String),
+    Ours { _running: Reaped, source: String },
     Diod { _running: Diod, source: String },
 }
 
@@ -65,7 +65,10 @@ impl Server {
             BIN,
             ["--listen", &listen, "--export", dir.to_str().unwrap()],
         );
-        Server::Ours(child, format!("source={listen}"))
+        Server::Ours {
+            _running: child,
+            source: format!("source={listen}"),
+        }
     }
 
     fn diod(dir: &Path) -> Server {
@@ -79,16 +82,7 @@ impl Server {
 
     fn source(&self) -> &str {
         match self {
-            Server::Ours(_, source) | Server::Diod { source, .. } => source,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Server::Ours(child, _) = self {
-            let _ = child.kill();
-            let _ = child.wait();
+            Server::Ours { source, .. } | Server::Diod { source, .. } => source,
         }
     }
 }

@@ -8,9 +8,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Child;
 
-use wasm9p_tests::{compile_c_guest, componentize, served_addr, spawn_serve};
+use wasm9p_tests::{compile_c_guest, componentize, served_addr, spawn_serve, Reaped};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
 
@@ -35,7 +34,7 @@ const COMPONENT_VARIANTS: [Variant; 2] = [Variant::Bind, Variant::Embedded("loos
 
 /// `wasm9p serve` exporting `dirs` on an ephemeral loopback port; killed on drop.
 struct Server {
-    child: Child,
+    _child: Reaped,
     addr: String,
 }
 
@@ -48,16 +47,9 @@ impl Server {
         args.extend(["--listen".into(), "tcp:127.0.0.1:0".into()]);
         let (child, line) = spawn_serve(BIN, args);
         Server {
-            child,
+            _child: child,
             addr: served_addr(&line),
         }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

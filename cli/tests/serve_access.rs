@@ -4,10 +4,10 @@
 //! attach leaves the connection free to attach what it may.
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 
 use wasm9p_proto::{Addr, Errno};
-use wasm9p_tests::{compile_c_guest, spawn_serve, Conn, Tree};
+use wasm9p_tests::{compile_c_guest, spawn_serve, Conn, Reaped, Tree};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
 
@@ -68,17 +68,8 @@ fn name(dir: &Path) -> String {
     dir.file_name().unwrap().to_string_lossy().into_owned()
 }
 
-struct Served(Child);
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(args: &[String]) -> Served {
-    Served(spawn_serve(BIN, args).0)
+fn serve(args: &[String]) -> Reaped {
+    spawn_serve(BIN, args).0
 }
 
 /// Every way an aname might name tenant b's files from tenant a's side.
@@ -350,9 +341,9 @@ async fn an_export_marked_ro_refuses_changes_and_its_neighbour_does_not() {
     assert!(t.b.path().join("new").is_dir() && !t.a.path().join("new").exists());
 }
 
-fn hangup(server: &Served) {
+fn hangup(server: &Reaped) {
     let status = Command::new("kill")
-        .args(["-HUP", &server.0.id().to_string()])
+        .args(["-HUP", &server.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
@@ -514,7 +505,7 @@ async fn a_refusal_is_logged_once_per_peer_and_export_with_the_peer() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let _server = Served(child);
+    let _server = Reaped::of(child);
     let text = || std::fs::read_to_string(&log).unwrap();
     let deadline = std::time::Instant::now() + wasm9p_tests::TEST_TIMEOUT;
     while !text().contains("serving") {
@@ -596,8 +587,8 @@ async fn a_rate_cap_holds_an_exports_reads_to_its_bytes_a_second() {
 
 /// How many of the server's threads are tenants' I/O threads (`ps -L` shows them by
 /// this name).
-fn tenant_threads(server: &Served) -> usize {
-    std::fs::read_dir(format!("/proc/{}/task", server.0.id()))
+fn tenant_threads(server: &Reaped) -> usize {
+    std::fs::read_dir(format!("/proc/{}/task", server.id()))
         .unwrap()
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
         .filter(|comm| comm.trim_end() == "wasm9p-tenant")
@@ -605,7 +596,7 @@ fn tenant_threads(server: &Served) -> usize {
 }
 
 /// Waits (bounded) until the server has `n` tenant threads; false if it never does.
-async fn tenant_threads_become(server: &Served, n: usize) -> bool {
+async fn tenant_threads_become(server: &Reaped, n: usize) -> bool {
     let deadline = std::time::Instant::now() + wasm9p_tests::TEST_TIMEOUT;
     while tenant_threads(server) != n {
         if std::time::Instant::now() > deadline {

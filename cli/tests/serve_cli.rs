@@ -3,25 +3,25 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use tokio::io::AsyncWriteExt;
 use wasm9p_proto::transport::fc_vsock_accept_handshake;
 use wasm9p_proto::Addr;
-use wasm9p_tests::{spawn_serve, Conn, Tree};
+use wasm9p_tests::{spawn_serve, Conn, Reaped, Tree};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wasm9p");
 
 /// Starts `wasm9p serve` and waits for its "serving" line on stderr.
-fn serve(args: &[&str]) -> Child {
+fn serve(args: &[&str]) -> Reaped {
     spawn_serve(BIN, args).0
 }
 
-fn terminate(child: Child) -> std::process::ExitStatus {
+fn terminate(child: Reaped) -> std::process::ExitStatus {
     signal(child, "-TERM")
 }
 
-fn signal(mut child: Child, sig: &str) -> std::process::ExitStatus {
+fn signal(mut child: Reaped, sig: &str) -> std::process::ExitStatus {
     let pid = child.id() as libc::pid_t;
     let status = Command::new("kill")
         .args([sig, &pid.to_string()])
@@ -233,17 +233,17 @@ async fn survives_its_stderr_reader_going_away() {
         .local_addr()
         .unwrap()
         .port();
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--export",
-            dir.path().to_str().unwrap(),
-            "--listen",
-            &format!("tcp:127.0.0.1:{port}"),
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Reaped::spawn(
+        Command::new(BIN)
+            .args([
+                "serve",
+                "--export",
+                dir.path().to_str().unwrap(),
+                "--listen",
+                &format!("tcp:127.0.0.1:{port}"),
+            ])
+            .stderr(Stdio::piped()),
+    );
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     stderr.read_line(&mut line).unwrap();

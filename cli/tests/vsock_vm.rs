@@ -178,8 +178,7 @@ fn wasm9p_in_a_vm_mounts_an_export_over_virtio_vsock() {
         serve_args.extend(["--allow".into(), format!("{mode}=listen:{listen}").into()]);
     }
     let mut children = Reap(Vec::new());
-    let (serve, line) = spawn_serve(BIN, serve_args);
-    children.0.push(serve);
+    let (_serve, line) = spawn_serve(BIN, serve_args);
     assert!(line.contains("fc-vsock:"), "{line}");
     children.0.push(
         Command::new(vhost_device_vsock())

@@ -16,6 +16,7 @@ pub mod fault_proxy;
 mod fixture;
 mod guests;
 pub mod linux_vm;
+mod reaped;
 pub mod reply_gate;
 mod rng;
 mod script;
@@ -31,6 +32,7 @@ pub use guests::{
     c_http, c_http_p3, c_plugin, c_sandbox_guest, compile_c_guest, componentize, guest_source,
     wit_bindgen,
 };
+pub use reaped::Reaped;
 pub use rng::Rng;
 pub use script::{
     printed, run_script, run_walkthrough, walkthrough, ScriptRun, StandIns, Walk, Walked,

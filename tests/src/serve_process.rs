@@ -1,22 +1,24 @@
 //! A `wasm9p serve` process, as users start it.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
+use crate::Reaped;
 
 /// Starts `bin serve ARGS...` and waits for its "serving" line on stderr (later lines
-/// are drained so the server never blocks on a full pipe). Returns the child and the
-/// line.
-pub fn spawn_serve<I, S>(bin: &str, args: I) -> (Child, String)
+/// are drained so the server never blocks on a full pipe). Returns the child, killed
+/// when dropped (a test that panics leaves no server behind), and the line.
+pub fn spawn_serve<I, S>(bin: &str, args: I) -> (Reaped, String)
 where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    let mut child = Command::new(bin)
-        .arg("serve")
-        .args(args)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Reaped::spawn(
+        Command::new(bin)
+            .arg("serve")
+            .args(args)
+            .stderr(Stdio::piped()),
+    );
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     stderr.read_line(&mut line).unwrap();

@@ -375,21 +375,18 @@ fn past_the_servers_fid_limit_the_mount_says_emfile_and_goes_on() {
         .unwrap()
         .to_string_lossy()
         .into_owned();
-    let _serve = KilledOnDrop(
-        spawn_serve(
-            BIN,
-            [
-                "--export".to_string(),
-                export.path().display().to_string(),
-                "--listen".to_string(),
-                listen.clone(),
-                "--allow".to_string(),
-                format!("{name}=listen:{listen}"),
-                "--max-fids-per-peer".to_string(),
-                FIDS.to_string(),
-            ],
-        )
-        .0,
+    let (_serve, _) = spawn_serve(
+        BIN,
+        [
+            "--export".to_string(),
+            export.path().display().to_string(),
+            "--listen".to_string(),
+            listen.clone(),
+            "--allow".to_string(),
+            format!("{name}=listen:{listen}"),
+            "--max-fids-per-peer".to_string(),
+            FIDS.to_string(),
+        ],
     );
     let mut m = Mounted::start(&[
         "--mount".into(),
@@ -433,14 +430,4 @@ fn past_the_servers_fid_limit_the_mount_says_emfile_and_goes_on() {
         std::fs::read_to_string(export.path().join("new")).unwrap(),
         "after"
     );
-}
-
-/// A server process, killed when the test ends however it ends.
-struct KilledOnDrop(std::process::Child);
-
-impl Drop for KilledOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }

@@ -563,7 +563,7 @@ fn a_9p_server_restarted_under_load_leaves_no_request_past_its_timeout() {
     let _ = nine_p.kill();
     let _ = nine_p.wait();
     std::thread::sleep(Duration::from_secs(1));
-    let _restarted = KillOnDrop(serve());
+    let _restarted = serve();
 
     let seen: Vec<_> = clients
         .into_iter()
@@ -592,16 +592,6 @@ fn a_9p_server_restarted_under_load_leaves_no_request_past_its_timeout() {
         last_second.iter().all(|(_, _, status)| *status == 200),
         "{last_second:?}"
     );
-}
-
-/// A child process killed when dropped.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]

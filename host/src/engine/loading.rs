@@ -15,7 +15,7 @@ use crate::module_cache::{Digest, Engines, HandOff, ModuleCache, Progress, TierC
 
 /// Where a guest program's code comes from: one value, loaded the same way by the
 /// guest engine's builder and the HTTP handler's ([`crate::http::HttpBuilder`]),
-/// through [`Loading`].
+/// through `Loading`.
 #[derive(Clone, Debug)]
 pub enum ProgramSource {
     /// A wasm file (a core module or a component), compiled through the module cache
