@@ -115,9 +115,12 @@ static bool splice_file(body_t *body, const char *path, uint64_t len) {
   return whole;
 }
 
-static void serve_file(request_t request, outparam_t out, const char *path, bool head) {
+/* Serves the file at `path`; `known` is its metadata when the caller has it already. */
+static void serve_file(request_t request, outparam_t out, const char *path, const struct stat *known, bool head) {
   struct stat st;
-  if (stat(path, &st) != 0) {
+  if (known) {
+    st = *known;
+  } else if (stat(path, &st) != 0) {
     bool missing = errno == ENOENT || errno == ENOTDIR;
     respond_text(out, missing ? 404 : 500, missing ? "not found\n" : "cannot read the file\n");
     return;
@@ -179,7 +182,8 @@ void exports_wasi_http_incoming_handler_handle(request_t request, outparam_t out
     return;
   }
   struct stat st;
-  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+  bool found = stat(path, &st) == 0;
+  if (found && S_ISDIR(st.st_mode)) {
     size_t len = strlen(path);
     if (path[len - 1] != '/') {
       char location[MAX_PATH + 2];
@@ -191,7 +195,10 @@ void exports_wasi_http_incoming_handler_handle(request_t request, outparam_t out
       return;
     }
     strcat(path, "index.html");
+    serve_file(request, out, path, NULL, head);
+  } else {
+    /* A failed stat is looked at again there, for its error. */
+    serve_file(request, out, path, found ? &st : NULL, head);
   }
-  serve_file(request, out, path, head);
   wasi_http_types_incoming_request_drop_own(request);
 }

@@ -138,14 +138,6 @@ impl ShimConfig {
         Ok(config)
     }
 
-    /// How HTTP tasks reuse instances.
-    pub fn http_reuse(&self) -> Reuse {
-        Reuse {
-            uses: self.http_reuse,
-            idle: std::time::Duration::from_millis(self.http_reuse_idle_ms),
-        }
-    }
-
     /// Whether the annotation may name `source`: it is one of `node_sources`, or
     /// starts with one that ends in `/` or `:`.
     pub fn allows_source(&self, source: &str) -> bool {
@@ -185,14 +177,14 @@ mod tests {
         assert!(defaults.allows_source("unix:/run/wasm9p/node.sock"));
         assert!(!defaults.allows_source("unix:/run/containerd/containerd.sock"));
         assert!(!defaults.allows_source("unix:/run/wasm9p"));
-        assert_eq!(defaults.http_reuse(), Reuse::default());
+        assert_eq!(
+            (defaults.http_reuse, defaults.http_reuse_idle_ms),
+            (1, 10_000)
+        );
         let reusing = ShimConfig::parse("http_reuse = 100\nhttp_reuse_idle_ms = 2500\n").unwrap();
         assert_eq!(
-            reusing.http_reuse(),
-            Reuse {
-                uses: 100,
-                idle: std::time::Duration::from_millis(2500)
-            }
+            (reusing.http_reuse, reusing.http_reuse_idle_ms),
+            (100, 2500)
         );
     }
 

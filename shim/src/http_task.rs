@@ -12,9 +12,8 @@
 //! the task with 0.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use wasm9p_host::http::{HttpHandler, HttpLimits, Listen, Reuse};
+use wasm9p_host::http::{HttpHandler, HttpLimits, Listen};
 use wasm9p_host::module_cache::TierChoice;
 
 use crate::broker::CompileFor;
@@ -65,10 +64,7 @@ fn serve_until_signal(prepared: Prepared) -> Result<(), String> {
     let mounts = Arc::new(mounts);
     let limits = HttpLimits {
         memory: memory.or(HttpLimits::default().memory),
-        reuse: Reuse {
-            uses: prepared.described.http_reuse,
-            idle: Duration::from_millis(prepared.described.http_reuse_idle_ms),
-        },
+        reuse: prepared.described.http_reuse(),
         ..HttpLimits::default()
     };
     let mut builder = HttpHandler::builder_for(prepared.program, Arc::clone(&mounts))

@@ -4,7 +4,7 @@
 //! `tee` waits for every writer to close it).
 
 use std::ops::{Deref, DerefMut};
-use std::process::{Child, Command, ExitStatus};
+use std::process::{Child, Command};
 
 /// A child process killed (SIGKILL) and waited for when dropped, unless it has been
 /// waited for already. Derefs to the [`Child`].
@@ -25,13 +25,6 @@ impl Reaped {
     /// Takes a child already started.
     pub fn of(child: Child) -> Reaped {
         Reaped(child)
-    }
-
-    /// SIGTERM, then its exit status (a server's graceful stop).
-    pub fn terminate(&mut self) -> ExitStatus {
-        let pid = rustix::process::Pid::from_raw(self.0.id() as i32).expect("a child's pid");
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-        self.0.wait().expect("waiting for a child")
     }
 }
 

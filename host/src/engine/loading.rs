@@ -107,9 +107,10 @@ impl Loading {
 }
 
 /// The builder methods of a builder's [`Loading`] (its field `loading`); `$finish`
-/// names the method at which an unfinished compile is handed off.
+/// names the method at which an unfinished compile is handed off, and `$more` says
+/// what else a hand-off covers on that builder ("" for nothing).
 macro_rules! loading_setters {
-    ($finish:literal) => {
+    ($finish:literal, $more:literal) => {
         /// Where compiled code is kept (default:
         /// [`crate::module_cache::ModuleCache::user_default`]).
         pub fn module_cache(mut self, cache: crate::module_cache::ModuleCache) -> Self {
@@ -127,7 +128,7 @@ macro_rules! loading_setters {
         #[doc = concat!(
                     "A `wasm9p` executable that finishes an unfinished optimized compile in the ",
                     "background (`wasm9p compile --background`) at [`", $finish, "`] ",
-                    "(default: none)."
+                    "(default: none).", $more
                 )]
         pub fn hand_off_compiles_to(mut self, exe: std::path::PathBuf) -> Self {
             self.loading.hand_off_to = Some(crate::module_cache::HandOff::Process(exe));
@@ -136,7 +137,7 @@ macro_rules! loading_setters {
 
         #[doc = concat!(
                     "Who finishes an unfinished optimized compile at [`", $finish, "`], where no ",
-                    "`wasm9p` executable can (default: none)."
+                    "`wasm9p` executable can (default: none).", $more
                 )]
         pub fn hand_off_compiles_with(mut self, hand_off: crate::module_cache::HandOff) -> Self {
             self.loading.hand_off_to = Some(hand_off);

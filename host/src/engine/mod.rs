@@ -213,7 +213,11 @@ impl EngineBuilder {
         self
     }
 
-    loading_setters!("GuestEngine::finish");
+    loading_setters!(
+        "GuestEngine::finish",
+        " An executable also finishes the compiles of plugins as they load; without one, \
+         they run on a thread of this process."
+    );
 
     /// Starts the runtime, makes the mounts and loads the program.
     pub fn build(self) -> Result<GuestEngine, SetupError> {

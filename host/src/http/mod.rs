@@ -155,7 +155,7 @@ pub struct HttpBuilder {
 }
 
 impl HttpBuilder {
-    loading_setters!("HttpHandler::finish");
+    loading_setters!("HttpHandler::finish", "");
 
     /// The bounds requests are served within (default: [`HttpLimits::default`]).
     pub fn limits(mut self, limits: HttpLimits) -> Self {

@@ -118,6 +118,16 @@ pub struct Described {
     pub http_reuse_idle_ms: u64,
 }
 
+impl Described {
+    /// How the task's HTTP handler reuses instances.
+    pub fn http_reuse(&self) -> wasm9p_host::http::Reuse {
+        wasm9p_host::http::Reuse {
+            uses: self.http_reuse,
+            idle: std::time::Duration::from_millis(self.http_reuse_idle_ms),
+        }
+    }
+}
+
 /// The largest message either side sends.
 const MAX_MESSAGE: usize = 256 << 10;
 
