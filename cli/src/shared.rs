@@ -36,25 +36,11 @@ pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
 
 /// `N` (seconds), `Nms`, `Ns`, `Nm` or `Nh`.
 pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    use std::time::Duration;
-    let bad = || format!("{s:?}: expected seconds, or a number with ms, s, m or h");
-    let (number, unit) = match s.strip_suffix("ms") {
-        Some(number) => (number, "ms"),
-        None => match s.strip_suffix(['s', 'm', 'h']) {
-            Some(number) => (number, &s[number.len()..]),
-            None => (s, "s"),
-        },
-    };
-    let n: u64 = number.parse().map_err(|_| bad())?;
-    let millis = match unit {
-        "ms" => Some(n),
-        "h" => n.checked_mul(3_600_000),
-        "m" => n.checked_mul(60_000),
-        _ => n.checked_mul(1000),
-    };
-    millis
-        .map(Duration::from_millis)
-        .ok_or_else(|| format!("{s:?}: too long"))
+    wasm9p_guest_fs::mount_options::parse_duration(s).ok_or_else(|| {
+        format!(
+            "{s:?}: expected seconds, or a number with ms, s, m or h (not past u64 milliseconds)"
+        )
+    })
 }
 
 /// SIGINT and SIGTERM, registered at once (so a signal that comes right after the

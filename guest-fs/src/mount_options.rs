@@ -527,6 +527,26 @@ pub fn parse_bytes(v: &str) -> Option<u64> {
     digits.parse::<u64>().ok()?.checked_mul(unit)
 }
 
+/// A duration: `N` (seconds), `Nms`, `Ns`, `Nm` or `Nh`; `None` if malformed or too
+/// long.
+pub fn parse_duration(v: &str) -> Option<std::time::Duration> {
+    let (number, unit) = match v.strip_suffix("ms") {
+        Some(number) => (number, "ms"),
+        None => match v.strip_suffix(['s', 'm', 'h']) {
+            Some(number) => (number, &v[number.len()..]),
+            None => (v, "s"),
+        },
+    };
+    let n: u64 = number.parse().ok()?;
+    let millis = match unit {
+        "ms" => Some(n),
+        "h" => n.checked_mul(3_600_000),
+        "m" => n.checked_mul(60_000),
+        _ => n.checked_mul(1000),
+    }?;
+    Some(std::time::Duration::from_millis(millis))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

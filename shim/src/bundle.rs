@@ -1,7 +1,8 @@
 //! What a container's OCI spec says that its guest's setup needs, read on the node
 //! side (the [`crate::broker`] reads the spec for the container, which cannot see it):
-//! whether the root is read-only, the volumes, the memory limit, and the node-side
-//! mounts the annotation [`ANNOTATION`] names.
+//! whether the root is read-only, the volumes, the memory limit, the node-side
+//! mounts the annotation [`ANNOTATION`] names, and the HTTP limits the annotation
+//! [`HTTP_ANNOTATION`] sets within the node's bounds ([`crate::http_settings`]).
 //!
 //! The annotation holds mount SPECs as `wasm9p run --mount` takes them, separated by
 //! `;` or new lines, each a 9P server at an address:
@@ -15,6 +16,8 @@ use serde::{Deserialize, Serialize};
 use wasm9p_host::mounts::{MountError, MountKind, MountSpec};
 
 use crate::config::ShimConfig;
+use crate::http_settings::HttpSettings;
+pub use crate::http_settings::ANNOTATION as HTTP_ANNOTATION;
 
 /// The annotation naming node-side mounts (for Kubernetes, a pod annotation that
 /// containerd's CRI passes on: list it in the runtime's `pod_annotations`).
@@ -40,6 +43,8 @@ pub struct Bundle {
     pub node_mounts: Vec<String>,
     /// `linux.resources.memory.limit`, when positive.
     pub memory_limit: Option<u64>,
+    /// The HTTP limits: the annotation's, over the node's ([`crate::http_settings`]).
+    pub http: HttpSettings,
 }
 
 /// The mount points under which the kernel's own file systems live: never a volume,
@@ -97,11 +102,22 @@ impl Bundle {
             Some(value) => node_mounts(value, config)?,
             None => Vec::new(),
         };
+        let http = match spec
+            .annotations()
+            .as_ref()
+            .and_then(|a| a.get(HTTP_ANNOTATION))
+        {
+            Some(value) => HttpSettings::parse(value)
+                .and_then(|pod| pod.within(&config.http_limits_max()).map(|()| pod))
+                .map_err(|why| format!("annotation {HTTP_ANNOTATION}: {why}"))?,
+            None => HttpSettings::default(),
+        };
         Ok(Bundle {
             root_read_only,
             volumes,
             node_mounts,
             memory_limit,
+            http: http.over(&config.http_limits()),
         })
     }
 

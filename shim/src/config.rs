@@ -4,37 +4,25 @@
 //! task fails to start with the one line that says why (a runtime that silently
 //! ignored a node's settings would run pods in a way nobody configured).
 //!
-//! ```toml
-//! # Compiled code of wasm files that come in ordinary rootfs layers, by digest
-//! # ("" keeps none: every container compiles).
-//! module_cache = "/var/lib/wasm9p/modules"
-//! module_cache_bytes = 4294967296
-//! # A program this big whose optimized code is not kept yet starts on the baseline
-//! # compiler; its optimized code is compiled meanwhile, and kept for the next.
-//! tier_from = 4194304
-//! # Node-side 9P servers the mount annotation may name: an address, or a prefix
-//! # ending in "/" or ":".
-//! node_sources = ["unix:/run/wasm9p/"]
-//! # How the rootfs and the spec's volumes are mounted.
-//! root_options = "cache=loose"
-//! volume_options = "cache=loose,revalidate=1000"
-//! # HTTP tasks: the most requests one instance serves, one after the other (1: a
-//! # fresh instance for every request), and how long a kept one waits for the next.
-//! # What a reused instance sees of the requests before: docs/http.md.
-//! http_reuse = 1
-//! http_reuse_idle_ms = 10000
-//! ```
+//! The sample below is `shim/shim.toml` (with the defaults; `install` writes it where
+//! there is none, and the release package carries it):
+#![doc = concat!("```toml\n", include_str!("../shim.toml"), "```")]
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use wasm9p_host::http::{Reuse, MAX_USES};
+
+use crate::http_settings::HttpSettings;
+
+/// The sample configuration, with the defaults (`shim/shim.toml`).
+pub const SAMPLE: &str = include_str!("../shim.toml");
 
 /// Where the configuration is read from when `$WASM9P_SHIM_CONFIG` does not say.
 pub const DEFAULT_PATH: &str = "/etc/wasm9p/shim.toml";
 
 /// The shim's settings (see the module docs).
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ShimConfig {
     /// The module cache's directory on the node; empty: none.
@@ -54,6 +42,11 @@ pub struct ShimConfig {
     pub http_reuse: u32,
     /// How long a kept instance waits for its next request, in milliseconds.
     pub http_reuse_idle_ms: u64,
+    /// The node's HTTP limits, as the annotation `wasm9p.io/http` writes them: what a
+    /// pod that does not say gets ([`crate::http_settings`]).
+    pub http_limits: String,
+    /// The most a pod's annotation may ask, in the same form.
+    pub http_limits_max: String,
 }
 
 impl Default for ShimConfig {
@@ -69,6 +62,8 @@ impl Default for ShimConfig {
             volume_options: "cache=loose,revalidate=1000".into(),
             http_reuse: Reuse::default().uses,
             http_reuse_idle_ms: Reuse::default().idle.as_millis() as u64,
+            http_limits: String::new(),
+            http_limits_max: "max-instances=256,queue=4096,timeout=300s,memory=1G".into(),
         }
     }
 }
@@ -135,6 +130,11 @@ impl ShimConfig {
         if config.http_reuse_idle_ms == 0 {
             return Err("http_reuse_idle_ms: must be above 0".into());
         }
+        let max = HttpSettings::parse(&config.http_limits_max)
+            .map_err(|why| format!("http_limits_max: {why}"))?;
+        HttpSettings::parse(&config.http_limits)
+            .and_then(|limits| limits.within(&max))
+            .map_err(|why| format!("http_limits: {why}"))?;
         Ok(config)
     }
 
@@ -146,6 +146,16 @@ impl ShimConfig {
                 || ((allowed.ends_with('/') || allowed.ends_with(':'))
                     && source.starts_with(allowed.as_str()))
         })
+    }
+
+    /// The node's HTTP limits (checked when the file was parsed).
+    pub fn http_limits(&self) -> HttpSettings {
+        HttpSettings::parse(&self.http_limits).unwrap_or_default()
+    }
+
+    /// The most a pod may ask (checked when the file was parsed).
+    pub fn http_limits_max(&self) -> HttpSettings {
+        HttpSettings::parse(&self.http_limits_max).unwrap_or_else(|_| HttpSettings::default_max())
     }
 
     /// The module cache it names, if any.
@@ -189,6 +199,17 @@ mod tests {
     }
 
     #[test]
+    fn the_sample_is_the_defaults_and_names_every_key() {
+        assert_eq!(ShimConfig::parse(SAMPLE).unwrap(), ShimConfig::default());
+        let keys = toml::from_str::<toml::Table>(SAMPLE).unwrap();
+        let all = toml::Table::try_from(ShimConfig::default()).unwrap();
+        assert_eq!(
+            keys.keys().collect::<Vec<_>>(),
+            all.keys().collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
     fn a_bad_file_is_one_line_that_says_where() {
         for (text, needle) in [
             (
@@ -203,6 +224,18 @@ mod tests {
             (
                 "http_reuse_idle_ms = 0\n",
                 "http_reuse_idle_ms: must be above 0",
+            ),
+            (
+                "http_limits = \"queue=lots\"\n",
+                "http_limits: queue=\"lots\"",
+            ),
+            (
+                "http_limits = \"max-instances=300\"\n",
+                "http_limits: max-instances=300 is past the node's bound, 256",
+            ),
+            (
+                "http_limits_max = \"colour=blue\"\n",
+                "http_limits_max: unknown key",
             ),
         ] {
             let err = ShimConfig::parse(text).unwrap_err();

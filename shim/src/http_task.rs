@@ -2,8 +2,10 @@
 //! `wasm9p_host::http`, as `wasm9p http` serves it: one pre-instance, each request a
 //! fresh instance on the pooling allocator (or one kept from a request before, when
 //! the node's `shim.toml` sets `http_reuse`), every instance on the one namespace and
-//! its caches, the limits of `wasm9p http`'s defaults, each instance's memory bounded
-//! by the container's memory limit (past it: 500).
+//! its caches, within the limits the pod's annotation `wasm9p.io/http` or the node's
+//! `http_limits` set, else `wasm9p http`'s defaults ([`crate::http_settings`]), each
+//! instance's memory bounded by the container's memory limit too (past it: 500). The
+//! "serving" line says the limits it serves with.
 //!
 //! It listens on `WASMTIME_HTTP_PROXY_SOCKET_ADDR` from the task's environment
 //! (`HOST:PORT`, default `0.0.0.0:8080`): runwasi's wasmtime shim reads the same
@@ -62,11 +64,13 @@ fn serve_until_signal(prepared: Prepared) -> Result<(), String> {
         .block_on(prepared.mounts.module_cache(cache.clone()).build())
         .map_err(|e| e.to_string())?;
     let mounts = Arc::new(mounts);
-    let limits = HttpLimits {
-        memory: memory.or(HttpLimits::default().memory),
-        reuse: prepared.described.http_reuse(),
-        ..HttpLimits::default()
-    };
+    let limits = prepared.described.bundle.http.apply(
+        HttpLimits {
+            reuse: prepared.described.http_reuse(),
+            ..HttpLimits::default()
+        },
+        memory,
+    );
     let mut builder = HttpHandler::builder_for(prepared.program, Arc::clone(&mounts))
         .module_cache(cache)
         .tier(TierChoice::Auto)
@@ -90,7 +94,11 @@ fn serve_until_signal(prepared: Prepared) -> Result<(), String> {
             crate::signals::stopped().await;
             log::info!("wasm9p: stopping: finishing the requests in flight");
         };
-        let line = format!("serving {name} on {}", listener.local_addr());
+        let line = format!(
+            "serving {name} on {} ({})",
+            listener.local_addr(),
+            crate::http_settings::Shown(&limits)
+        );
         log::info!("wasm9p: {line}");
         eprintln!("wasm9p: {line}");
         wasm9p_host::http::serve(listener, handler.clone(), stop).await;

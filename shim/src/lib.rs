@@ -32,6 +32,9 @@
 //! runwasi's `Compiler` hook; a wasm file in an ordinary rootfs layer goes through
 //! wasm9p's module cache by digest, in the directory [`config`] names.
 //!
+//! A node gets it with `containerd-shim-wasm9p-v1 install` ([`install`]), which adds
+//! the runtime to containerd's configuration and keeps what is there.
+//!
 //! What it is not: an orchestrator, nor a second engine. Guests run on
 //! `wasm9p_host`'s engine and HTTP handler exactly as `wasm9p run` and `wasm9p http`
 //! run them; this crate maps a container onto them.
@@ -46,7 +49,9 @@ pub mod bundle;
 pub mod cli_task;
 pub mod compiler;
 pub mod config;
+pub mod http_settings;
 pub mod http_task;
+pub mod install;
 pub mod namespace;
 pub mod prepared;
 pub mod sandbox;
@@ -82,7 +87,26 @@ impl Shim for Wasm9pShim {
 /// forks anything, so that every container inherits its socket), hands over to
 /// runwasi's shim main, and once that returns finishes the compiles its containers
 /// handed over (see [`broker`]).
+///
+/// `install` and `uninstall` as the first argument are the node's commands instead
+/// ([`install`]).
 pub fn main() {
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect();
+    if install::is_command(&args) {
+        std::process::exit(install::main(&args));
+    }
+    if let Err(why) = containerd_shim::parse(&args) {
+        // runwasi's own parse of the same arguments would panic.
+        eprintln!(
+            "containerd-shim-wasm9p-v1: {why}\n\
+             containerd starts this shim itself (runtime io.containerd.wasm9p.v1); by hand: \
+             -v for its version, install or uninstall [--dry-run] to put it on a node"
+        );
+        std::process::exit(2);
+    }
     let config = config::ShimConfig::load();
     broker::start(config);
     Wasm9pShim::run(Config {

@@ -235,6 +235,48 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
     }
 }
 
+/// containerd's plugins (`ctr plugins ls`: type, id, platforms, status) as a
+/// containerd started on `config` reports them: started with a root, state and socket
+/// of its own in a temporary directory, in a mount namespace of its own, and stopped
+/// once they are read. For the installer's tests: whether a configuration leaves
+/// containerd's CRI plugin loading.
+pub fn plugins_under(config: &Path) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let address = dir.path().join("containerd.sock");
+    let log = std::fs::File::create(dir.path().join("containerd.log")).unwrap();
+    let _containerd = wasm9p_tests::Reaped::spawn(
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg(
+                "mount -t tmpfs tmpfs /run && \
+                 exec containerd --config \"$1\" --root \"$2/root\" --state \"$2/state\" \
+                 --address \"$2/containerd.sock\"",
+            )
+            .arg("sh")
+            .arg(config)
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut ctr = Command::new("ctr");
+        ctr.arg("--address").arg(&address).args(["plugins", "ls"]);
+        let listed = output_within(ctr, Duration::from_secs(30));
+        if listed.status.success() {
+            return text(&listed).0;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "containerd did not start on {}: {}",
+            config.display(),
+            std::fs::read_to_string(dir.path().join("containerd.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// The command's output, or a panic once `timeout` passes (the child is killed).
 pub fn output_within(mut command: Command, timeout: Duration) -> Output {
     let child = command

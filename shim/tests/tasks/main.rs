@@ -3,11 +3,15 @@
 //! root, volumes), http components (rootfs files, the env's address, SIGTERM under
 //! load), the memory limit, signals, compiled code kept across containers, a
 //! node-side 9P server shared by two containers, and every bad input failing the
-//! create with one line; and the book's walkthrough (`walkthrough.rs`) as written.
+//! create with one line; the book's walkthrough (`walkthrough.rs`) as written; and the
+//! node installer on real containerd configurations (`install.rs`), and the release
+//! package (`package.rs`).
 
 mod compiled;
 #[path = "../containerd/mod.rs"]
 mod containerd;
+mod install;
+mod package;
 mod running;
 mod walkthrough;
 
@@ -306,6 +310,69 @@ fn the_specs_memory_limit_bounds_the_guest_with_a_typed_stop() {
     assert_eq!(get(served.port, "/ok").unwrap(), (200, b"ok\n".to_vec()));
 }
 
+#[test]
+fn a_pods_http_annotation_sets_its_limits_within_the_nodes_bounds() {
+    let root = rootfs(&[("/limits.wasm", limits_component())]);
+    let served = Running::start(
+        "http-settings",
+        "http-settings",
+        root.path(),
+        "/limits.wasm",
+        &[
+            "--annotation",
+            "wasm9p.io/http=max-instances=1,queue=0,timeout=4s,memory=1M",
+        ],
+    );
+    // The task says what it serves with.
+    assert!(
+        served
+            .printed()
+            .contains("(max-instances=1,queue=0,timeout=4s,memory=1M)"),
+        "{}",
+        served.printed()
+    );
+    // One instance and no queue: while a request sleeps, another is refused at once.
+    // (The sleeper is given a moment to take the instance first; if a probe beat it
+    // to it, the sleeper is the one refused, and the round is tried again.)
+    let port = served.port;
+    let refused_while_busy = (0..5).any(|_| {
+        let sleeper = std::thread::spawn(move || get(port, "/sleep?1500").unwrap().0);
+        std::thread::sleep(Duration::from_millis(300));
+        let probe = get(port, "/ok").unwrap().0;
+        let slept = sleeper.join().unwrap();
+        probe == 503 && slept == 200
+    });
+    assert!(
+        refused_while_busy,
+        "no 503 while the only instance was busy"
+    );
+    // With no queue, a request that comes while the last one's instance is still
+    // being torn down is refused too: these ask again.
+    let when_free = |path: &str| {
+        for _ in 0..100 {
+            let answer = get(port, path).unwrap();
+            if answer.0 != 503 {
+                return answer;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("{path}: refused for two seconds")
+    };
+    assert_eq!(when_free("/ok"), (200, b"ok\n".to_vec()));
+    // A megabyte of memory: /grow meets it there (the container has no limit).
+    let (status, body) = when_free("/grow");
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 500, "{body}");
+    assert!(
+        body.starts_with("memory limit") && body.contains("limit of 1048576 bytes"),
+        "{body}"
+    );
+    // Four seconds from arrival to the end.
+    let (status, body) = when_free("/sleep?8000");
+    assert_eq!(status, 504, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(when_free("/ok"), (200, b"ok\n".to_vec()));
+}
+
 /// The pids of the shim processes serving container `id`.
 fn shim_pids(id: &str) -> Vec<u32> {
     let out = std::process::Command::new("pgrep")
@@ -522,6 +589,21 @@ fn bad_input_fails_the_create_with_one_line_and_the_shim_exits() {
             ],
             "/task.wasm",
             "cannot connect to unix:",
+        ),
+        (
+            "bad-http",
+            vec!["--annotation".into(), "wasm9p.io/http=queue=lots".into()],
+            "/task.wasm",
+            "annotation wasm9p.io/http: queue=\"lots\": expected a number",
+        ),
+        (
+            "bad-http-bound",
+            vec![
+                "--annotation".into(),
+                "wasm9p.io/http=max-instances=2000".into(),
+            ],
+            "/task.wasm",
+            "annotation wasm9p.io/http: max-instances=2000 is past the node's bound, 256",
         ),
     ];
     for (id, options, entrypoint, needle) in cases {
