@@ -8,10 +8,11 @@
 //!   a trap) prints one line saying why and ends the task with 1.
 //! - SIGTERM or SIGINT (`ctr task kill`) ends the task at once, with 128 + the
 //!   signal as a killed process would (see `crate::signals`).
-//! - Compiled code: through the module cache on its tiers (a big guest starts on the
-//!   baseline compiler; the optimized code compiles in the background while it runs,
-//!   and a compile the guest's end leaves unfinished is handed to the node side, which
-//!   keeps it for the next container).
+//! - Compiled code: the node's, fetched read-only (see `crate::broker`), on its tiers
+//!   (a big guest whose optimized code is not kept starts on the baseline compiler,
+//!   the optimized code compiling in the background while it runs); a program whose
+//!   code was not kept is handed to the node side, which compiles and keeps it for the
+//!   next container.
 
 use wasm9p_host::engine::{Guest, GuestEngine, Outcome};
 use wasm9p_host::module_cache::TierChoice;
@@ -24,7 +25,10 @@ pub fn run(prepared: Prepared) -> i32 {
     let name = prepared.name();
     let memory = prepared.memory_bound();
     say_working_dir_not_applied();
-    let cache = prepared.module_cache();
+    let engines = CompileFor::Guest {
+        interruptible: false,
+    };
+    let cache = prepared.module_cache(engines);
     let container_limit = prepared.described.bundle.memory_limit;
     let mut builder = GuestEngine::builder_for(prepared.program)
         .mounts(prepared.mounts)
@@ -32,10 +36,8 @@ pub fn run(prepared: Prepared) -> i32 {
         .tier(TierChoice::Auto)
         .notes(notes())
         .progress(progress());
-    if prepared.module_cache.is_some() {
-        builder = builder.hand_off_compiles_with(hand_off(CompileFor::Guest {
-            interruptible: false,
-        }));
+    if prepared.described.keeps_code {
+        builder = builder.hand_off_compiles_with(hand_off(engines));
     }
     let engine = builder.build();
     let engine = match engine {

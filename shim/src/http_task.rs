@@ -54,16 +54,11 @@ fn serve_until_signal(prepared: Prepared) -> Result<(), String> {
     let name = prepared.name();
     let listen = listen_address(&prepared.env)?;
     say_working_dir_not_applied();
-    let cache = prepared.module_cache();
     let memory = prepared.memory_bound();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    let mounts = runtime
-        .block_on(prepared.mounts.module_cache(cache.clone()).build())
-        .map_err(|e| e.to_string())?;
-    let mounts = Arc::new(mounts);
     let limits = prepared.described.bundle.http.apply(
         HttpLimits {
             reuse: prepared.described.http_reuse(),
@@ -71,6 +66,15 @@ fn serve_until_signal(prepared: Prepared) -> Result<(), String> {
         },
         memory,
     );
+    let engines = CompileFor::Http {
+        memory: limits.memory,
+        max_instances: limits.max_instances,
+    };
+    let cache = prepared.module_cache(engines);
+    let mounts = runtime
+        .block_on(prepared.mounts.module_cache(cache.clone()).build())
+        .map_err(|e| e.to_string())?;
+    let mounts = Arc::new(mounts);
     let mut builder = HttpHandler::builder_for(prepared.program, Arc::clone(&mounts))
         .module_cache(cache)
         .tier(TierChoice::Auto)
@@ -78,11 +82,8 @@ fn serve_until_signal(prepared: Prepared) -> Result<(), String> {
         .limits(limits.clone())
         .notes(notes())
         .progress(progress());
-    if prepared.module_cache.is_some() {
-        builder = builder.hand_off_compiles_with(hand_off(CompileFor::Http {
-            memory: limits.memory,
-            max_instances: limits.max_instances,
-        }));
+    if prepared.described.keeps_code {
+        builder = builder.hand_off_compiles_with(hand_off(engines));
     }
     let handler = builder.build().map_err(|e| e.to_string())?;
     runtime.block_on(async {

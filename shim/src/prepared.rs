@@ -6,11 +6,13 @@
 //! the task on it; the tasks know nothing of the sandbox.
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use wasm9p_host::engine::{Notes, ProgramSource};
-use wasm9p_host::module_cache::{HandOff, ModuleCache, Progress};
+use wasm9p_host::module_cache::{HandOff, Keeper, ModuleCache, Progress};
+
+use crate::broker::CompileFor;
 use wasm9p_host::mounts::MountTableBuilder;
 
 use crate::broker::Described;
@@ -30,23 +32,27 @@ pub struct Prepared {
     pub described: Described,
     /// Its mounts (connected when the engine is built).
     pub mounts: MountTableBuilder,
-    /// The module cache's directory, opened on the node.
-    pub(crate) module_cache: Option<OwnedFd>,
     /// The memory file holding an OCI layer's wasm, which the program names.
     pub(crate) _layer_file: Option<OwnedFd>,
 }
 
 impl Prepared {
-    /// The module cache: the node's directory, reached through the descriptor the
-    /// broker opened (`/proc/self/fd/N` names the directory from inside the
-    /// container), or none.
-    pub fn module_cache(&self) -> ModuleCache {
-        match (&self.module_cache, self.described.module_cache_bytes) {
-            (Some(dir), Some(bytes)) => {
-                ModuleCache::at(format!("/proc/self/fd/{}", dir.as_raw_fd())).with_limit(bytes)
-            }
-            _ => ModuleCache::disabled(),
+    /// The module cache: the node's, which keeps the code and alone writes it
+    /// ([`crate::broker`]): this task fetches what is kept, read-only, and hands a
+    /// program whose code was not kept to the node to compile for `engines`. None when
+    /// the node keeps no code.
+    pub fn module_cache(&self, engines: CompileFor) -> ModuleCache {
+        if !self.described.keeps_code {
+            return ModuleCache::disabled();
         }
+        ModuleCache::kept_by(Keeper {
+            fetch: Arc::new(crate::broker::fetch_artifact),
+            missed: Arc::new(move |path| {
+                if let Err(e) = crate::broker::compile_on_node(path, engines) {
+                    log::warn!("wasm9p: {}: not compiled on the node: {e}", path.display());
+                }
+            }),
+        })
         .tier_from(self.described.tier_from)
     }
 

@@ -117,7 +117,7 @@ pub fn prepare(ctx: &impl RuntimeContext) -> Result<Prepared, String> {
     if let Some(first) = argv.first_mut() {
         *first = program.path().display().to_string();
     }
-    let (described, module_cache) = broker::describe()?;
+    let described = broker::describe()?;
     // Node-side servers are connected now: one that refuses fails the create.
     let dial = Arc::new(BrokerDial::default());
     for source in described.bundle.node_sources() {
@@ -131,7 +131,6 @@ pub fn prepare(ctx: &impl RuntimeContext) -> Result<Prepared, String> {
         env,
         described,
         mounts,
-        module_cache,
         _layer_file: layer_file,
     })
 }

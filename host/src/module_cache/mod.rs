@@ -24,6 +24,14 @@
 //! Tiers (`tiers`): [`ModuleCache::load_tiered`] starts a big guest on Winch's code
 //! when Cranelift's is not cached yet, and compiles Cranelift's in the background.
 //!
+//! Keepers ([`Keeper`], [`ModuleCache::kept_by`]): a process that may not write
+//! native code other processes will run (a containerd shim's task, inside its
+//! container) fetches artifacts by key, read-only, from the process that keeps them,
+//! compiles in memory what it does not find, stores nothing, and tells the keeper
+//! which programs it missed so that the keeper compiles and keeps them. Artifacts are
+//! written readable by all (mode 0644) in the private directory, so that a process of
+//! another user given a descriptor of one can map it.
+//!
 //! Sources (`source`): the digest of a guest's bytes is remembered by the file's
 //! identity, so a hit maps its artifact without reading or hashing the guest. A caller
 //! that knows the digest already (a content-addressed store: the build farm's worker)
@@ -32,6 +40,7 @@
 
 use std::hash::Hasher;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest as _, Sha256};
@@ -101,10 +110,35 @@ pub enum Progress {
     NotStored(String),
 }
 
-/// Compiled artifacts on disk, or none (the default).
+/// How a [`Keeper`] is asked for an artifact by key.
+pub type Fetch = Arc<dyn Fn(&str) -> Option<std::fs::File> + Send + Sync>;
+
+/// Compiled code kept by another process, which alone writes it: a containerd shim's
+/// node side keeps it for the containers it starts, none of which may write native
+/// code that other containers then run. This process fetches artifacts read-only by
+/// key, compiles in memory what it does not find, stores nothing, and asks the keeper
+/// to compile and keep a program whose code it did not find.
+#[derive(Clone)]
+pub struct Keeper {
+    /// The artifact of a key (`KEY.cwasm` in the keeper's directory), opened
+    /// read-only by the keeper; `None`: not kept.
+    pub fetch: Fetch,
+    /// Asked to compile and keep the program at this path (its code was not found).
+    pub missed: Arc<dyn Fn(&Path) + Send + Sync>,
+}
+
+impl std::fmt::Debug for Keeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Keeper")
+    }
+}
+
+/// Compiled artifacts on disk, or kept by another process, or none (the default).
 #[derive(Debug, Clone)]
 pub struct ModuleCache {
     dir: Option<PathBuf>,
+    /// Artifacts come from a keeper instead of `dir` (which is then `None`).
+    keeper: Option<Keeper>,
     limit_bytes: u64,
     /// Modules this big start on the baseline tier (see [`tiers`]).
     tier_from: u64,
@@ -127,6 +161,7 @@ impl ModuleCache {
     pub fn at(dir: impl Into<PathBuf>) -> Self {
         ModuleCache {
             dir: Some(dir.into()),
+            keeper: None,
             limit_bytes: Self::DEFAULT_LIMIT,
             tier_from: Self::DEFAULT_TIER_FROM,
         }
@@ -136,8 +171,36 @@ impl ModuleCache {
     pub fn disabled() -> Self {
         ModuleCache {
             dir: None,
+            keeper: None,
             limit_bytes: 0,
             tier_from: Self::DEFAULT_TIER_FROM,
+        }
+    }
+
+    /// Code kept by `keeper` (see [`Keeper`]): fetched read-only, never stored here.
+    pub fn kept_by(keeper: Keeper) -> Self {
+        ModuleCache {
+            keeper: Some(keeper),
+            ..Self::disabled()
+        }
+    }
+
+    /// Whether there is a cache at all (a directory or a keeper).
+    pub fn enabled(&self) -> bool {
+        self.dir.is_some() || self.keeper.is_some()
+    }
+
+    /// Opens the guest at `path` as the cache reads guests: hashed when there is a
+    /// cache, its digest remembered in the directory when there is one.
+    fn source(&self, path: &Path) -> Result<Source, LoadError> {
+        Source::open(self.dir.as_deref(), self.enabled(), path)
+    }
+
+    /// Tells the keeper, if there is one, that the code of the guest at `path` was not
+    /// found (for the optimized tier: what it keeps).
+    fn missed(&self, path: &Path) {
+        if let Some(keeper) = &self.keeper {
+            (keeper.missed)(path);
         }
     }
 
@@ -182,7 +245,7 @@ impl ModuleCache {
         path: &Path,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Program, LoadError> {
-        let mut source = Source::open(self.dir.as_deref(), path)?;
+        let mut source = self.source(path)?;
         self.load_source(engine, &mut source, progress)
     }
 
@@ -196,6 +259,7 @@ impl ModuleCache {
             return Ok(program);
         }
         let path = source.path().to_owned();
+        self.missed(&path);
         let (bytes, digest) = source.read()?;
         self.compile_and_store(engine, &path, bytes, digest, progress)
     }
@@ -221,6 +285,9 @@ impl ModuleCache {
     /// The artifact of the bytes with `digest` for `engine`, mapped and marked used: a
     /// component or not as `component` says, or as the artifact says when `None`.
     fn mapped(&self, engine: &Engine, digest: &Digest, component: Option<bool>) -> Option<Program> {
+        if let Some(keeper) = &self.keeper {
+            return fetched(engine, keeper, &cache_key(engine, digest), component);
+        }
         let artifact = self.artifact_path(engine, Some(digest))?;
         let component = match component {
             Some(component) => component,
@@ -522,7 +589,30 @@ fn cache_key(engine: &Engine, digest: &Digest) -> String {
     source::hex(&hasher.0.finalize())
 }
 
-/// Maps an artifact this cache wrote; `None` when it is missing or unusable (it is then
+/// The artifact `keeper` keeps under `key`, mapped: through the read-only descriptor
+/// the keeper opened (`/proc/self/fd/N`, open to this process whichever user it runs
+/// as: artifacts are readable by all, in a private directory), closed once mapped.
+fn fetched(
+    engine: &Engine,
+    keeper: &Keeper,
+    key: &str,
+    component: Option<bool>,
+) -> Option<Program> {
+    use std::os::fd::AsRawFd;
+    let file = (keeper.fetch)(key)?;
+    let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    let component = match component {
+        Some(component) => component,
+        None => match Engine::detect_precompiled_file(&path) {
+            Ok(Some(wasmtime::Precompiled::Component)) => true,
+            Ok(Some(wasmtime::Precompiled::Module)) => false,
+            _ => return None,
+        },
+    };
+    load_artifact(engine, &path, component)
+}
+
+/// Maps an artifact this cache (or its keeper) wrote; `None` when it is missing or unusable (it is then
 /// compiled again and overwritten).
 fn load_artifact(engine: &Engine, artifact: &Path, component: bool) -> Option<Program> {
     if !artifact.is_file() {
@@ -530,7 +620,8 @@ fn load_artifact(engine: &Engine, artifact: &Path, component: bool) -> Option<Pr
     }
     // SAFETY: the file is one this cache stored (a private directory, named by the hash
     // of the guest and the engine, written in full before being renamed into place), or
-    // one this process has just written in full there and not yet renamed (`stage`);
+    // its keeper did the same in its own, or one this process has just written in full
+    // there and not yet renamed (`stage`);
     // wasmtime checks its header, version and engine settings before mapping it.
     #[allow(unsafe_code)]
     let loaded = unsafe {
@@ -634,7 +725,10 @@ fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
         match std::fs::File::options()
             .write(true)
             .create_new(true)
-            .mode(0o600)
+            // Readable by all, in a directory only its owner enters: a process given a
+            // descriptor of an artifact (a shim's task, maybe of another user, from a
+            // keeper) may reopen it through /proc/self/fd to map it.
+            .mode(0o644)
             .open(&path)
         {
             Ok(file) => return Ok((path, file)),

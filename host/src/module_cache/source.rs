@@ -151,10 +151,15 @@ pub(super) struct Source {
 }
 
 impl Source {
-    /// The guest at `path`, for a cache in `dir` (`None`: off, nothing is hashed):
-    /// known from its memo when its identity is unchanged, else read (and a
-    /// precompiled artifact refused).
-    pub(super) fn open(dir: Option<&Path>, path: &Path) -> Result<Source, LoadError> {
+    /// The guest at `path`, for a cache whose memos are in `dir` (`None`: no memos),
+    /// its bytes hashed when `hashing` (there is a cache to look them up in): known
+    /// from its memo when its identity is unchanged, else read (and a precompiled
+    /// artifact refused).
+    pub(super) fn open(
+        dir: Option<&Path>,
+        hashing: bool,
+        path: &Path,
+    ) -> Result<Source, LoadError> {
         let unreadable = |source| LoadError::Read {
             path: path.into(),
             source,
@@ -182,7 +187,7 @@ impl Source {
             bytes: None,
             memo,
         };
-        source.read_bytes(dir.is_some(), Some(identity))?;
+        source.read_bytes(hashing, Some(identity))?;
         Ok(source)
     }
 

@@ -506,7 +506,7 @@ fn a_settled_guest_is_known_by_its_identity_and_a_hit_reads_none_of_it() {
     let engine = Engine::default();
     cache.load(&engine, &guest, &quiet()).unwrap();
     assert!(
-        Source::open(Some(&dir), &guest).unwrap().was_read(),
+        Source::open(Some(&dir), true, &guest).unwrap().was_read(),
         "a file changed a moment ago is read and hashed every time"
     );
     settle();
@@ -518,7 +518,7 @@ fn a_settled_guest_is_known_by_its_identity_and_a_hit_reads_none_of_it() {
     };
     // This load reads the settled file and remembers it; the next ones need not.
     cache.load(&engine, &guest, &count).unwrap();
-    let known = Source::open(Some(&dir), &guest).unwrap();
+    let known = Source::open(Some(&dir), true, &guest).unwrap();
     assert!(
         !known.was_read(),
         "an unchanged file is known by its identity"
@@ -534,7 +534,7 @@ fn a_settled_guest_is_known_by_its_identity_and_a_hit_reads_none_of_it() {
     );
     assert_eq!(compiles.load(std::sync::atomic::Ordering::Relaxed), 0);
     assert!(
-        Source::open(None, &guest).unwrap().was_read(),
+        Source::open(None, false, &guest).unwrap().was_read(),
         "without a cache nothing is remembered"
     );
 
@@ -547,7 +547,7 @@ fn a_settled_guest_is_known_by_its_identity_and_a_hit_reads_none_of_it() {
     assert_eq!(memos.len(), 1, "{memos:?}");
     let text = std::fs::read_to_string(&memos[0]).unwrap();
     std::fs::write(&memos[0], &text[..text.len() / 2]).unwrap();
-    assert!(Source::open(Some(&dir), &guest).unwrap().was_read());
+    assert!(Source::open(Some(&dir), true, &guest).unwrap().was_read());
     assert_eq!(
         add(&engine, cache.load(&engine, &guest, &count).unwrap()),
         42
@@ -564,7 +564,7 @@ fn a_guest_rewritten_in_place_with_its_old_size_and_mtime_is_compiled_again() {
         add(&engine, cache.load(&engine, &guest, &quiet()).unwrap()),
         42
     );
-    assert!(!Source::open(Some(&dir), &guest).unwrap().was_read());
+    assert!(!Source::open(Some(&dir), true, &guest).unwrap().was_read());
 
     // Same size, same inode, the modification time set back: only the change time
     // tells, and it does.
@@ -677,4 +677,67 @@ fn code_compiled_ahead_loads_on_an_engine_of_the_same_settings_only() {
     assert!(compile_ahead(optimized, &code)
         .unwrap_err()
         .contains("compiled code already"));
+}
+
+#[test]
+fn a_kept_cache_fetches_read_only_stores_nothing_and_tells_its_keeper_what_it_missed() {
+    let (tmp, keeper_dir, keeper_cache, guest) = cache_and_add_guest();
+    let missed = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let fetches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let keeper = Keeper {
+        fetch: {
+            let (dir, fetches) = (keeper_dir.clone(), Arc::clone(&fetches));
+            Arc::new(move |key: &str| {
+                fetches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                std::fs::File::open(dir.join(format!("{key}.cwasm"))).ok()
+            })
+        },
+        missed: {
+            let missed = Arc::clone(&missed);
+            Arc::new(move |path: &Path| missed.lock().unwrap().push(path.to_owned()))
+        },
+    };
+    let kept = ModuleCache::kept_by(keeper);
+    let engines = engines();
+    let compiles = std::sync::atomic::AtomicUsize::new(0);
+    let count = |p: Progress| {
+        if matches!(p, Progress::Compiling { .. }) {
+            compiles.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    };
+    // A miss: compiled here, in memory; nothing written; the keeper told.
+    let loaded = kept
+        .load_tiered(&engines, &guest, TierChoice::Auto, &count)
+        .unwrap();
+    assert_eq!(add(engines.get(Tier::Optimized), loaded.program), 42);
+    assert_eq!(compiles.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(*missed.lock().unwrap(), std::slice::from_ref(&guest));
+    assert!(files(&keeper_dir).is_empty());
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        1,
+        "only the guest: nothing stored beside it"
+    );
+    // The keeper compiles and keeps it (as a shim's node side does); the next load
+    // maps its artifact, compiling nothing and missing nothing.
+    keeper_cache
+        .compile_stored(engines.get(Tier::Optimized), &guest, false, &quiet())
+        .unwrap();
+    let stored = artifacts(&keeper_dir);
+    assert_eq!(stored.len(), 1);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&stored[0]).unwrap().permissions().mode();
+    assert_eq!(
+        mode & 0o777,
+        0o644,
+        "readable through a descriptor by any user"
+    );
+    let loaded = kept
+        .load_tiered(&engines, &guest, TierChoice::Auto, &count)
+        .unwrap();
+    assert_eq!((loaded.tier, loaded.compiled_in), (Tier::Optimized, None));
+    assert_eq!(add(engines.get(Tier::Optimized), loaded.program), 42);
+    assert_eq!(compiles.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(missed.lock().unwrap().len(), 1);
+    assert!(fetches.load(std::sync::atomic::Ordering::Relaxed) >= 2);
 }

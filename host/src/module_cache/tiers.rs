@@ -254,7 +254,7 @@ impl ModuleCache {
         choice: TierChoice,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Loaded, LoadError> {
-        let source = Source::open(self.dir.as_deref(), path)?;
+        let source = self.source(path)?;
         self.load_tiered_source(engines, source, choice, &UpgradeIn::Thread, progress)
     }
 
@@ -294,7 +294,7 @@ impl ModuleCache {
         choice: TierChoice,
         upgrade_in: &UpgradeIn,
     ) -> Result<Loaded, LoadError> {
-        let source = Source::open(self.dir.as_deref(), path)?;
+        let source = self.source(path)?;
         let not_a_component = || LoadError::Invalid {
             path: path.into(),
             why: "it is not a component".into(),
@@ -340,6 +340,10 @@ impl ModuleCache {
             }
             loaded => (tier, loaded?),
         };
+        if tier == Tier::Baseline || on.compiled_in.is_some() {
+            // What a keeper keeps is the optimized code: it did not have it.
+            self.missed(&path);
+        }
         let mut loaded = Loaded {
             program: on.program,
             tier,
@@ -518,7 +522,7 @@ impl ModuleCache {
         background: bool,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Option<Duration>, LoadError> {
-        let mut source = Source::open(self.dir.as_deref(), path)?;
+        let mut source = self.source(path)?;
         if self.cached(engine, &source).is_some() {
             return Ok(None);
         }

@@ -52,17 +52,33 @@ fn reply_pair() -> Result<(OwnedFd, OwnedFd), String> {
     Ok((mine, theirs))
 }
 
-/// This container's setup, and the module cache's directory when the node keeps one.
-pub fn describe() -> Result<(Described, Option<OwnedFd>), String> {
+/// This container's setup.
+pub fn describe() -> Result<Described, String> {
     match ask(&Request::Describe)? {
-        (Reply::Described(described), fds) => {
-            let cache = described
-                .module_cache_bytes
-                .and_then(|_| fds.into_iter().next());
-            Ok((described, cache))
-        }
+        (Reply::Described(described), _) => Ok(described),
         (Reply::Refused(why), _) => Err(why),
         (other, _) => Err(format!("the broker answered {other:?} to Describe")),
+    }
+}
+
+/// The compiled code the node keeps under `key`, read-only; `None` when it keeps none
+/// (or the broker could not be asked: the task then compiles, and says why in the
+/// shim's log).
+pub fn fetch_artifact(key: &str) -> Option<std::fs::File> {
+    let request = Request::Artifact {
+        key: key.to_owned(),
+    };
+    match ask(&request) {
+        Ok((Reply::Artifact, fds)) => fds.into_iter().next().map(std::fs::File::from),
+        Ok((Reply::NotKept, _)) => None,
+        Ok((other, _)) => {
+            log::warn!("wasm9p: the broker answered {other:?} to an artifact's request");
+            None
+        }
+        Err(why) => {
+            log::warn!("wasm9p: no compiled code from the node: {why}");
+            None
+        }
     }
 }
 
@@ -83,8 +99,8 @@ pub fn dial(source: &str) -> io::Result<OwnedFd> {
     }
 }
 
-/// Hands the program at `path` to the node side, to compile for `engines` and keep:
-/// whether it took it on.
+/// Hands the program at `path` (its wasm) to the node side, to compile for `engines`
+/// and keep: whether it took it on.
 pub fn compile_on_node(path: &std::path::Path, engines: CompileFor) -> io::Result<bool> {
     let file = std::fs::File::open(path)?;
     let request = Request::Compile { engines };

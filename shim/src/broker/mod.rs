@@ -5,17 +5,21 @@
 //! among them (runwasi hands the sandbox only the process's args and environment).
 //! The broker runs in the shim process, which still sees the node, and does for a
 //! container what the container cannot:
-//! - [`Request::Describe`]: reads the container's spec ([`crate::bundle::Bundle`])
-//!   and opens the module cache's directory;
+//! - [`Request::Describe`]: reads the container's spec ([`crate::bundle::Bundle`]);
+//! - [`Request::Artifact`]: opens the compiled code the node keeps under a key,
+//!   read-only, for the container to map (the module cache is the node's: no
+//!   container holds a descriptor it could write native code through, which other
+//!   containers would then run; and the container's user needs no access to the
+//!   cache's directory, so non-root tasks get the code too);
 //! - [`Request::Dial`]: connects to a node-side 9P server the container's annotation
 //!   names (and the node allows), at its start and again at each reconnect;
-//! - [`Request::Compile`]: finishes the optimized compile of the program a task leaves
-//!   unfinished as it ends (its file handed over), into the module cache, so that the
-//!   next container runs the optimized code. The shim process outlives its last
+//! - [`Request::Compile`]: compiles the program whose code a container did not find
+//!   (its wasm file handed over, never code) into the module cache, so that the next
+//!   container runs it without compiling; containers store nothing themselves. The shim process outlives its last
 //!   container for it ([`finish_compiles`]): containerd does not wait for a shim it
 //!   has shut down.
 //!
-//! Sockets and directories cross over as descriptors (`SCM_RIGHTS`).
+//! Sockets and files cross over as descriptors (`SCM_RIGHTS`).
 //!
 //! How a container reaches it: [`start`] makes a `SOCK_SEQPACKET` socket pair before
 //! runwasi forks its zygote, so every container process inherits one end
@@ -43,7 +47,7 @@ use rustix::net::{
 };
 use serde::{Deserialize, Serialize};
 
-pub use container::{compile_on_node, describe, BrokerDial};
+pub use container::{compile_on_node, describe, fetch_artifact, BrokerDial};
 pub use node::finish_compiles;
 
 use crate::bundle::Bundle;
@@ -52,8 +56,14 @@ use crate::config::ShimConfig;
 /// A request, from a container.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Request {
-    /// The container's setup: [`Described`], with the module cache's directory.
+    /// The container's setup: [`Described`].
     Describe,
+    /// The compiled code kept under `key` (the module cache's key of a program's
+    /// digest and an engine's settings), opened read-only.
+    Artifact {
+        /// Its key: 64 hex digits.
+        key: String,
+    },
     /// A connection to `source`, a node-side address the container's annotation names.
     Dial {
         /// The address, as the annotation writes it.
@@ -88,9 +98,12 @@ pub enum CompileFor {
 /// A reply, from the broker.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Reply {
-    /// The container's setup; the module cache's directory comes with it when
-    /// [`Described::module_cache_bytes`] says so.
+    /// The container's setup.
     Described(Described),
+    /// The artifact: its read-only descriptor comes with the reply.
+    Artifact,
+    /// No code is kept under that key.
+    NotKept,
     /// Connected: the socket comes with the reply.
     Dialed,
     /// The compile is under way on the node.
@@ -108,8 +121,8 @@ pub struct Described {
     pub root_options: String,
     /// The 9p mount options of its volumes.
     pub volume_options: String,
-    /// The module cache's bound, when its directory comes with the reply.
-    pub module_cache_bytes: Option<u64>,
+    /// Whether the node keeps compiled code (asked for by [`Request::Artifact`]).
+    pub keeps_code: bool,
     /// Programs from this size up start on the baseline tier.
     pub tier_from: u64,
     /// How an HTTP task reuses instances (the node's configuration).

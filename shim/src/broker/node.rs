@@ -87,31 +87,39 @@ fn answer(
     let bundle = Bundle::of(&spec, config)?;
     match request {
         Request::Describe => {
-            let mut fds = Vec::new();
-            let mut module_cache_bytes = None;
-            if let Some(cache) = config.module_cache_dir() {
-                match open_cache_dir(cache) {
-                    Ok(dir) => {
-                        fds.push(dir);
-                        module_cache_bytes = Some(config.module_cache_bytes);
-                    }
+            let keeps_code = match config.module_cache_dir() {
+                Some(cache) => match make_cache_dir(cache) {
+                    Ok(()) => true,
                     // The task runs anyway, compiling what it would have found.
-                    Err(e) => log::warn!(
-                        "wasm9p: module cache {}: {e}; tasks compile without it",
-                        cache.display()
-                    ),
-                }
-            }
+                    Err(e) => {
+                        log::warn!(
+                            "wasm9p: module cache {}: {e}; tasks compile without it",
+                            cache.display()
+                        );
+                        false
+                    }
+                },
+                None => false,
+            };
             let described = Described {
                 bundle,
                 root_options: config.root_options.clone(),
                 volume_options: config.volume_options.clone(),
-                module_cache_bytes,
+                keeps_code,
                 tier_from: config.tier_from,
                 http_reuse: config.http_reuse,
                 http_reuse_idle_ms: config.http_reuse_idle_ms,
             };
-            Ok((Reply::Described(described), fds))
+            Ok((Reply::Described(described), Vec::new()))
+        }
+        Request::Artifact { key } => {
+            let cache = config
+                .module_cache_dir()
+                .ok_or("the node keeps no module cache")?;
+            match open_artifact(cache, &key)? {
+                Some(file) => Ok((Reply::Artifact, vec![file])),
+                None => Ok((Reply::NotKept, Vec::new())),
+            }
         }
         Request::Dial { source } => {
             if !bundle.names_source(&source) {
@@ -136,7 +144,7 @@ fn answer(
                 .module_cache_dir()
                 .ok_or("the node keeps no module cache")?;
             let cache = ModuleCache::at(cache).with_limit(config.module_cache_bytes);
-            compile_later(cache, engines, program)?;
+            compile_later(cache, engines, program, config.tier_from)?;
             Ok((Reply::Compiling, Vec::new()))
         }
     }
@@ -146,9 +154,16 @@ fn answer(
 /// it ends ([`finish_compiles`]).
 static COMPILES: Mutex<Vec<std::thread::JoinHandle<()>>> = Mutex::new(Vec::new());
 
-/// Starts the optimized compile of `program` for `engines` into `cache`, on a thread
-/// at a low priority.
-fn compile_later(cache: ModuleCache, engines: CompileFor, program: OwnedFd) -> Result<(), String> {
+/// Starts the compile of `program` for `engines` into `cache`, on a thread at a low
+/// priority: its baseline code first when it is big enough to start there (`tier_from`
+/// and up: quick, so that the next container need not compile it), then its
+/// optimized code. What is kept already is not compiled again.
+fn compile_later(
+    cache: ModuleCache,
+    engines: CompileFor,
+    program: OwnedFd,
+    tier_from: u64,
+) -> Result<(), String> {
     let made = match engines {
         CompileFor::Guest { interruptible } => guest_engines(interruptible),
         CompileFor::Http {
@@ -165,6 +180,14 @@ fn compile_later(cache: ModuleCache, engines: CompileFor, program: OwnedFd) -> R
         .name("wasm9p-compile".into())
         .spawn(move || {
             let path = PathBuf::from(format!("/proc/self/fd/{}", program.as_raw_fd()));
+            let big = std::fs::metadata(&path).is_ok_and(|m| m.len() >= tier_from);
+            if big {
+                if let Err(e) =
+                    cache.compile_stored(engines.get(Tier::Baseline), &path, true, &|_| {})
+                {
+                    log::info!("wasm9p: a task's baseline code not kept: {e}");
+                }
+            }
             let started = std::time::Instant::now();
             match cache.compile_stored(engines.get(Tier::Optimized), &path, true, &|_| {}) {
                 Ok(Some(_)) => log::info!(
@@ -207,20 +230,51 @@ pub fn finish_compiles(limit: Duration) {
     }
 }
 
-/// The module cache's directory, made private if it is not there, opened as a
-/// directory descriptor.
-fn open_cache_dir(dir: &Path) -> std::io::Result<OwnedFd> {
+/// The module cache's directory, made private if it is not there.
+fn make_cache_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(dir)?;
-    let fd = rustix::fs::open(
-        dir,
-        rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        .create(dir)
+}
+
+/// The artifact kept under `key` in the cache `dir`, opened read-only and marked used
+/// (the cache evicts the least recently used); `None` if there is none. A key that is
+/// not 64 hex digits is refused: it could name another file.
+fn open_artifact(dir: &Path, key: &str) -> Result<Option<OwnedFd>, String> {
+    if key.len() != 64 || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("{key:?} is not an artifact's key"));
+    }
+    let path = dir.join(format!("{key}.cwasm"));
+    let opened = rustix::fs::open(
+        &path,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::NOFOLLOW,
         rustix::fs::Mode::empty(),
-    )?;
-    Ok(fd)
+    );
+    match opened {
+        Ok(fd) => {
+            // As the cache's own hits do: the mtime is its last use.
+            let _ = rustix::fs::utimensat(
+                rustix::fs::CWD,
+                &path,
+                &rustix::fs::Timestamps {
+                    last_access: rustix::fs::Timespec {
+                        tv_sec: 0,
+                        tv_nsec: rustix::fs::UTIME_NOW,
+                    },
+                    last_modification: rustix::fs::Timespec {
+                        tv_sec: 0,
+                        tv_nsec: rustix::fs::UTIME_NOW,
+                    },
+                },
+                rustix::fs::AtFlags::empty(),
+            );
+            Ok(Some(fd))
+        }
+        Err(rustix::io::Errno::NOENT) => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
 }
 
 /// The bundle of the container whose process `pid` is: the one among the bundles in
@@ -281,5 +335,34 @@ mod tests {
         std::fs::write(mine.join("config.json"), r#"{"root":{"path":"/"}}"#).unwrap();
         assert_eq!(bundle_of(me, tasks.path()).unwrap(), mine);
         assert!(bundle_of(i32::MAX, tasks.path()).is_err());
+    }
+
+    #[test]
+    fn an_artifact_is_given_read_only_by_its_key_and_nothing_else_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = "ab".repeat(32);
+        assert!(open_artifact(dir.path(), &key).unwrap().is_none());
+        std::fs::write(dir.path().join(format!("{key}.cwasm")), b"code").unwrap();
+        std::fs::write(dir.path().join("secret.cwasm"), b"not an artifact").unwrap();
+        let fd = open_artifact(dir.path(), &key).unwrap().unwrap();
+        let flags = rustix::fs::fcntl_getfl(&fd).unwrap();
+        assert_eq!(
+            flags & rustix::fs::OFlags::RWMODE,
+            rustix::fs::OFlags::RDONLY
+        );
+        assert_eq!(
+            std::fs::read(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap(),
+            b"code"
+        );
+        for bad in [
+            "secret",
+            "../etc/passwd",
+            &"g".repeat(64),
+            &"ab".repeat(33),
+            "",
+        ] {
+            let err = open_artifact(dir.path(), bad).unwrap_err();
+            assert!(err.contains("is not an artifact's key"), "{bad}: {err}");
+        }
     }
 }

@@ -194,8 +194,20 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
         entrypoint: &[&str],
         files: &[(&str, &[u8])],
     ) {
+        self.import_as(namespace, name, entrypoint, "", files)
+    }
+
+    /// As [`Containerd::import`], the image's process run as `user` (`UID:GID`).
+    pub fn import_as(
+        &self,
+        namespace: &str,
+        name: &str,
+        entrypoint: &[&str],
+        user: &str,
+        files: &[(&str, &[u8])],
+    ) {
         let archive = tempfile::NamedTempFile::new().unwrap();
-        image_archive(name, entrypoint, files, archive.path());
+        image_archive_as(name, entrypoint, user, files, archive.path());
         let import = self
             .ctr(namespace)
             .args(["image", "import"])
@@ -321,12 +333,23 @@ pub fn rootfs(files: &[(&str, &[u8])]) -> tempfile::TempDir {
 /// An OCI image archive of one ordinary rootfs layer holding `files`, its entrypoint
 /// `entrypoint`, named `name`: what `ctr image import` takes.
 pub fn image_archive(name: &str, entrypoint: &[&str], files: &[(&str, &[u8])], out: &Path) {
+    image_archive_as(name, entrypoint, "", files, out)
+}
+
+/// As [`image_archive`], its process run as `user` (`UID:GID`; empty: root).
+pub fn image_archive_as(
+    name: &str,
+    entrypoint: &[&str],
+    user: &str,
+    files: &[(&str, &[u8])],
+    out: &Path,
+) {
     let layer = layer_tar(files);
     let layer_digest = sha256(&layer);
     let config = serde_json::json!({
         "architecture": "amd64",
         "os": "linux",
-        "config": { "Entrypoint": entrypoint, "WorkingDir": "/" },
+        "config": { "Entrypoint": entrypoint, "WorkingDir": "/", "User": user },
         "rootfs": { "type": "layers", "diff_ids": [layer_digest] },
     })
     .to_string()

@@ -174,6 +174,21 @@ impl Running {
         }
     }
 
+    /// The task's process id (in the machine's pid namespace), as `ctr task ls` says.
+    pub(crate) fn pid(&self) -> u32 {
+        self.wait_running();
+        let tasks = containerd()
+            .ctr(self.ns)
+            .args(["task", "ls"])
+            .output()
+            .unwrap();
+        let list = text(&tasks).0;
+        list.lines()
+            .find(|l| l.starts_with(&format!("{} ", self.id)))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or_else(|| panic!("no pid for {} in {list}", self.id))
+    }
+
     /// `ctr task kill -s SIGNAL`, then the task's exit code (ctr's).
     pub(crate) fn stop(&mut self, signal: &str) -> i32 {
         let kill = containerd()
