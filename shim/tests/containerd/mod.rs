@@ -50,14 +50,22 @@ pub struct Containerd {
     _child: Child,
 }
 
-/// The containerd of this test binary, started at first use.
+/// The containerd of this test binary, started at first use (its CRI plugin off).
 pub fn containerd() -> &'static Containerd {
     static CELL: OnceLock<Containerd> = OnceLock::new();
-    CELL.get_or_init(Containerd::start)
+    CELL.get_or_init(|| Containerd::start(None))
+}
+
+/// The containerd of this test binary with its CRI plugin on, started at first use;
+/// `cri_config` makes its configuration (given the temporary directory, and the
+/// configuration's lines that put its root, state and sockets there).
+pub fn containerd_with_cri(cri_config: fn(&Path, &str) -> String) -> &'static Containerd {
+    static CELL: OnceLock<Containerd> = OnceLock::new();
+    CELL.get_or_init(|| Containerd::start(Some(cri_config)))
 }
 
 impl Containerd {
-    fn start() -> Containerd {
+    fn start(cri_config: Option<fn(&Path, &str) -> String>) -> Containerd {
         let dir = std::env::temp_dir().join(format!("wasm9p-containerd-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -65,11 +73,9 @@ impl Containerd {
         let module_cache = dir.join("modules");
         let node_dir = dir.join("node");
         std::fs::create_dir_all(&node_dir).unwrap();
-        let config = format!(
-            r#"version = 2
-root = "{root}"
+        let places = format!(
+            r#"root = "{root}"
 state = "{state}"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
 [grpc]
   address = "{address}"
 [ttrpc]
@@ -81,6 +87,12 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
             state = dir.join("state").display(),
             address = address.display(),
         );
+        let config = match cri_config {
+            Some(make) => make(&dir, &places),
+            None => {
+                format!("version = 2\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n{places}")
+            }
+        };
         std::fs::write(dir.join("config.toml"), config).unwrap();
         std::fs::write(
             dir.join("shim.toml"),

@@ -1,0 +1,619 @@
+//! The shim as a kubelet drives it: Debian's containerd with its CRI plugin on, its
+//! configuration made by `containerd-shim-wasm9p-v1 install` from Debian's default
+//! `config.toml` (as a node would have it), driven over the CRI's gRPC API (the
+//! `k8s-cri` crate's client) the way the kubelet calls it. Pods use the host's network
+//! (no CNI here); their pause container is busybox, from an image the tests make.
+//!
+//! Covered: a pod sandbox through the `wasm9p` handler to READY; two containers in one
+//! pod served by one shim process; stdout and stderr in the CRI log format; exit codes
+//! and reasons (past the memory limit: one line on stderr); a read-only root;
+//! allow-listed annotations reaching the container and others not; ExecSync refused at
+//! once; the memory in ContainerStats; a container restarted with its attempt + 1;
+//! StopContainer; removal leaving no shim, mount or state behind. And a runc pod on
+//! the same node, which the installer must not have broken.
+
+#[path = "../containerd/mod.rs"]
+mod containerd;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::TokioIo;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use k8s_cri::v1::*;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use containerd::{containerd_with_cri, Containerd};
+
+/// The CRI's namespace in containerd.
+const NAMESPACE: &str = "k8s.io";
+/// The sandbox (pause) image the CRI plugin is told to use: busybox, made here.
+const PAUSE: &str = "docker.io/wasm9p/pause:test";
+/// The image of the cli guest (`shim/tests/guests/task.c`).
+const TASK: &str = "docker.io/wasm9p/task:cri";
+
+/// Debian's `/etc/containerd/config.toml` (bookworm's containerd 1.6.20).
+const DEBIAN: &str = r#"version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "/var/lib/containerd/opt"
+"#;
+
+/// The node's configuration: Debian's, with the runtime installed by the shim's own
+/// installer; its places moved into `dir`, the sandbox image ours, and
+/// `restrict_oom_score_adj` (these machines may not lower a score: docs/shim.md).
+fn node_config(dir: &Path, places: &str) -> String {
+    let config = dir.join("installed.toml");
+    std::fs::write(&config, DEBIAN).unwrap();
+    let install = std::process::Command::new(containerd::SHIM)
+        .args(["install", "--config"])
+        .arg(&config)
+        .arg("--bin-dir")
+        .arg(dir.join("node-bin"))
+        .arg("--shim-config")
+        .arg(dir.join("node-etc/shim.toml"))
+        .output()
+        .unwrap();
+    assert!(install.status.success(), "{:?}", containerd::text(&install));
+    let installed = std::fs::read_to_string(&config).unwrap();
+    let body = installed
+        .strip_prefix("version = 2\n")
+        .expect("the installer keeps the version first")
+        .replace("/var/lib/containerd/opt", dir.join("opt").to_str().unwrap())
+        .replace(
+            "  [plugins.\"io.containerd.grpc.v1.cri\"]\n",
+            &format!(
+                "  [plugins.\"io.containerd.grpc.v1.cri\"]\n    sandbox_image = \"{PAUSE}\"\n    \
+                 restrict_oom_score_adj = true\n"
+            ),
+        );
+    format!("version = 2\n{places}\n{body}")
+}
+
+fn node() -> &'static Containerd {
+    containerd_with_cri(node_config)
+}
+
+/// The CRI's runtime service, over containerd's socket; and a runtime to await it on.
+struct Cri {
+    runtime: tokio::runtime::Runtime,
+    service: RuntimeServiceClient<Channel>,
+}
+
+fn cri() -> Cri {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let socket = node().address.clone();
+    let channel = runtime
+        .block_on(
+            Endpoint::try_from("http://[::]:50051")
+                .unwrap()
+                .connect_with_connector(tower::service_fn(move |_: Uri| {
+                    let socket = socket.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(TokioIo::new(
+                            tokio::net::UnixStream::connect(socket).await?,
+                        ))
+                    }
+                })),
+        )
+        .expect("containerd's CRI socket");
+    Cri {
+        runtime,
+        service: RuntimeServiceClient::new(channel),
+    }
+}
+
+impl Cri {
+    fn call<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, tonic::Status> {
+        self.runtime
+            .block_on(async { tokio::time::timeout(Duration::from_secs(60), call).await })
+            .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no answer within 60 s")))
+            .map(tonic::Response::into_inner)
+    }
+}
+
+/// The images, imported once into the CRI's namespace.
+fn images() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let busybox =
+            std::fs::read("/bin/busybox").expect("busybox-static (scripts/test installs it)");
+        node().import(
+            NAMESPACE,
+            PAUSE,
+            &["/bin/busybox", "sleep", "2147483647"],
+            &[("/bin/busybox", &busybox)],
+        );
+        let task = wasm9p_tests::compile_c_guest(&repo("shim/tests/guests/task.c"));
+        node().import(
+            NAMESPACE,
+            TASK,
+            &["/task.wasm"],
+            &[
+                ("/task.wasm", &std::fs::read(task).unwrap()),
+                ("/etc/greeting", b"hello through the CRI\n"),
+            ],
+        );
+    });
+}
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+/// A pod's configuration: host network, its logs in `logs`.
+fn pod_config(name: &str, logs: &Path, annotations: &[(&str, &str)]) -> PodSandboxConfig {
+    PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        log_directory: logs.display().to_string(),
+        annotations: annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        linux: Some(LinuxPodSandboxConfig {
+            security_context: Some(LinuxSandboxSecurityContext {
+                namespace_options: Some(host_network()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn host_network() -> NamespaceOption {
+    NamespaceOption {
+        network: NamespaceMode::Node as i32,
+        pid: NamespaceMode::Container as i32,
+        ipc: NamespaceMode::Pod as i32,
+        ..Default::default()
+    }
+}
+
+/// A pod running through `handler`: its id.
+fn run_pod(cri: &Cri, config: &PodSandboxConfig, handler: &str) -> String {
+    images();
+    let request = RunPodSandboxRequest {
+        config: Some(config.clone()),
+        runtime_handler: handler.into(),
+    };
+    let reply = cri.call(cri.service.clone().run_pod_sandbox(request));
+    reply
+        .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", node().log()))
+        .pod_sandbox_id
+}
+
+/// A container of the task image in the pod: its id.
+fn create(
+    cri: &Cri,
+    pod: &str,
+    pod_config: &PodSandboxConfig,
+    (name, attempt): (&str, u32),
+    args: &[&str],
+    tweak: impl FnOnce(&mut ContainerConfig),
+) -> Result<String, tonic::Status> {
+    let mut config = ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: name.into(),
+            attempt,
+        }),
+        image: Some(ImageSpec {
+            image: TASK.into(),
+            ..Default::default()
+        }),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        log_path: format!("{name}_{attempt}.log"),
+        linux: Some(LinuxContainerConfig {
+            security_context: Some(LinuxContainerSecurityContext {
+                namespace_options: Some(host_network()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    tweak(&mut config);
+    let request = CreateContainerRequest {
+        pod_sandbox_id: pod.into(),
+        config: Some(config),
+        sandbox_config: Some(pod_config.clone()),
+    };
+    cri.call(cri.service.clone().create_container(request))
+        .map(|r| r.container_id)
+}
+
+fn start(cri: &Cri, id: &str) {
+    let request = StartContainerRequest {
+        container_id: id.into(),
+    };
+    cri.call(cri.service.clone().start_container(request))
+        .unwrap_or_else(|e| panic!("StartContainer: {e}\n{}", node().log()));
+}
+
+/// The container's status once it has exited.
+fn exited(cri: &Cri, id: &str) -> ContainerStatus {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let request = ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: false,
+        };
+        let status = cri
+            .call(cri.service.clone().container_status(request))
+            .unwrap()
+            .status
+            .unwrap();
+        if status.state == ContainerState::ContainerExited as i32 {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "{id} did not exit: {status:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The shim processes started for `id` (a pod's, as containerd names it): those whose
+/// parent is not one of them (a shim's zygote and the containers it forks carry the
+/// shim's command line too).
+fn shims_for(id: &str) -> usize {
+    let out = std::process::Command::new("pgrep")
+        .args([
+            "-f",
+            &format!("[c]ontainerd-shim-wasm9p-v1 .*-id {id}( |$)"),
+        ])
+        .output()
+        .unwrap();
+    let pids: Vec<u32> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    pids.iter()
+        .filter(|pid| parent(**pid).is_none_or(|p| !pids.contains(&p)))
+        .count()
+}
+
+/// The pod stopped and removed; what it left is checked.
+fn remove_pod(cri: &Cri, pod: &str) {
+    cri.call(cri.service.clone().stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod.into(),
+    }))
+    .unwrap();
+    cri.call(
+        cri.service
+            .clone()
+            .remove_pod_sandbox(RemovePodSandboxRequest {
+                pod_sandbox_id: pod.into(),
+            }),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while shims_for(pod) > 0 {
+        assert!(Instant::now() < deadline, "the pod's shim is still there");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        !node().mounts().contains(pod),
+        "a mount of the pod is left: {}",
+        node().mounts()
+    );
+    let state = node()
+        .dir
+        .join("state/io.containerd.runtime.v2.task")
+        .join(NAMESPACE)
+        .join(pod);
+    assert!(!state.exists(), "{} is left", state.display());
+}
+
+/// The lines of a CRI log: (stream, tag, text) of each.
+fn log_lines(path: &Path) -> Vec<(String, String, String)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| {
+            let mut fields = line.splitn(4, ' ');
+            let time = fields.next().unwrap_or_default();
+            assert!(
+                time.ends_with('Z') && time.contains('T'),
+                "not a CRI log line: {line}"
+            );
+            let stream = fields.next().unwrap_or_default().to_owned();
+            let tag = fields.next().unwrap_or_default().to_owned();
+            (stream, tag, fields.next().unwrap_or_default().to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn a_wasm_pod_runs_through_the_cri_and_leaves_nothing_when_removed() {
+    let cri = cri();
+    let logs = tempfile::tempdir().unwrap();
+    let config = pod_config(
+        "wasm-pod",
+        logs.path(),
+        &[
+            ("wasm9p.io/http", "max-instances=4"),
+            ("example.com/not-ours", "x"),
+        ],
+    );
+    let pod = run_pod(&cri, &config, "wasm9p");
+    let status = cri
+        .call(
+            cri.service
+                .clone()
+                .pod_sandbox_status(PodSandboxStatusRequest {
+                    pod_sandbox_id: pod.clone(),
+                    verbose: false,
+                }),
+        )
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(status.state, PodSandboxState::SandboxReady as i32);
+    assert_eq!(status.runtime_handler, "wasm9p");
+
+    // Two containers, one shim for the pod: output on both streams, an exit code.
+    let talker = create(
+        &cri,
+        &pod,
+        &config,
+        ("talker", 0),
+        &["cat", "/etc/greeting", "--", "write", "/no/such/dir/x", "y"],
+        |_| {},
+    )
+    .unwrap();
+    let quitter = create(&cri, &pod, &config, ("quitter", 0), &["exit", "3"], |_| {}).unwrap();
+    start(&cri, &talker);
+    start(&cri, &quitter);
+    let talked = exited(&cri, &talker);
+    let quit = exited(&cri, &quitter);
+    assert_eq!(
+        (talked.exit_code, talked.reason.as_str()),
+        (1, "Error"),
+        "{talked:?}"
+    );
+    assert_eq!(
+        (quit.exit_code, quit.reason.as_str()),
+        (3, "Error"),
+        "{quit:?}"
+    );
+    assert_eq!(shims_for(&pod), 1, "one shim process serves the pod");
+    assert_eq!(shims_for(&talker) + shims_for(&quitter), 0);
+    let lines = log_lines(&logs.path().join("talker_0.log"));
+    assert!(
+        lines.contains(&("stdout".into(), "F".into(), "hello through the CRI".into())),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|(stream, _, text)| stream == "stdout" && text.contains("No such file")),
+        "{lines:?}"
+    );
+
+    // Allow-listed annotations reach the container; others do not.
+    let info = node()
+        .ctr(NAMESPACE)
+        .args(["container", "info", &talker])
+        .output()
+        .unwrap();
+    let info = containerd::text(&info).0;
+    assert!(
+        info.contains("\"wasm9p.io/http\": \"max-instances=4\""),
+        "{info}"
+    );
+    assert!(!info.contains("example.com/not-ours"), "{info}");
+
+    // A read-only root; a clean exit is Completed; a restart is attempt 1.
+    let reader = create(
+        &cri,
+        &pod,
+        &config,
+        ("reader", 0),
+        &["write", "/etc/x", "y"],
+        |c| {
+            if let Some(security) = c.linux.as_mut().and_then(|l| l.security_context.as_mut()) {
+                security.readonly_rootfs = true;
+            }
+        },
+    )
+    .unwrap();
+    start(&cri, &reader);
+    let read = exited(&cri, &reader);
+    assert_eq!(read.exit_code, 1);
+    let lines = log_lines(&logs.path().join("reader_0.log"));
+    assert!(
+        lines
+            .iter()
+            .any(|(_, _, text)| text.contains("Read-only file system")),
+        "{lines:?}"
+    );
+    for attempt in [0, 1] {
+        let id = create(
+            &cri,
+            &pod,
+            &config,
+            ("again", attempt),
+            &["exit", "0"],
+            |_| {},
+        )
+        .unwrap();
+        start(&cri, &id);
+        let done = exited(&cri, &id);
+        assert_eq!((done.exit_code, done.reason.as_str()), (0, "Completed"));
+        assert_eq!(done.metadata.unwrap().attempt, attempt);
+    }
+
+    // Past its memory limit: one line on stderr saying so, exit 1.
+    let hungry = create(&cri, &pod, &config, ("hungry", 0), &["alloc", "400"], |c| {
+        if let Some(linux) = c.linux.as_mut() {
+            linux.resources = Some(LinuxContainerResources {
+                memory_limit_in_bytes: 96 << 20,
+                ..Default::default()
+            });
+        }
+    })
+    .unwrap();
+    start(&cri, &hungry);
+    let starved = exited(&cri, &hungry);
+    assert_eq!(
+        (starved.exit_code, starved.reason.as_str()),
+        (1, "Error"),
+        "{starved:?}"
+    );
+    let lines = log_lines(&logs.path().join("hungry_0.log"));
+    assert!(
+        lines
+            .iter()
+            .any(|(stream, _, text)| stream == "stderr" && text.contains("memory limit")),
+        "{lines:?}"
+    );
+
+    // What a wasm task has not: exec. Refused at once, saying so, not hung. Its
+    // stats have its memory (its CPU is 0: runwasi's library collects a task's stats
+    // itself, and on cgroup v1 reads no CPU; docs/shim.md).
+    let sleeper = create(
+        &cri,
+        &pod,
+        &config,
+        ("sleeper", 0),
+        &["sleep", "30"],
+        |_| {},
+    )
+    .unwrap();
+    start(&cri, &sleeper);
+    let asked = Instant::now();
+    let exec = cri.call(cri.service.clone().exec_sync(ExecSyncRequest {
+        container_id: sleeper.clone(),
+        cmd: vec!["/bin/sh".into()],
+        timeout: 10,
+    }));
+    let refused = exec.expect_err("an exec ran in a wasm task");
+    assert!(refused.message().contains("not supported"), "{refused}");
+    let stats = cri
+        .call(cri.service.clone().container_stats(ContainerStatsRequest {
+            container_id: sleeper.clone(),
+        }))
+        .unwrap()
+        .stats
+        .unwrap();
+    let memory = stats
+        .memory
+        .and_then(|m| m.working_set_bytes)
+        .map(|b| b.value);
+    assert!(memory.is_some_and(|bytes| bytes > 0), "{memory:?}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(20),
+        "ExecSync took {:?}",
+        asked.elapsed()
+    );
+    cri.call(cri.service.clone().stop_container(StopContainerRequest {
+        container_id: sleeper.clone(),
+        timeout: 5,
+    }))
+    .unwrap();
+    assert_eq!(
+        exited(&cri, &sleeper).state,
+        ContainerState::ContainerExited as i32
+    );
+
+    remove_pod(&cri, &pod);
+}
+
+#[test]
+fn a_runc_pod_still_runs_on_the_node_the_installer_changed() {
+    let cri = cri();
+    let logs = tempfile::tempdir().unwrap();
+    let config = pod_config("runc-pod", logs.path(), &[]);
+    let pod = run_pod(&cri, &config, "");
+    let status = cri
+        .call(
+            cri.service
+                .clone()
+                .pod_sandbox_status(PodSandboxStatusRequest {
+                    pod_sandbox_id: pod.clone(),
+                    verbose: false,
+                }),
+        )
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(status.state, PodSandboxState::SandboxReady as i32);
+    // The pause image is busybox: a Linux container under runc, saying hello.
+    let id = {
+        let request = CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(ContainerConfig {
+                metadata: Some(ContainerMetadata {
+                    name: "hello".into(),
+                    attempt: 0,
+                }),
+                image: Some(ImageSpec {
+                    image: PAUSE.into(),
+                    ..Default::default()
+                }),
+                command: vec![
+                    "/bin/busybox".into(),
+                    "echo".into(),
+                    "hello from runc".into(),
+                ],
+                log_path: "hello_0.log".into(),
+                linux: Some(LinuxContainerConfig {
+                    security_context: Some(LinuxContainerSecurityContext {
+                        namespace_options: Some(host_network()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            sandbox_config: Some(config.clone()),
+        };
+        cri.call(cri.service.clone().create_container(request))
+            .unwrap()
+            .container_id
+    };
+    start(&cri, &id);
+    assert_eq!(exited(&cri, &id).exit_code, 0);
+    let lines = log_lines(&logs.path().join("hello_0.log"));
+    assert_eq!(
+        lines,
+        [("stdout".into(), "F".into(), "hello from runc".into())]
+    );
+    cri.call(cri.service.clone().stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod.clone(),
+    }))
+    .unwrap();
+    cri.call(
+        cri.service
+            .clone()
+            .remove_pod_sandbox(RemovePodSandboxRequest {
+                pod_sandbox_id: pod,
+            }),
+    )
+    .unwrap();
+}
