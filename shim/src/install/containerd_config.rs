@@ -315,16 +315,7 @@ mod tests {
     use super::*;
 
     /// Debian's `/etc/containerd/config.toml` (bookworm's containerd 1.6.20).
-    const DEBIAN: &str = r#"version = 2
-
-[plugins]
-  [plugins."io.containerd.grpc.v1.cri"]
-    [plugins."io.containerd.grpc.v1.cri".cni]
-      bin_dir = "/usr/lib/cni"
-      conf_dir = "/etc/cni/net.d"
-  [plugins."io.containerd.internal.v1.opt"]
-    path = "/var/lib/containerd/opt"
-"#;
+    const DEBIAN: &str = include_str!("../../tests/containerd/debian-config.toml");
 
     fn runtimes_of(text: &str, cri: &[&str]) -> toml::Table {
         let mut table = toml::from_str::<toml::Table>(text).unwrap();

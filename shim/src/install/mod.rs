@@ -194,24 +194,7 @@ pub fn install(options: &Options, source: &Path, out: &mut dyn Write) -> Result<
         );
     } else {
         changed_config = true;
-        for change in &edit.changes {
-            say(
-                out,
-                format!(
-                    "{}: {}",
-                    options.config.display(),
-                    tensed(change, options.dry_run)
-                ),
-            );
-        }
-        if options.dry_run {
-            say(
-                out,
-                diff(&options.config, old.as_deref().unwrap_or(""), &edit.text),
-            );
-        } else {
-            replace_config(&options.config, old.as_deref(), &edit.text, mode)?;
-        }
+        apply_edit(options, (old.as_deref(), mode), &edit, out)?;
     }
     for note in edit.changes.iter().filter(|c| c.starts_with("note:")) {
         say(out, format!("{}: {note}", options.config.display()));
@@ -243,21 +226,7 @@ pub fn uninstall(options: &Options, out: &mut dyn Write) -> Result<(), String> {
         let edit = containerd_config::remove_runtime(&old)?;
         if edit.text != old {
             did = true;
-            for change in &edit.changes {
-                say(
-                    out,
-                    format!(
-                        "{}: {}",
-                        options.config.display(),
-                        tensed(change, options.dry_run)
-                    ),
-                );
-            }
-            if options.dry_run {
-                say(out, diff(&options.config, &old, &edit.text));
-            } else {
-                replace_config(&options.config, Some(&old), &edit.text, mode)?;
-            }
+            apply_edit(options, (Some(&old), mode), &edit, out)?;
             say(
                 out,
                 format!("containerd {would}stop offering the runtime once restarted"),
@@ -305,6 +274,26 @@ pub fn uninstall(options: &Options, out: &mut dyn Write) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// Says what `edit` changes in containerd's configuration (whose text was `old`, and
+/// mode `mode`), and makes the change, or in a dry run shows it as a diff.
+fn apply_edit(
+    options: &Options,
+    (old, mode): (Option<&str>, u32),
+    edit: &containerd_config::Edit,
+    out: &mut dyn Write,
+) -> Result<(), String> {
+    let path = options.config.display();
+    for change in edit.changes.iter().filter(|c| !c.starts_with("note:")) {
+        say(out, format!("{path}: {}", tensed(change, options.dry_run)));
+    }
+    if options.dry_run {
+        say(out, diff(&options.config, old.unwrap_or(""), &edit.text));
+        Ok(())
+    } else {
+        replace_config(&options.config, old, &edit.text, mode)
+    }
 }
 
 /// A change as the edit says it ("added ...", "set ...", "removed ..."), or, in a dry

@@ -34,16 +34,7 @@ const PAUSE: &str = "docker.io/wasm9p/pause:test";
 const TASK: &str = "docker.io/wasm9p/task:cri";
 
 /// Debian's `/etc/containerd/config.toml` (bookworm's containerd 1.6.20).
-const DEBIAN: &str = r#"version = 2
-
-[plugins]
-  [plugins."io.containerd.grpc.v1.cri"]
-    [plugins."io.containerd.grpc.v1.cri".cni]
-      bin_dir = "/usr/lib/cni"
-      conf_dir = "/etc/cni/net.d"
-  [plugins."io.containerd.internal.v1.opt"]
-    path = "/var/lib/containerd/opt"
-"#;
+const DEBIAN: &str = include_str!("../containerd/debian-config.toml");
 
 /// The node's configuration: Debian's, with the runtime installed by the shim's own
 /// installer; its places moved into `dir`, the sandbox image ours, and
@@ -187,7 +178,7 @@ fn host_network() -> NamespaceOption {
     }
 }
 
-/// A pod running through `handler`: its id.
+/// A pod running through `handler` ("": the default, runc), READY: its id.
 fn run_pod(cri: &Cri, config: &PodSandboxConfig, handler: &str) -> String {
     images();
     let request = RunPodSandboxRequest {
@@ -195,12 +186,24 @@ fn run_pod(cri: &Cri, config: &PodSandboxConfig, handler: &str) -> String {
         runtime_handler: handler.into(),
     };
     let reply = cri.call(cri.service.clone().run_pod_sandbox(request));
-    reply
+    let pod = reply
         .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", node().log()))
-        .pod_sandbox_id
+        .pod_sandbox_id;
+    let request = PodSandboxStatusRequest {
+        pod_sandbox_id: pod.clone(),
+        verbose: false,
+    };
+    let status = cri
+        .call(cri.service.clone().pod_sandbox_status(request))
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(status.state, PodSandboxState::SandboxReady as i32);
+    assert_eq!(status.runtime_handler, handler);
+    pod
 }
 
-/// A container of the task image in the pod: its id.
+/// A container of the task image in the pod (as `tweak` leaves it): its id.
 fn create(
     cri: &Cri,
     pod: &str,
@@ -361,20 +364,6 @@ fn a_wasm_pod_runs_through_the_cri_and_leaves_nothing_when_removed() {
         ],
     );
     let pod = run_pod(&cri, &config, "wasm9p");
-    let status = cri
-        .call(
-            cri.service
-                .clone()
-                .pod_sandbox_status(PodSandboxStatusRequest {
-                    pod_sandbox_id: pod.clone(),
-                    verbose: false,
-                }),
-        )
-        .unwrap()
-        .status
-        .unwrap();
-    assert_eq!(status.state, PodSandboxState::SandboxReady as i32);
-    assert_eq!(status.runtime_handler, "wasm9p");
 
     // Two containers, one shim for the pod: output on both streams, an exit code.
     let talker = create(
@@ -550,53 +539,17 @@ fn a_runc_pod_still_runs_on_the_node_the_installer_changed() {
     let logs = tempfile::tempdir().unwrap();
     let config = pod_config("runc-pod", logs.path(), &[]);
     let pod = run_pod(&cri, &config, "");
-    let status = cri
-        .call(
-            cri.service
-                .clone()
-                .pod_sandbox_status(PodSandboxStatusRequest {
-                    pod_sandbox_id: pod.clone(),
-                    verbose: false,
-                }),
-        )
-        .unwrap()
-        .status
-        .unwrap();
-    assert_eq!(status.state, PodSandboxState::SandboxReady as i32);
     // The pause image is busybox: a Linux container under runc, saying hello.
-    let id = {
-        let request = CreateContainerRequest {
-            pod_sandbox_id: pod.clone(),
-            config: Some(ContainerConfig {
-                metadata: Some(ContainerMetadata {
-                    name: "hello".into(),
-                    attempt: 0,
-                }),
-                image: Some(ImageSpec {
-                    image: PAUSE.into(),
-                    ..Default::default()
-                }),
-                command: vec![
-                    "/bin/busybox".into(),
-                    "echo".into(),
-                    "hello from runc".into(),
-                ],
-                log_path: "hello_0.log".into(),
-                linux: Some(LinuxContainerConfig {
-                    security_context: Some(LinuxContainerSecurityContext {
-                        namespace_options: Some(host_network()),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            sandbox_config: Some(config.clone()),
-        };
-        cri.call(cri.service.clone().create_container(request))
-            .unwrap()
-            .container_id
-    };
+    let id = create(&cri, &pod, &config, ("hello", 0), &[], |c| {
+        c.image = Some(ImageSpec {
+            image: PAUSE.into(),
+            ..Default::default()
+        });
+        c.command = ["/bin/busybox", "echo", "hello from runc"]
+            .map(String::from)
+            .to_vec();
+    })
+    .unwrap();
     start(&cri, &id);
     assert_eq!(exited(&cri, &id).exit_code, 0);
     let lines = log_lines(&logs.path().join("hello_0.log"));
@@ -604,16 +557,5 @@ fn a_runc_pod_still_runs_on_the_node_the_installer_changed() {
         lines,
         [("stdout".into(), "F".into(), "hello from runc".into())]
     );
-    cri.call(cri.service.clone().stop_pod_sandbox(StopPodSandboxRequest {
-        pod_sandbox_id: pod.clone(),
-    }))
-    .unwrap();
-    cri.call(
-        cri.service
-            .clone()
-            .remove_pod_sandbox(RemovePodSandboxRequest {
-                pod_sandbox_id: pod,
-            }),
-    )
-    .unwrap();
+    remove_pod(&cri, &pod);
 }

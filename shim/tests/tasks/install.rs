@@ -11,16 +11,7 @@ use std::process::Command;
 use crate::containerd::{plugins_under, text, SHIM};
 
 /// Debian's `/etc/containerd/config.toml` (bookworm's containerd 1.6.20).
-const DEBIAN: &str = r#"version = 2
-
-[plugins]
-  [plugins."io.containerd.grpc.v1.cri"]
-    [plugins."io.containerd.grpc.v1.cri".cni]
-      bin_dir = "/usr/lib/cni"
-      conf_dir = "/etc/cni/net.d"
-  [plugins."io.containerd.internal.v1.opt"]
-    path = "/var/lib/containerd/opt"
-"#;
+const DEBIAN: &str = include_str!("../containerd/debian-config.toml");
 
 /// What docs/shim.md told users to add, before the installer.
 const OLD_SNIPPET: &str = r#"

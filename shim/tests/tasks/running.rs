@@ -148,16 +148,21 @@ impl Running {
         served
     }
 
+    /// `ctr task ls` in the task's namespace.
+    fn task_list(&self) -> String {
+        let tasks = containerd()
+            .ctr(self.ns)
+            .args(["task", "ls"])
+            .output()
+            .unwrap();
+        text(&tasks).0
+    }
+
     /// Waits until containerd says the task runs.
     pub(crate) fn wait_running(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let tasks = containerd()
-                .ctr(self.ns)
-                .args(["task", "ls"])
-                .output()
-                .unwrap();
-            let list = text(&tasks).0;
+            let list = self.task_list();
             if list
                 .lines()
                 .any(|l| l.starts_with(&format!("{} ", self.id)) && l.contains("RUNNING"))
@@ -177,12 +182,7 @@ impl Running {
     /// The task's process id (in the machine's pid namespace), as `ctr task ls` says.
     pub(crate) fn pid(&self) -> u32 {
         self.wait_running();
-        let tasks = containerd()
-            .ctr(self.ns)
-            .args(["task", "ls"])
-            .output()
-            .unwrap();
-        let list = text(&tasks).0;
+        let list = self.task_list();
         list.lines()
             .find(|l| l.starts_with(&format!("{} ", self.id)))
             .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
