@@ -38,19 +38,17 @@ pub struct Prepared {
 
 impl Prepared {
     /// The module cache: the node's, which keeps the code and alone writes it
-    /// ([`crate::broker`]): this task fetches what is kept, read-only, and hands a
-    /// program whose code was not kept to the node to compile for `engines`. None when
-    /// the node keeps no code.
+    /// ([`crate::broker`]): this task fetches what is kept, read-only; a program whose
+    /// code is not kept it hands to the node to compile for `engines`, and maps the
+    /// code once the node has kept it. None when the node keeps no code.
     pub fn module_cache(&self, engines: CompileFor) -> ModuleCache {
         if !self.described.keeps_code {
             return ModuleCache::disabled();
         }
         ModuleCache::kept_by(Keeper {
             fetch: Arc::new(crate::broker::fetch_artifact),
-            missed: Arc::new(move |path| {
-                if let Err(e) = crate::broker::compile_on_node(path, engines) {
-                    log::warn!("wasm9p: {}: not compiled on the node: {e}", path.display());
-                }
+            compile: Arc::new(move |path, tier| {
+                crate::broker::compile_on_node_now(path, engines, tier)
             }),
         })
         .tier_from(self.described.tier_from)

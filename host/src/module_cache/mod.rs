@@ -26,11 +26,13 @@
 //!
 //! Keepers ([`Keeper`], [`ModuleCache::kept_by`]): a process that may not write
 //! native code other processes will run (a containerd shim's task, inside its
-//! container) fetches artifacts by key, read-only, from the process that keeps them,
-//! compiles in memory what it does not find, stores nothing, and tells the keeper
-//! which programs it missed so that the keeper compiles and keeps them. Artifacts are
-//! written readable by all (mode 0644) in the private directory, so that a process of
-//! another user given a descriptor of one can map it.
+//! container) fetches artifacts by key, read-only, from the process that keeps them.
+//! Code that is not kept it asks the keeper to compile (the baseline tier for a big
+//! guest's first start, the optimized code following in the background), waits, and
+//! maps what the keeper kept; only what the keeper cannot keep is compiled in this
+//! process's memory, and nothing is ever stored by it. Artifacts are written readable
+//! by all (mode 0644) in the private directory, so that a process of another user
+//! given a descriptor of one can map it.
 //!
 //! Sources (`source`): the digest of a guest's bytes is remembered by the file's
 //! identity, so a hit maps its artifact without reading or hashing the guest. A caller
@@ -113,18 +115,25 @@ pub enum Progress {
 /// How a [`Keeper`] is asked for an artifact by key.
 pub type Fetch = Arc<dyn Fn(&str) -> Option<std::fs::File> + Send + Sync>;
 
+/// How a [`Keeper`] is asked to compile a program (at a path) for a tier: it compiles
+/// and keeps that tier's code (and, after the baseline's, the optimized code, in the
+/// background), and answers once the tier's code is kept (`true`) or cannot be.
+pub type Compile = Arc<dyn Fn(&Path, Tier) -> bool + Send + Sync>;
+
 /// Compiled code kept by another process, which alone writes it: a containerd shim's
 /// node side keeps it for the containers it starts, none of which may write native
 /// code that other containers then run. This process fetches artifacts read-only by
-/// key, compiles in memory what it does not find, stores nothing, and asks the keeper
-/// to compile and keep a program whose code it did not find.
+/// key; for code that is not kept it asks the keeper to compile it, waits, and maps
+/// what the keeper kept; it compiles in its own memory only what the keeper could not
+/// keep, and stores nothing.
 #[derive(Clone)]
 pub struct Keeper {
     /// The artifact of a key (`KEY.cwasm` in the keeper's directory), opened
     /// read-only by the keeper; `None`: not kept.
     pub fetch: Fetch,
-    /// Asked to compile and keep the program at this path (its code was not found).
-    pub missed: Arc<dyn Fn(&Path) + Send + Sync>,
+    /// Asked to compile and keep the program at a path for a tier (its code was not
+    /// found).
+    pub compile: Compile,
 }
 
 impl std::fmt::Debug for Keeper {
@@ -196,12 +205,31 @@ impl ModuleCache {
         Source::open(self.dir.as_deref(), self.enabled(), path)
     }
 
-    /// Tells the keeper, if there is one, that the code of the guest at `path` was not
-    /// found (for the optimized tier: what it keeps).
-    fn missed(&self, path: &Path) {
-        if let Some(keeper) = &self.keeper {
-            (keeper.missed)(path);
+    /// The code of `source` for `engine` (of `tier`), compiled and kept by the keeper
+    /// when there is one: its progress reported as a compile's (it is one, on the
+    /// keeper's side). `None`: no keeper, or it could not keep it.
+    fn kept_for(
+        &self,
+        engine: &Engine,
+        (source, tier): (&Source, Tier),
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Option<(Program, Duration)> {
+        let keeper = self.keeper.as_ref()?;
+        let started = Instant::now();
+        progress(Progress::Compiling {
+            name: source
+                .path()
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            bytes: source.len(),
+        });
+        if !(keeper.compile)(source.path(), tier) {
+            return None;
         }
+        let program = self.cached(engine, source)?;
+        progress(Progress::Compiled(started.elapsed()));
+        Some((program, started.elapsed()))
     }
 
     /// The user's cache: `$WASM9P_CACHE_DIR`, else `$XDG_CACHE_HOME/wasm9p/modules`,
@@ -258,8 +286,10 @@ impl ModuleCache {
         if let Some(program) = self.cached(engine, source) {
             return Ok(program);
         }
+        if let Some((program, _)) = self.kept_for(engine, (source, Tier::Optimized), progress) {
+            return Ok(program);
+        }
         let path = source.path().to_owned();
-        self.missed(&path);
         let (bytes, digest) = source.read()?;
         self.compile_and_store(engine, &path, bytes, digest, progress)
     }

@@ -680,49 +680,61 @@ fn code_compiled_ahead_loads_on_an_engine_of_the_same_settings_only() {
 }
 
 #[test]
-fn a_kept_cache_fetches_read_only_stores_nothing_and_tells_its_keeper_what_it_missed() {
+fn a_kept_cache_maps_what_its_keeper_compiles_stores_nothing_and_compiles_only_what_it_cannot() {
     let (tmp, keeper_dir, keeper_cache, guest) = cache_and_add_guest();
-    let missed = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let fetches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let engines = Arc::new(engines());
+    let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let willing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let keeper = Keeper {
         fetch: {
-            let (dir, fetches) = (keeper_dir.clone(), Arc::clone(&fetches));
-            Arc::new(move |key: &str| {
-                fetches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                std::fs::File::open(dir.join(format!("{key}.cwasm"))).ok()
-            })
+            let dir = keeper_dir.clone();
+            Arc::new(move |key: &str| std::fs::File::open(dir.join(format!("{key}.cwasm"))).ok())
         },
-        missed: {
-            let missed = Arc::clone(&missed);
-            Arc::new(move |path: &Path| missed.lock().unwrap().push(path.to_owned()))
+        compile: {
+            let (asked, willing, engines) = (
+                Arc::clone(&asked),
+                Arc::clone(&willing),
+                Arc::clone(&engines),
+            );
+            Arc::new(move |path: &Path, tier: Tier| {
+                asked.lock().unwrap().push((path.to_owned(), tier));
+                willing.load(std::sync::atomic::Ordering::Relaxed)
+                    && keeper_cache
+                        .compile_stored(engines.get(tier), path, false, &|_| {})
+                        .is_ok()
+            })
         },
     };
     let kept = ModuleCache::kept_by(keeper);
-    let engines = engines();
     let compiles = std::sync::atomic::AtomicUsize::new(0);
     let count = |p: Progress| {
         if matches!(p, Progress::Compiling { .. }) {
             compiles.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     };
-    // A miss: compiled here, in memory; nothing written; the keeper told.
+    let only_the_guest = || {
+        assert_eq!(
+            std::fs::read_dir(tmp.path()).unwrap().count(),
+            2,
+            "the guest and the keeper's directory: nothing stored beside them"
+        );
+    };
+    // A keeper that cannot: compiled here, in memory; nothing written anywhere.
     let loaded = kept
         .load_tiered(&engines, &guest, TierChoice::Auto, &count)
         .unwrap();
     assert_eq!(add(engines.get(Tier::Optimized), loaded.program), 42);
-    assert_eq!(compiles.load(std::sync::atomic::Ordering::Relaxed), 1);
-    assert_eq!(*missed.lock().unwrap(), std::slice::from_ref(&guest));
-    assert!(files(&keeper_dir).is_empty());
-    assert_eq!(
-        std::fs::read_dir(tmp.path()).unwrap().count(),
-        1,
-        "only the guest: nothing stored beside it"
-    );
-    // The keeper compiles and keeps it (as a shim's node side does); the next load
-    // maps its artifact, compiling nothing and missing nothing.
-    keeper_cache
-        .compile_stored(engines.get(Tier::Optimized), &guest, false, &quiet())
+    assert_eq!(*asked.lock().unwrap(), [(guest.clone(), Tier::Optimized)]);
+    assert!(artifacts(&keeper_dir).is_empty());
+    std::fs::create_dir_all(&keeper_dir).unwrap();
+    only_the_guest();
+    // A keeper that can: it compiles and keeps the code, which is mapped from it.
+    willing.store(true, std::sync::atomic::Ordering::Relaxed);
+    let loaded = kept
+        .load_tiered(&engines, &guest, TierChoice::Auto, &count)
         .unwrap();
+    assert_eq!(add(engines.get(Tier::Optimized), loaded.program), 42);
+    assert_eq!(asked.lock().unwrap().len(), 2);
     let stored = artifacts(&keeper_dir);
     assert_eq!(stored.len(), 1);
     use std::os::unix::fs::PermissionsExt;
@@ -732,12 +744,14 @@ fn a_kept_cache_fetches_read_only_stores_nothing_and_tells_its_keeper_what_it_mi
         0o644,
         "readable through a descriptor by any user"
     );
+    only_the_guest();
+    // Kept: the next load maps it, asking nothing and compiling nothing.
+    let before = compiles.load(std::sync::atomic::Ordering::Relaxed);
     let loaded = kept
         .load_tiered(&engines, &guest, TierChoice::Auto, &count)
         .unwrap();
     assert_eq!((loaded.tier, loaded.compiled_in), (Tier::Optimized, None));
     assert_eq!(add(engines.get(Tier::Optimized), loaded.program), 42);
-    assert_eq!(compiles.load(std::sync::atomic::Ordering::Relaxed), 1);
-    assert_eq!(missed.lock().unwrap().len(), 1);
-    assert!(fetches.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    assert_eq!(compiles.load(std::sync::atomic::Ordering::Relaxed), before);
+    assert_eq!(asked.lock().unwrap().len(), 2);
 }

@@ -327,7 +327,7 @@ impl ModuleCache {
                 None => Tier::Baseline,
             },
         };
-        let (tier, on) = match self.load_on(engines.get(tier), &mut source, progress) {
+        let (tier, on) = match self.load_on((engines.get(tier), tier), &mut source, progress) {
             // Winch does not take every proposal Cranelift does (exceptions, for
             // setjmp/longjmp and C++): such a guest starts on the optimized tier.
             Err(e) if choice == TierChoice::Auto && tier == Tier::Baseline => {
@@ -335,15 +335,12 @@ impl ModuleCache {
                     "{}: not on the baseline tier ({e}); compiling it optimized",
                     path.display()
                 );
-                let optimized = self.load_on(&engines.optimized, &mut source, progress)?;
+                let optimized =
+                    self.load_on((&engines.optimized, Tier::Optimized), &mut source, progress)?;
                 (Tier::Optimized, optimized)
             }
             loaded => (tier, loaded?),
         };
-        if tier == Tier::Baseline || on.compiled_in.is_some() {
-            // What a keeper keeps is the optimized code: it did not have it.
-            self.missed(&path);
-        }
         let mut loaded = Loaded {
             program: on.program,
             tier,
@@ -439,7 +436,7 @@ impl ModuleCache {
     /// that artifact (see the module docs).
     fn load_on(
         &self,
-        engine: &Engine,
+        (engine, tier): (&Engine, Tier),
         source: &mut Source,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<LoadedOn, LoadError> {
@@ -451,6 +448,12 @@ impl ModuleCache {
         };
         if let Some(program) = self.cached(engine, source) {
             return Ok(done(program, None));
+        }
+        if let Some((program, took)) = self.kept_for(engine, (source, tier), progress) {
+            return Ok(LoadedOn {
+                compiled_in: Some(took),
+                ..done(program, None)
+            });
         }
         let path = source.path().to_owned();
         let name = file_name(&path);

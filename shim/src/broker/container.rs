@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -11,23 +11,38 @@ use wasm9p_guest_fs::client::Dial;
 use wasm9p_proto::transport::{BoxStream, Connected};
 use wasm9p_proto::{Addr, BoxFuture};
 
-use super::{container_end, receive, send, CompileFor, Described, Received, Reply, Request};
+use super::{container_end, receive, send, CodeTier, CompileFor, Described, Reply, Request};
 
 /// How long a reply may take (a dial's own timeout, and some).
 const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a compile the container waits for may take.
+const COMPILE_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// Asks the broker: its reply, and the descriptors that came with it.
 fn ask(request: &Request) -> Result<(Reply, Vec<OwnedFd>), String> {
+    ask_with(request, None, REPLY_TIMEOUT)
+}
+
+/// Asks the broker, handing `file` over with the request, waiting `timeout` at most.
+fn ask_with(
+    request: &Request,
+    file: Option<BorrowedFd<'_>>,
+    timeout: Duration,
+) -> Result<(Reply, Vec<OwnedFd>), String> {
     let end = container_end()
         .ok_or("this process was not started by the shim's main: it has no broker to ask")?;
-    let (mine, theirs) = reply_pair()?;
-    send(end, request, &[theirs.as_fd()])?;
+    let (mine, theirs) = reply_pair(timeout)?;
+    let mut fds = vec![theirs.as_fd()];
+    fds.extend(file);
+    send(end, request, &fds)?;
+    drop(fds);
     drop(theirs);
     match receive::<Reply>(mine.as_fd()) {
         Ok(Some(received)) => Ok((received.message, received.fds)),
         Ok(None) => Err("the shim's broker went away without replying".into()),
         Err(None) => Err(format!(
-            "the shim's broker did not reply within {REPLY_TIMEOUT:?}"
+            "the shim's broker did not reply within {timeout:?}"
         )),
         Err(Some(why)) => Err(why),
     }
@@ -35,7 +50,7 @@ fn ask(request: &Request) -> Result<(Reply, Vec<OwnedFd>), String> {
 
 /// A socket pair for one reply: this side's end (with a receive timeout), and the end
 /// that goes with the request.
-fn reply_pair() -> Result<(OwnedFd, OwnedFd), String> {
+fn reply_pair(timeout: Duration) -> Result<(OwnedFd, OwnedFd), String> {
     let (mine, theirs) = rustix::net::socketpair(
         rustix::net::AddressFamily::UNIX,
         rustix::net::SocketType::SEQPACKET,
@@ -46,7 +61,7 @@ fn reply_pair() -> Result<(OwnedFd, OwnedFd), String> {
     rustix::net::sockopt::set_socket_timeout(
         &mine,
         rustix::net::sockopt::Timeout::Recv,
-        Some(REPLY_TIMEOUT),
+        Some(timeout),
     )
     .map_err(|e| format!("broker socket: {e}"))?;
     Ok((mine, theirs))
@@ -100,25 +115,54 @@ pub fn dial(source: &str) -> io::Result<OwnedFd> {
 }
 
 /// Hands the program at `path` (its wasm) to the node side, to compile for `engines`
-/// and keep: whether it took it on.
+/// and keep, later: whether it took it on.
 pub fn compile_on_node(path: &std::path::Path, engines: CompileFor) -> io::Result<bool> {
     let file = std::fs::File::open(path)?;
-    let request = Request::Compile { engines };
-    let (mine, theirs) = reply_pair().map_err(io::Error::other)?;
-    let end = container_end().ok_or_else(|| io::Error::other("no broker"))?;
-    send(end, &request, &[theirs.as_fd(), file.as_fd()]).map_err(io::Error::other)?;
-    drop(theirs);
-    match receive::<Reply>(mine.as_fd()) {
-        Ok(Some(Received {
-            message: Reply::Compiling,
-            ..
-        })) => Ok(true),
-        Ok(Some(Received {
-            message: Reply::Refused(why),
-            ..
-        })) => Err(io::Error::other(why)),
-        Ok(_) => Ok(false),
-        Err(why) => Err(io::Error::other(why.unwrap_or_else(|| "no reply".into()))),
+    let request = Request::Compile {
+        engines,
+        wait_for: None,
+    };
+    match ask_with(&request, Some(file.as_fd()), REPLY_TIMEOUT).map_err(io::Error::other)? {
+        (Reply::Compiling, _) => Ok(true),
+        (Reply::Refused(why), _) => Err(io::Error::other(why)),
+        _ => Ok(false),
+    }
+}
+
+/// Hands the program at `path` (its wasm) to the node side, to compile for `engines`
+/// and keep, and waits until the code of `tier` is kept (the rest is compiled after):
+/// whether it is. A failure is said in the shim's log; the task then compiles the
+/// code itself.
+pub fn compile_on_node_now(
+    path: &std::path::Path,
+    engines: CompileFor,
+    tier: wasm9p_host::module_cache::Tier,
+) -> bool {
+    let asked = std::fs::File::open(path)
+        .map_err(|e| e.to_string())
+        .and_then(|file| {
+            let request = Request::Compile {
+                engines,
+                wait_for: Some(CodeTier::of(tier)),
+            };
+            ask_with(&request, Some(file.as_fd()), COMPILE_TIMEOUT)
+        });
+    match asked {
+        Ok((Reply::Compiled, _)) => true,
+        Ok((other, _)) => {
+            log::warn!(
+                "wasm9p: {}: not compiled on the node: {other:?}",
+                path.display()
+            );
+            false
+        }
+        Err(why) => {
+            log::warn!(
+                "wasm9p: {}: not compiled on the node: {why}",
+                path.display()
+            );
+            false
+        }
     }
 }
 

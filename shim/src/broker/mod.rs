@@ -47,7 +47,7 @@ use rustix::net::{
 };
 use serde::{Deserialize, Serialize};
 
-pub use container::{compile_on_node, describe, fetch_artifact, BrokerDial};
+pub use container::{compile_on_node, compile_on_node_now, describe, fetch_artifact, BrokerDial};
 pub use node::finish_compiles;
 
 use crate::bundle::Bundle;
@@ -69,11 +69,16 @@ pub enum Request {
         /// The address, as the annotation writes it.
         source: String,
     },
-    /// The optimized compile of the program whose file comes with the request, for
-    /// the engines `engines` says, stored in the module cache.
+    /// The compile of the program whose file comes with the request (its wasm, never
+    /// code), for the engines `engines` says, kept in the module cache: the tier
+    /// `wait_for` names before the reply ([`Reply::Compiled`]), the rest (the optimized
+    /// code) after it; with no tier to wait for, all of it after the reply
+    /// ([`Reply::Compiling`]).
     Compile {
         /// Which engines' code.
         engines: CompileFor,
+        /// The tier whose code the container waits for, if any.
+        wait_for: Option<CodeTier>,
     },
 }
 
@@ -95,6 +100,33 @@ pub enum CompileFor {
     },
 }
 
+/// A tier of compiled code, as a request names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CodeTier {
+    /// The baseline compiler's (quick to make, for a big program's first start).
+    Baseline,
+    /// The optimizing compiler's.
+    Optimized,
+}
+
+impl CodeTier {
+    /// The module cache's tier.
+    pub fn tier(self) -> wasm9p_host::module_cache::Tier {
+        match self {
+            CodeTier::Baseline => wasm9p_host::module_cache::Tier::Baseline,
+            CodeTier::Optimized => wasm9p_host::module_cache::Tier::Optimized,
+        }
+    }
+
+    /// As the module cache names it.
+    pub fn of(tier: wasm9p_host::module_cache::Tier) -> CodeTier {
+        match tier {
+            wasm9p_host::module_cache::Tier::Baseline => CodeTier::Baseline,
+            wasm9p_host::module_cache::Tier::Optimized => CodeTier::Optimized,
+        }
+    }
+}
+
 /// A reply, from the broker.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Reply {
@@ -108,6 +140,8 @@ pub enum Reply {
     Dialed,
     /// The compile is under way on the node.
     Compiling,
+    /// The code of the tier waited for is kept.
+    Compiled,
     /// Not done: one line saying why.
     Refused(String),
 }

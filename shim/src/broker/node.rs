@@ -14,7 +14,7 @@ use wasm9p_host::engine::guest_engines;
 use wasm9p_host::http::HttpLimits;
 use wasm9p_host::module_cache::{ModuleCache, Tier};
 
-use super::{receive, send, CompileFor, Described, Reply, Request};
+use super::{receive, send, CodeTier, CompileFor, Described, Reply, Request};
 use crate::bundle::Bundle;
 use crate::config::ShimConfig;
 
@@ -138,14 +138,26 @@ fn answer(
                 .map_err(|e| format!("cannot connect to {source}: {e}"))?;
             Ok((Reply::Dialed, vec![connected.into_fd()]))
         }
-        Request::Compile { engines } => {
+        Request::Compile { engines, wait_for } => {
             let program = handed.ok_or("a compile request without its program")?;
             let cache = config
                 .module_cache_dir()
                 .ok_or("the node keeps no module cache")?;
             let cache = ModuleCache::at(cache).with_limit(config.module_cache_bytes);
-            compile_later(cache, engines, program, config.tier_from)?;
-            Ok((Reply::Compiling, Vec::new()))
+            let Some(tier) = wait_for else {
+                compile_later(cache, engines, program, config.tier_from)?;
+                return Ok((Reply::Compiling, Vec::new()));
+            };
+            let built = engines_for(engines)?;
+            let path = program_path(&program);
+            cache
+                .compile_stored(built.get(tier.tier()), &path, false, &|_| {})
+                .map_err(|e| e.to_string())?;
+            if tier == CodeTier::Baseline {
+                // The container starts on it; the optimized code follows.
+                compile_later(cache, engines, program, config.tier_from)?;
+            }
+            Ok((Reply::Compiled, Vec::new()))
         }
     }
 }
@@ -164,22 +176,11 @@ fn compile_later(
     program: OwnedFd,
     tier_from: u64,
 ) -> Result<(), String> {
-    let made = match engines {
-        CompileFor::Guest { interruptible } => guest_engines(interruptible),
-        CompileFor::Http {
-            memory,
-            max_instances,
-        } => wasm9p_host::http::engines(&HttpLimits {
-            memory,
-            max_instances,
-            ..HttpLimits::default()
-        }),
-    };
-    let engines = made.map_err(|e| e.to_string())?;
+    let engines = engines_for(engines)?;
     let thread = std::thread::Builder::new()
         .name("wasm9p-compile".into())
         .spawn(move || {
-            let path = PathBuf::from(format!("/proc/self/fd/{}", program.as_raw_fd()));
+            let path = program_path(&program);
             let big = std::fs::metadata(&path).is_ok_and(|m| m.len() >= tier_from);
             if big {
                 if let Err(e) =
@@ -205,6 +206,27 @@ fn compile_later(
         .unwrap_or_else(|e| e.into_inner())
         .push(thread);
     Ok(())
+}
+
+/// The engines of a compile request.
+fn engines_for(engines: CompileFor) -> Result<wasm9p_host::module_cache::Engines, String> {
+    let made = match engines {
+        CompileFor::Guest { interruptible } => guest_engines(interruptible),
+        CompileFor::Http {
+            memory,
+            max_instances,
+        } => wasm9p_host::http::engines(&HttpLimits {
+            memory,
+            max_instances,
+            ..HttpLimits::default()
+        }),
+    };
+    made.map_err(|e| e.to_string())
+}
+
+/// The path a program handed over is read at.
+fn program_path(program: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", program.as_raw_fd()))
 }
 
 /// Waits, at most `limit`, for the compiles containers handed over: the shim process
