@@ -42,7 +42,9 @@ fn args() -> Result<Args, String> {
     }
     let mut take = |key: &str| given.remove(key).ok_or(format!("--{key} is needed"));
     let number = |value: Option<String>, default: usize| -> Result<usize, String> {
-        value.map_or(Ok(default), |v| v.parse().map_err(|_| format!("{v:?} is not a number")))
+        value.map_or(Ok(default), |v| {
+            v.parse().map_err(|_| format!("{v:?} is not a number"))
+        })
     };
     let args = Args {
         socket: take("socket")?.into(),
@@ -310,7 +312,10 @@ async fn first_answer(
     };
     let begin = Instant::now();
     let name = format!("{}-http-{i}", args.handler);
-    let env = [("WASMTIME_HTTP_PROXY_SOCKET_ADDR", format!("127.0.0.1:{port}"))];
+    let env = [(
+        "WASMTIME_HTTP_PROXY_SOCKET_ADDR",
+        format!("127.0.0.1:{port}"),
+    )];
     let (pod, _) = pod_with(cri, args, &name, (&args.hello, &[], &env)).await?;
     loop {
         if answered(port) {
