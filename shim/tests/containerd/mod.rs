@@ -255,9 +255,75 @@ state = "{state}"
     ) -> Output {
         let mut ctr = self.ctr_run(namespace);
         ctr.args(options).arg(what).arg(id).args(args);
-        output_within(ctr, Duration::from_secs(120))
+        let output = output_within(ctr, Duration::from_secs(120));
+        let stderr = text(&output).1;
+        if output.status.success() || !stderr.contains(STATE_RACE) {
+            return output;
+        }
+        let code = self.remove_after_state_race(namespace, id);
+        let status = std::os::unix::process::ExitStatusExt::from_raw(code << 8);
+        let stderr: String = stderr
+            .lines()
+            .filter(|line| !line.contains(STATE_RACE))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        Output {
+            status,
+            stdout: output.stdout,
+            stderr: stderr.into_bytes(),
+        }
+    }
+
+    /// What a user does when `ctr run --rm` ended on [`STATE_RACE`]: `ctr task rm`
+    /// again until the task's state says it stopped, then `ctr container rm` (its
+    /// snapshot goes with it). The task's exit code: `ctr task rm` warns of one that is
+    /// not 0 (and itself exits 0).
+    pub fn remove_after_state_race(&self, namespace: &str, id: &str) -> i32 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut rm = self.ctr(namespace);
+            rm.args(["task", "rm", id]);
+            let removed = output_within(rm, Duration::from_secs(30));
+            let said = text(&removed).1;
+            if !said.contains(STATE_RACE) {
+                assert!(removed.status.success(), "ctr task rm {id}: {said}");
+                let code = said
+                    .split("exit with non-zero exit code ")
+                    .nth(1)
+                    .map(|rest| {
+                        let digits = rest.split(|c: char| !c.is_ascii_digit()).next();
+                        digits.and_then(|d| d.parse().ok()).expect(&said)
+                    })
+                    .unwrap_or(0);
+                let mut rm = self.ctr(namespace);
+                rm.args(["container", "rm", id]);
+                let gone = output_within(rm, Duration::from_secs(30));
+                assert!(
+                    gone.status.success(),
+                    "ctr container rm {id}: {:?}",
+                    text(&gone)
+                );
+                return code;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{id}: its state still says running 30 s after its exit was reported"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
+
+/// How `ctr run --rm` now and then ends although its task ended well: a race in
+/// runwasi's shim library (containerd-shimkit 0.1.2, which the shim is built on). When
+/// a task exits, two of the library's waiters (its answer to `Wait`, and the task that
+/// sends the exit event, spawned at start) each take the task's state lock to mark it exited; its answer
+/// to `State` tries that lock once (`now_or_never`) and says RUNNING when the other
+/// waiter holds it, or is queued for it. ctr asks `State` right after `Wait` answers, so
+/// now and then it refuses its own delete with this. containerd's CRI deletes a task on
+/// its exit event, which the library sends only once the state says exited, so a
+/// kubelet never meets it. docs/shim.md ("Known gaps") says what to do.
+pub const STATE_RACE: &str = "task must be stopped before deletion: running";
 
 /// containerd's plugins (`ctr plugins ls`: type, id, platforms, status) as a
 /// containerd started on `config` reports them: started with a root, state and socket

@@ -201,6 +201,9 @@ impl Running {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = child.try_wait().unwrap() {
+                if self.printed().contains(STATE_RACE) {
+                    return containerd().remove_after_state_race(self.ns, &self.id);
+                }
                 return status.code().unwrap_or(-1);
             }
             assert!(
@@ -221,6 +224,9 @@ impl Drop for Running {
                 .args(["task", "kill", "-s", "SIGKILL", &self.id])
                 .output();
             let _ = child.wait();
+            if self.printed().contains(STATE_RACE) {
+                containerd().remove_after_state_race(self.ns, &self.id);
+            }
         }
     }
 }
