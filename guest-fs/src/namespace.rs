@@ -23,7 +23,7 @@ use bytes::Bytes;
 use wasm9p_proto::Errno;
 
 use crate::backend::{
-    Attr, Backend, Entry, Kind, Node, OpenFile, OpenFlags, SetAttr, Special, StatFs,
+    Attr, Backend, Entry, Kind, NewNode, Node, OpenFile, OpenFlags, SetAttr, Special, StatFs,
 };
 use crate::path::SharedPath;
 
@@ -418,7 +418,10 @@ impl Namespace {
         if self.is_mount_point(&dir, &name) {
             return Err(Errno::EEXIST);
         }
-        let node = self.writable(&dir)?.mkdir(&dir.node, &name, mode).await?;
+        let node = self
+            .writable(&dir)?
+            .make(&dir.node, &name, NewNode::Dir { mode })
+            .await?;
         Ok(Location {
             mount: dir.mount,
             node,
@@ -453,7 +456,7 @@ impl Namespace {
             }
             let node = self
                 .writable(&dir)?
-                .create(&dir.node, &name, mode, exclusive)
+                .make(&dir.node, &name, NewNode::File { mode, exclusive })
                 .await?;
             return Ok(Location {
                 mount: dir.mount,
@@ -465,7 +468,7 @@ impl Namespace {
     }
 
     /// Creates a FIFO, a Unix socket or (where the mount's backend makes them, see
-    /// [`crate::backend::Backend::mknod`]) a device node `rdev` at `path`.
+    /// [`crate::backend::NewNode::Special`]) a device node `rdev` at `path`.
     pub async fn mknod(
         &self,
         path: &str,
@@ -479,7 +482,15 @@ impl Namespace {
         }
         let node = self
             .writable(&dir)?
-            .mknod(&dir.node, &name, special, mode, rdev)
+            .make(
+                &dir.node,
+                &name,
+                NewNode::Special {
+                    special,
+                    mode,
+                    rdev,
+                },
+            )
             .await?;
         Ok(Location {
             mount: dir.mount,
@@ -502,7 +513,7 @@ impl Namespace {
             return Err(Errno::EEXIST);
         }
         self.writable(&dir)?
-            .symlink(&dir.node, &name, target)
+            .make(&dir.node, &name, NewNode::Symlink { target })
             .await
             .map(drop)
     }

@@ -11,6 +11,8 @@
 
 mod clang;
 mod conn;
+#[cfg(feature = "cri")]
+pub mod cri;
 mod diod;
 pub mod fault_proxy;
 mod fixture;

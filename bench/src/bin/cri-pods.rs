@@ -17,10 +17,10 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::*;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
+use wasm9p_tests::cri::host_network;
 
 struct Args {
     socket: PathBuf,
@@ -85,24 +85,8 @@ fn main() {
     }
 }
 
-async fn client(socket: PathBuf) -> Result<RuntimeServiceClient<Channel>, String> {
-    let channel = Endpoint::try_from("http://[::]:50051")
-        .map_err(|e| e.to_string())?
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let socket = socket.clone();
-            async move {
-                Ok::<_, std::io::Error>(TokioIo::new(
-                    tokio::net::UnixStream::connect(socket).await?,
-                ))
-            }
-        }))
-        .await
-        .map_err(|e| format!("containerd's CRI socket: {e}"))?;
-    Ok(RuntimeServiceClient::new(channel))
-}
-
 async fn measure(args: &Args) -> Result<String, String> {
-    let cri = client(args.socket.clone()).await?;
+    let cri = wasm9p_tests::cri::connect(args.socket.clone()).await?;
     // One pod first, unmeasured: the images' snapshots and the module cache warm.
     let (pod, _) = pod_running(&cri, args, "warm", 0).await?;
     remove(&cri, &pod).await?;
@@ -172,32 +156,7 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
 }
 
 fn pod_config(args: &Args, name: &str) -> PodSandboxConfig {
-    PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            namespace: "bench".into(),
-            attempt: 0,
-        }),
-        log_directory: args.logs.join(name).display().to_string(),
-        linux: Some(LinuxPodSandboxConfig {
-            security_context: Some(LinuxSandboxSecurityContext {
-                namespace_options: Some(host_network()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn host_network() -> NamespaceOption {
-    NamespaceOption {
-        network: NamespaceMode::Node as i32,
-        pid: NamespaceMode::Container as i32,
-        ipc: NamespaceMode::Pod as i32,
-        ..Default::default()
-    }
+    wasm9p_tests::cri::pod_config(name, "bench", &args.logs.join(name), &[])
 }
 
 /// A pod whose one container (`image`, with `args` and `env`) was started: its id.

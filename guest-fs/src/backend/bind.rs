@@ -21,7 +21,10 @@ use cap_fs_ext::{DirExt, SystemTimeSpec};
 use cap_std::fs::{Dir, MetadataExt, OpenOptions, Permissions, PermissionsExt};
 use wasm9p_proto::Errno;
 
-use super::{Attr, Backend, BoxFuture, Entry, Kind, Node, OpenFile, OpenFlags, SetAttr, StatFs};
+use super::{
+    Attr, Backend, BoxFuture, Entry, Kind, NewNode, Node, OpenFile, OpenFlags, SetAttr, Special,
+    StatFs,
+};
 
 /// The [`Attr`] of host metadata: std's or cap-std's (the same method names, from two
 /// `MetadataExt` traits).
@@ -122,6 +125,20 @@ impl std::ops::Deref for Base<'_> {
 }
 
 impl BindFs {
+    /// Makes a FIFO or socket `name` in `dir`: the parent through cap-std (confined),
+    /// the name by `mknodat` beneath it. A bind mount is the host directory itself: no
+    /// device node is made in it (EPERM).
+    fn mknod(&self, dir: &Node, name: &str, special: Special, mode: u32) -> Result<(), Errno> {
+        if !matches!(special, Special::Fifo | Special::Socket) {
+            return Err(Errno::EPERM);
+        }
+        let (base, rel) = self.at(path_of(dir)?)?;
+        let parent = base.open_dir(self.dir_path(rel)).map_err(errno)?;
+        let mode = rustix::fs::Mode::from_raw_mode(mode & 0o7777);
+        let kind = rustix::fs::FileType::from_raw_mode(special.mode_bits());
+        rustix::fs::mknodat(&parent, name, kind, mode, 0).map_err(sys)
+    }
+
     /// Where to make a host call about `path`: the directory, and the path from it
     /// (at most [`HOST_PATH_MAX`] bytes).
     fn at<'p>(&self, path: &'p Path) -> Result<(Base<'_>, &'p Path), Errno> {
@@ -304,55 +321,35 @@ impl Backend for BindFs {
         Box::pin(ready(result))
     }
 
-    fn mkdir<'a>(
+    fn make<'a>(
         &'a self,
         dir: &'a Node,
         name: &'a str,
-        mode: u32,
+        what: NewNode<'a>,
     ) -> BoxFuture<'a, Result<Node, Errno>> {
         let result = child(dir, name).and_then(|p| {
-            let mut builder = cap_std::fs::DirBuilder::new();
-            cap_std::fs::DirBuilderExt::mode(&mut builder, mode & 0o7777);
-            let (dir, rel) = self.at(&p)?;
-            dir.create_dir_with(rel, &builder).map_err(errno)?;
-            self.node_at(p)
-        });
-        Box::pin(ready(result))
-    }
-
-    fn create<'a>(
-        &'a self,
-        dir: &'a Node,
-        name: &'a str,
-        mode: u32,
-        exclusive: bool,
-    ) -> BoxFuture<'a, Result<Node, Errno>> {
-        let result = child(dir, name).and_then(|p| {
-            let mut options = OpenOptions::new();
-            options.write(true);
-            if exclusive {
-                options.create_new(true);
-            } else {
-                options.create(true);
+            let (base, rel) = self.at(&p)?;
+            match what {
+                NewNode::Dir { mode } => {
+                    let mut builder = cap_std::fs::DirBuilder::new();
+                    cap_std::fs::DirBuilderExt::mode(&mut builder, mode & 0o7777);
+                    base.create_dir_with(rel, &builder).map_err(errno)?;
+                }
+                NewNode::File { mode, exclusive } => {
+                    let mut options = OpenOptions::new();
+                    options.write(true);
+                    if exclusive {
+                        options.create_new(true);
+                    } else {
+                        options.create(true);
+                    }
+                    cap_std::fs::OpenOptionsExt::mode(&mut options, mode & 0o7777);
+                    base.open_with(rel, &options).map_err(errno)?;
+                }
+                // The target is stored as text; the namespace resolves it in guest terms.
+                NewNode::Symlink { target } => base.symlink_contents(target, rel).map_err(errno)?,
+                NewNode::Special { special, mode, .. } => self.mknod(dir, name, special, mode)?,
             }
-            cap_std::fs::OpenOptionsExt::mode(&mut options, mode & 0o7777);
-            let (dir, rel) = self.at(&p)?;
-            dir.open_with(rel, &options).map_err(errno)?;
-            self.node_at(p)
-        });
-        Box::pin(ready(result))
-    }
-
-    fn symlink<'a>(
-        &'a self,
-        dir: &'a Node,
-        name: &'a str,
-        target: &'a str,
-    ) -> BoxFuture<'a, Result<Node, Errno>> {
-        let result = child(dir, name).and_then(|p| {
-            // The target is stored as text; the namespace resolves it in guest terms.
-            let (dir, rel) = self.at(&p)?;
-            dir.symlink_contents(target, rel).map_err(errno)?;
             self.node_at(p)
         });
         Box::pin(ready(result))
@@ -371,30 +368,6 @@ impl Backend for BindFs {
                 )
                 .map_err(errno)?;
             opened.sync_all().map_err(errno)
-        });
-        Box::pin(ready(result))
-    }
-
-    fn mknod<'a>(
-        &'a self,
-        dir: &'a Node,
-        name: &'a str,
-        special: super::Special,
-        mode: u32,
-        _rdev: u64,
-    ) -> BoxFuture<'a, Result<Node, Errno>> {
-        if !matches!(special, super::Special::Fifo | super::Special::Socket) {
-            // A bind mount is the host directory itself: no device node is made in it.
-            return Box::pin(ready(Err(Errno::EPERM)));
-        }
-        let result = child(dir, name).and_then(|p| {
-            // The parent through cap-std (confined), the name by mknodat beneath it.
-            let (base, rel) = self.at(path_of(dir)?)?;
-            let parent = base.open_dir(self.dir_path(rel)).map_err(errno)?;
-            let mode = rustix::fs::Mode::from_raw_mode(mode & 0o7777);
-            let kind = rustix::fs::FileType::from_raw_mode(special.mode_bits());
-            rustix::fs::mknodat(&parent, name, kind, mode, 0).map_err(sys)?;
-            self.node_at(p)
         });
         Box::pin(ready(result))
     }

@@ -9,7 +9,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use wasm9p_proto::Errno;
 
-use super::{Attr, Backend, BoxFuture, Entry, Kind, Node, OpenFile, OpenFlags, SetAttr, StatFs};
+use super::{
+    Attr, Backend, BoxFuture, Entry, Kind, NewNode, Node, OpenFile, OpenFlags, SetAttr, StatFs,
+};
 
 /// Largest file a memory mount holds (64 MiB): a guest cannot make the host allocate
 /// without bound by writing at a huge offset.
@@ -349,52 +351,37 @@ impl Backend for MemoryFs {
         Box::pin(ready(result))
     }
 
-    fn mkdir<'a>(
+    fn make<'a>(
         &'a self,
         dir: &'a Node,
         name: &'a str,
-        mode: u32,
+        what: NewNode<'a>,
     ) -> BoxFuture<'a, Result<Node, Errno>> {
         let mut t = self.table();
-        let made = t.add(dir.id, name, Data::Dir(BTreeMap::new()), mode);
-        if made.is_ok() {
-            if let Some(parent) = t.inodes.get_mut(&dir.id) {
-                parent.nlink += 1;
+        let made = match what {
+            NewNode::Dir { mode } => {
+                let made = t.add(dir.id, name, Data::Dir(BTreeMap::new()), mode);
+                if made.is_ok() {
+                    if let Some(parent) = t.inodes.get_mut(&dir.id) {
+                        parent.nlink += 1;
+                    }
+                }
+                made
             }
-        }
-        Box::pin(ready(made))
-    }
-
-    fn create<'a>(
-        &'a self,
-        dir: &'a Node,
-        name: &'a str,
-        mode: u32,
-        exclusive: bool,
-    ) -> BoxFuture<'a, Result<Node, Errno>> {
-        let mut t = self.table();
-        let result = match t.lookup(dir.id, name) {
-            Ok(_) if exclusive => Err(Errno::EEXIST),
-            Ok(node) if node.kind == Kind::Dir => Err(Errno::EISDIR),
-            Ok(node) => Ok(node),
-            Err(Errno::ENOENT) => t.add(dir.id, name, Data::File(Vec::new()), mode),
-            Err(e) => Err(e),
+            NewNode::File { mode, exclusive } => match t.lookup(dir.id, name) {
+                Ok(_) if exclusive => Err(Errno::EEXIST),
+                Ok(node) if node.kind == Kind::Dir => Err(Errno::EISDIR),
+                Ok(node) => Ok(node),
+                Err(Errno::ENOENT) => t.add(dir.id, name, Data::File(Vec::new()), mode),
+                Err(e) => Err(e),
+            },
+            NewNode::Symlink { target } => {
+                t.add(dir.id, name, Data::Symlink(Arc::from(target)), 0o777)
+            }
+            // Nothing here is a FIFO, socket or device.
+            NewNode::Special { .. } => Err(Errno::EPERM),
         };
-        Box::pin(ready(result))
-    }
-
-    fn symlink<'a>(
-        &'a self,
-        dir: &'a Node,
-        name: &'a str,
-        target: &'a str,
-    ) -> BoxFuture<'a, Result<Node, Errno>> {
-        Box::pin(ready(self.table().add(
-            dir.id,
-            name,
-            Data::Symlink(Arc::from(target)),
-            0o777,
-        )))
+        Box::pin(ready(made))
     }
 
     fn unlink<'a>(

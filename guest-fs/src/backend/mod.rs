@@ -26,6 +26,40 @@ pub use wasm9p_proto::BoxFuture;
 pub use crate::client::SetAttr;
 pub use crate::node::{Attr, Entry, Kind, Node, Special, StatFs};
 
+/// What [`Backend::make`] makes, with what each kind of node needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NewNode<'a> {
+    /// A directory.
+    Dir {
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// A regular file.
+    File {
+        /// Its permission bits.
+        mode: u32,
+        /// A name already taken is EEXIST; without it, a file already there is the
+        /// answer (a directory there is EISDIR).
+        exclusive: bool,
+    },
+    /// A symbolic link.
+    Symlink {
+        /// What it points to, stored verbatim.
+        target: &'a str,
+    },
+    /// A FIFO, socket or device node. A backend that cannot make it answers EPERM (a
+    /// 9p server makes device nodes only where its export allows, or keeps them
+    /// mapped; see `wasm9p_server::security`).
+    Special {
+        /// Which kind.
+        special: Special,
+        /// Its permission bits.
+        mode: u32,
+        /// A device node's device (Linux's `dev_t`); 0 for the rest.
+        rdev: u64,
+    },
+}
+
 /// How a file is opened.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OpenFlags {
@@ -96,46 +130,14 @@ pub trait Backend: Send + Sync + 'static {
         cookie: u64,
     ) -> BoxFuture<'a, Result<Vec<Entry>, Errno>>;
 
-    /// Creates directory `name`; EEXIST if the name is taken.
-    fn mkdir<'a>(
+    /// Makes `name` in `dir`: a directory, a regular file, a symlink or a special file,
+    /// as [`NewNode`] says; EEXIST if the name is taken (but see [`NewNode::File`]).
+    fn make<'a>(
         &'a self,
         dir: &'a Node,
         name: &'a str,
-        mode: u32,
+        what: NewNode<'a>,
     ) -> BoxFuture<'a, Result<Node, Errno>>;
-
-    /// Creates regular file `name` (EEXIST if taken and `exclusive`; otherwise the
-    /// existing file, which must not be a directory).
-    fn create<'a>(
-        &'a self,
-        dir: &'a Node,
-        name: &'a str,
-        mode: u32,
-        exclusive: bool,
-    ) -> BoxFuture<'a, Result<Node, Errno>>;
-
-    /// Creates symlink `name` with `target` (stored verbatim).
-    fn symlink<'a>(
-        &'a self,
-        dir: &'a Node,
-        name: &'a str,
-        target: &'a str,
-    ) -> BoxFuture<'a, Result<Node, Errno>>;
-
-    /// Creates the special file `name` with permission bits `mode`; `rdev` is a device
-    /// node's device (Linux's `dev_t`), 0 for the rest. A backend that cannot make it
-    /// answers EPERM (a 9p server makes device nodes only where its export allows, or
-    /// keeps them mapped; see `wasm9p_server::security`).
-    fn mknod<'a>(
-        &'a self,
-        _dir: &'a Node,
-        _name: &'a str,
-        _special: Special,
-        _mode: u32,
-        _rdev: u64,
-    ) -> BoxFuture<'a, Result<Node, Errno>> {
-        Box::pin(std::future::ready(Err(Errno::EPERM)))
-    }
 
     /// Removes `name`: a directory (must be empty) if `dir_only`, else a non-directory.
     fn unlink<'a>(

@@ -12,7 +12,7 @@ use wasm9p_proto::Errno;
 
 use super::{Namespace, MAX_SYMLINK_HOPS, PATH_MAX};
 use crate::backend::memory::MemoryFs;
-use crate::backend::{Attr, Backend, BoxFuture, Entry, Kind, Node};
+use crate::backend::{Attr, Backend, BoxFuture, Entry, Kind, NewNode, Node};
 
 fn block_on<F: Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
@@ -42,7 +42,17 @@ fn namespace() -> Namespace {
     let ro = Arc::new(MemoryFs::new());
     block_on(async {
         let root = ro.root();
-        let f = ro.create(&root, "readme", 0o644, true).await.unwrap();
+        let f = ro
+            .make(
+                &root,
+                "readme",
+                NewNode::File {
+                    mode: 0o644,
+                    exclusive: true,
+                },
+            )
+            .await
+            .unwrap();
         ro.write_at(&f, 0, text("read only")).await.unwrap();
     });
     ns.mount("/ro", ro, true).unwrap();
@@ -344,30 +354,13 @@ impl Backend for Remote {
     ) -> BoxFuture<'a, Result<Vec<Entry>, Errno>> {
         self.inner.readdir(dir, cookie)
     }
-    fn mkdir<'a>(
+    fn make<'a>(
         &'a self,
         dir: &'a Node,
         name: &'a str,
-        mode: u32,
+        what: NewNode<'a>,
     ) -> BoxFuture<'a, Result<Node, Errno>> {
-        self.inner.mkdir(dir, name, mode)
-    }
-    fn create<'a>(
-        &'a self,
-        dir: &'a Node,
-        name: &'a str,
-        mode: u32,
-        excl: bool,
-    ) -> BoxFuture<'a, Result<Node, Errno>> {
-        self.inner.create(dir, name, mode, excl)
-    }
-    fn symlink<'a>(
-        &'a self,
-        dir: &'a Node,
-        name: &'a str,
-        target: &'a str,
-    ) -> BoxFuture<'a, Result<Node, Errno>> {
-        self.inner.symlink(dir, name, target)
+        self.inner.make(dir, name, what)
     }
     fn unlink<'a>(
         &'a self,

@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::*;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
+use wasm9p_tests::cri::host_network;
 
 use containerd::{containerd_with_cri, Containerd};
 
@@ -82,25 +82,10 @@ fn cri() -> Cri {
         .enable_all()
         .build()
         .unwrap();
-    let socket = node().address.clone();
-    let channel = runtime
-        .block_on(
-            Endpoint::try_from("http://[::]:50051")
-                .unwrap()
-                .connect_with_connector(tower::service_fn(move |_: Uri| {
-                    let socket = socket.clone();
-                    async move {
-                        Ok::<_, std::io::Error>(TokioIo::new(
-                            tokio::net::UnixStream::connect(socket).await?,
-                        ))
-                    }
-                })),
-        )
-        .expect("containerd's CRI socket");
-    Cri {
-        runtime,
-        service: RuntimeServiceClient::new(channel),
-    }
+    let service = runtime
+        .block_on(wasm9p_tests::cri::connect(node().address.clone()))
+        .unwrap();
+    Cri { runtime, service }
 }
 
 impl Cri {
@@ -146,36 +131,7 @@ fn repo(path: &str) -> PathBuf {
 
 /// A pod's configuration: host network, its logs in `logs`.
 fn pod_config(name: &str, logs: &Path, annotations: &[(&str, &str)]) -> PodSandboxConfig {
-    PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        log_directory: logs.display().to_string(),
-        annotations: annotations
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        linux: Some(LinuxPodSandboxConfig {
-            security_context: Some(LinuxSandboxSecurityContext {
-                namespace_options: Some(host_network()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn host_network() -> NamespaceOption {
-    NamespaceOption {
-        network: NamespaceMode::Node as i32,
-        pid: NamespaceMode::Container as i32,
-        ipc: NamespaceMode::Pod as i32,
-        ..Default::default()
-    }
+    wasm9p_tests::cri::pod_config(name, "default", logs, annotations)
 }
 
 /// A pod running through `handler` ("": the default, runc), READY: its id.

@@ -12,7 +12,7 @@
 //! then A's reply goes on. Afterwards every answer about the directory must be what a
 //! `cache=none` mount of the same server says.
 
-use wasm9p_guest_fs::backend::{Kind, Node, Special};
+use wasm9p_guest_fs::backend::{Kind, NewNode, Node, Special};
 use wasm9p_proto::Message;
 use wasm9p_tests::reply_gate::ReplyGate;
 
@@ -93,11 +93,30 @@ impl Change {
     async fn apply(self, fs: Arc<NinepFs>, nodes: Nodes) -> Result<(), Errno> {
         let Nodes { d, e, f } = &nodes;
         match self {
-            Change::Create => fs.create(d, "x", 0o644, true).await.map(drop),
-            Change::Mkdir => fs.mkdir(d, "x", 0o755).await.map(drop),
-            Change::Symlink => fs.symlink(d, "x", "keep").await.map(drop),
+            Change::Create => {
+                let file = NewNode::File {
+                    mode: 0o644,
+                    exclusive: true,
+                };
+                fs.make(d, "x", file).await.map(drop)
+            }
+            Change::Mkdir => fs
+                .make(d, "x", NewNode::Dir { mode: 0o755 })
+                .await
+                .map(drop),
+            Change::Symlink => {
+                let link = NewNode::Symlink { target: "keep" };
+                fs.make(d, "x", link).await.map(drop)
+            }
             Change::Link => fs.link(f, d, "x").await,
-            Change::Mknod => fs.mknod(d, "x", Special::Fifo, 0o644, 0).await.map(drop),
+            Change::Mknod => {
+                let fifo = NewNode::Special {
+                    special: Special::Fifo,
+                    mode: 0o644,
+                    rdev: 0,
+                };
+                fs.make(d, "x", fifo).await.map(drop)
+            }
             Change::RenameIn => fs.rename(e, "x", d, "x").await,
             Change::RenameOut => fs.rename(d, "x", e, "x").await,
             Change::Unlink => fs.unlink(d, "x", false).await,
@@ -376,7 +395,11 @@ async fn a_record_confirmed_before_a_change_is_not_taken_in_after_it() {
             "{:?}",
             fs.cache_stats()
         );
-        fs.create(&d, "x", 0o644, true).await.unwrap();
+        let file = NewNode::File {
+            mode: 0o644,
+            exclusive: true,
+        };
+        fs.make(&d, "x", file).await.unwrap();
         // A lookup of another name takes the record in.
         assert_eq!(ns.resolve("/d/y", false).await.err(), Some(Errno::ENOENT));
         let x = ns.resolve("/d/x", false).await;

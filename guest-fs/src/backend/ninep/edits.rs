@@ -7,30 +7,14 @@ use wasm9p_proto::consts::{open, AT_REMOVEDIR};
 use wasm9p_proto::{Errno, Qid};
 
 use super::{child_path, node, parts, NinepFs};
-use crate::backend::SetAttr;
+use crate::backend::{NewNode, SetAttr};
 use crate::cache::Lookup;
-use crate::node::{Node, Special};
-
-/// What [`NinepFs::make`] makes, with what each kind of node needs.
-pub(super) enum NewNode<'a> {
-    /// A directory (Tmkdir).
-    Dir { mode: u32 },
-    /// A regular file, opened and closed again (Tlcreate).
-    File { mode: u32, exclusive: bool },
-    /// A symbolic link to `target` (Tsymlink).
-    Symlink { target: &'a str },
-    /// A FIFO, socket or device node (Tmknod).
-    Special {
-        special: Special,
-        mode: u32,
-        rdev: u64,
-    },
-}
+use crate::node::Node;
 
 impl NinepFs {
     /// Makes `name` in `dir` on the server and records it: the parent's walk, the
     /// request for the kind, the cache's bookkeeping, the new node.
-    pub(super) async fn make(
+    pub(super) async fn make_node(
         &self,
         dir: &Node,
         name: &str,

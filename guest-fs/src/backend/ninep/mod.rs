@@ -63,7 +63,7 @@ use bytes::Bytes;
 use wasm9p_proto::consts::open;
 use wasm9p_proto::{Errno, Qid, Rgetattr};
 
-use super::{Backend, BoxFuture, OpenFile, OpenFlags, SetAttr};
+use super::{Backend, BoxFuture, NewNode, OpenFile, OpenFlags, SetAttr};
 use crate::cache::{CacheStats, Lookup, MountCache, Policy};
 use crate::client::{Fid, ReconnectStats, Session};
 use crate::mount_options::NinepOptions;
@@ -71,7 +71,6 @@ use crate::node::{Attr, Entry, Kind, Node, Special, StatFs};
 use crate::path::SharedPath;
 use coalesce::Coalesced;
 use deferred::Deferrals;
-use edits::NewNode;
 use file::Writers;
 
 /// A snapshot of a mount's counters.
@@ -345,32 +344,13 @@ impl Backend for NinepFs {
         Box::pin(self.read_dir(dir, cookie))
     }
 
-    fn mkdir<'a>(
+    fn make<'a>(
         &'a self,
         dir: &'a Node,
         name: &'a str,
-        mode: u32,
+        what: NewNode<'a>,
     ) -> BoxFuture<'a, Result<Node, Errno>> {
-        Box::pin(self.make(dir, name, NewNode::Dir { mode }))
-    }
-
-    fn create<'a>(
-        &'a self,
-        dir: &'a Node,
-        name: &'a str,
-        mode: u32,
-        exclusive: bool,
-    ) -> BoxFuture<'a, Result<Node, Errno>> {
-        Box::pin(self.make(dir, name, NewNode::File { mode, exclusive }))
-    }
-
-    fn symlink<'a>(
-        &'a self,
-        dir: &'a Node,
-        name: &'a str,
-        target: &'a str,
-    ) -> BoxFuture<'a, Result<Node, Errno>> {
-        Box::pin(self.make(dir, name, NewNode::Symlink { target }))
+        Box::pin(self.make_node(dir, name, what))
     }
 
     fn sync_dir<'a>(&'a self, dir: &'a Node) -> BoxFuture<'a, Result<(), Errno>> {
@@ -380,25 +360,6 @@ impl Backend for NinepFs {
             fid.lopen(open::RDONLY | open::DIRECTORY).await?;
             fid.fsync(false).await
         })
-    }
-
-    fn mknod<'a>(
-        &'a self,
-        dir: &'a Node,
-        name: &'a str,
-        special: Special,
-        mode: u32,
-        rdev: u64,
-    ) -> BoxFuture<'a, Result<Node, Errno>> {
-        Box::pin(self.make(
-            dir,
-            name,
-            NewNode::Special {
-                special,
-                mode,
-                rdev,
-            },
-        ))
     }
 
     fn unlink<'a>(
