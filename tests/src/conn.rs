@@ -90,6 +90,15 @@ impl Conn {
         tokio::time::timeout(wait, self.recv()).await.ok().flatten()
     }
 
+    /// The next frame, which must be an Rlerror: its tag and the error.
+    pub async fn recv_error(&mut self) -> (u16, Errno) {
+        let frame = self.recv().await.expect("connection closed");
+        match frame.body {
+            Ok(Message::Rlerror(e)) => (frame.tag, Errno(e.ecode)),
+            other => panic!("expected Rlerror for tag {}, got {other:?}", frame.tag),
+        }
+    }
+
     /// One request and its reply; Rlerror becomes `Err`.
     pub async fn rpc(&mut self, msg: impl Into<Message>) -> Result<Message, Errno> {
         self.send(1, msg).await;

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
-    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, NamespaceMode, NamespaceOption,
-    PodSandboxConfig, PodSandboxMetadata,
+    LinuxContainerConfig, LinuxContainerSecurityContext, LinuxPodSandboxConfig,
+    LinuxSandboxSecurityContext, NamespaceMode, NamespaceOption, PodSandboxConfig,
+    PodSandboxMetadata,
 };
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -69,6 +70,17 @@ pub fn host_network() -> NamespaceOption {
         network: NamespaceMode::Node as i32,
         pid: NamespaceMode::Container as i32,
         ipc: NamespaceMode::Pod as i32,
+        ..Default::default()
+    }
+}
+
+/// A container's Linux settings in a pod of [`pod_config`]'s: the same namespaces.
+pub fn container_linux() -> LinuxContainerConfig {
+    LinuxContainerConfig {
+        security_context: Some(LinuxContainerSecurityContext {
+            namespace_options: Some(host_network()),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }

@@ -34,7 +34,7 @@ pub use guests::{
     c_http, c_http_p3, c_plugin, c_sandbox_guest, compile_c_guest, componentize, guest_source,
     wit_bindgen,
 };
-pub use reaped::Reaped;
+pub use reaped::{when_this_process_ends, Reaped};
 pub use rng::Rng;
 pub use script::{
     printed, run_script, run_walkthrough, walkthrough, ScriptRun, StandIns, Walk, Walked,

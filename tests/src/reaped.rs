@@ -4,7 +4,26 @@
 //! `tee` waits for every writer to close it).
 
 use std::ops::{Deref, DerefMut};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
+
+/// Runs the shell `script` once this process has ended, however it ends (a shared
+/// server a test binary keeps for all its tests is never dropped): a watchdog shell
+/// in a session of its own polls for this process every second, then runs it.
+pub fn when_this_process_ends(script: &str) {
+    let watchdog = format!(
+        "while kill -0 {me} 2>/dev/null; do sleep 1; done; {script}",
+        me = std::process::id()
+    );
+    // It outlives this process by design: never waited for.
+    #[allow(clippy::zombie_processes)]
+    Command::new("setsid")
+        .args(["sh", "-c", &watchdog])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("setsid sh");
+}
 
 /// A child process killed (SIGKILL) and waited for when dropped, unless it has been
 /// waited for already. Derefs to the [`Child`].

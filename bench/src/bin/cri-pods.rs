@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::*;
 use tonic::transport::Channel;
-use wasm9p_tests::cri::host_network;
+use wasm9p_tests::cri::container_linux;
 
 struct Args {
     socket: PathBuf,
@@ -199,13 +199,7 @@ async fn pod_with(
                     })
                     .collect(),
                 log_path: "main.log".into(),
-                linux: Some(LinuxContainerConfig {
-                    security_context: Some(LinuxContainerSecurityContext {
-                        namespace_options: Some(host_network()),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }),
+                linux: Some(container_linux()),
                 ..Default::default()
             }),
             sandbox_config: Some(config),

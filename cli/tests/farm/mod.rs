@@ -167,10 +167,9 @@ impl Farm {
         let server = spawn_bgd(&bgd, &dir);
         // Stops BuildGrid (whichever process it is by then) and PostgreSQL once this
         // process is gone.
-        let watchdog = format!(
-            "while kill -0 {me} 2>/dev/null; do sleep 1; done; kill $(cat {dir}/bgd.pid); \
-             {stop} -D {pg} -m immediate stop >/dev/null 2>&1; rm -rf {dir}",
-            me = std::process::id(),
+        wasm9p_tests::when_this_process_ends(&format!(
+            "kill $(cat {dir}/bgd.pid); {stop} -D {pg} -m immediate stop >/dev/null 2>&1; \
+             rm -rf {dir}",
             stop = if rustix::process::geteuid().is_root() {
                 format!("runuser -u postgres -- {PG}/pg_ctl")
             } else {
@@ -178,16 +177,7 @@ impl Farm {
             },
             pg = dir.join("pg").display(),
             dir = dir.display(),
-        );
-        // It outlives this process by design: never waited for.
-        #[allow(clippy::zombie_processes)]
-        Command::new("setsid")
-            .args(["sh", "-c", &watchdog])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        ));
         let farm = Farm {
             address: format!("grpc://127.0.0.1:{port}"),
             port,

@@ -125,11 +125,9 @@ state = "{state}"
             .expect("containerd (scripts/test installs Debian's containerd and runc)");
         // Once this process is gone: containerd and its shims stopped, the rootfs
         // mounts they left undone, the directory removed.
-        let watchdog = format!(
-            "while kill -0 {me} 2>/dev/null; do sleep 1; done; kill {containerd}; \
-             pkill -f -- '{shims}'; sleep 1; pkill -9 -f -- '{shims}'; \
+        wasm9p_tests::when_this_process_ends(&format!(
+            "kill {containerd}; pkill -f -- '{shims}'; sleep 1; pkill -9 -f -- '{shims}'; \
              rm -rf {dir}",
-            me = std::process::id(),
             containerd = child.id(),
             // Bracketed, so that the pattern does not match this shell's own command.
             shims = format!(
@@ -137,16 +135,7 @@ state = "{state}"
                 address.display()
             ),
             dir = dir.display(),
-        );
-        // It outlives this process by design: never waited for.
-        #[allow(clippy::zombie_processes)]
-        Command::new("setsid")
-            .args(["sh", "-c", &watchdog])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        ));
         let started = Containerd {
             dir,
             address,

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::*;
 use tonic::transport::Channel;
-use wasm9p_tests::cri::host_network;
+use wasm9p_tests::cri::container_linux;
 
 use containerd::{containerd_with_cri, Containerd};
 
@@ -179,13 +179,7 @@ fn create(
         }),
         args: args.iter().map(|a| a.to_string()).collect(),
         log_path: format!("{name}_{attempt}.log"),
-        linux: Some(LinuxContainerConfig {
-            security_context: Some(LinuxContainerSecurityContext {
-                namespace_options: Some(host_network()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
+        linux: Some(container_linux()),
         ..Default::default()
     };
     tweak(&mut config);

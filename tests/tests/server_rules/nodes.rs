@@ -152,14 +152,7 @@ async fn a_node_export_keeps_the_session_rules_of_a_directory_export() {
         },
     )
     .await;
-    let f = c.recv().await.unwrap();
-    assert_eq!(
-        f.body,
-        Ok(Rlerror {
-            ecode: Errno::EINVAL.0
-        }
-        .into())
-    );
+    assert_eq!(c.recv_error().await.1, Errno::EINVAL);
     assert_eq!(c.version(1 << 30).await.msize, consts::MAX_MSIZE);
     c.attach(0, "").await.unwrap();
     c.walk(0, 1, "f").await.unwrap();
@@ -167,42 +160,12 @@ async fn a_node_export_keeps_the_session_rules_of_a_directory_export() {
     // connection goes on.
     c.send_raw(&[17, 0, 0, 0, 110, 5, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0])
         .await;
-    let f = c.recv().await.unwrap();
-    assert_eq!(
-        (f.tag, f.body),
-        (
-            5,
-            Ok(Rlerror {
-                ecode: Errno::EINVAL.0
-            }
-            .into())
-        )
-    );
+    assert_eq!(c.recv_error().await, (5, Errno::EINVAL));
     c.send_raw(&[7, 0, 0, 0, 250, 6, 0]).await;
-    let f = c.recv().await.unwrap();
-    assert_eq!(
-        (f.tag, f.body),
-        (
-            6,
-            Ok(Rlerror {
-                ecode: Errno::EOPNOTSUPP.0
-            }
-            .into())
-        )
-    );
+    assert_eq!(c.recv_error().await, (6, Errno::EOPNOTSUPP));
     // A reply sent as a request.
     c.send(7, Rclunk {}).await;
-    let f = c.recv().await.unwrap();
-    assert_eq!(
-        (f.tag, f.body),
-        (
-            7,
-            Ok(Rlerror {
-                ecode: Errno::EINVAL.0
-            }
-            .into())
-        )
-    );
+    assert_eq!(c.recv_error().await, (7, Errno::EINVAL));
     c.lopen(1, open::RDONLY).await.unwrap();
     assert_eq!(c.read_all(1).await.unwrap(), vec![7u8; 4096]);
     // A new version resets the fids.
