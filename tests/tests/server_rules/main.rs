@@ -35,6 +35,25 @@ fn fixture() -> tempfile::TempDir {
     ])
 }
 
+/// Walks fid 0 to every other fid a connection may hold (1 up to the bound), one
+/// request at a time; returns the bound, the first fid refused.
+async fn fill_the_fid_table(c: &mut Conn) -> u32 {
+    let max = wasm9p_server::MAX_FIDS_PER_CONNECTION as u32;
+    for fid in 1..max {
+        let walk = Twalk {
+            fid: 0,
+            newfid: fid,
+            wnames: vec![],
+        };
+        c.send(1, walk).await;
+        assert!(
+            matches!(c.recv().await.unwrap().body, Ok(Message::Rwalk(_))),
+            "fid {fid}"
+        );
+    }
+    max
+}
+
 async fn session(dir: &std::path::Path) -> (TestServer, Conn) {
     let server = TestServer::tcp(dir);
     let (conn, _) = Conn::attached(&server.addr, MSIZE, "").await;

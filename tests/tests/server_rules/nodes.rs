@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use wasm9p_proto::transport::Listener;
 use wasm9p_server::nodes::{Attr, BoxFuture, Dirent, Kind, New, NodeFs};
-use wasm9p_server::{MAX_FIDS_PER_CONNECTION, MAX_INFLIGHT_PER_CONNECTION};
+use wasm9p_server::MAX_INFLIGHT_PER_CONNECTION;
 
 use super::*;
 
@@ -129,6 +129,17 @@ async fn serve(fs: Arc<GatedFs>, dir: &tempfile::TempDir) -> Conn {
     Conn::connect(&addr).await
 }
 
+/// A connection to a gated node export with its file `f` open for reading as fid 1.
+async fn file_open_on_a_gated_export(dir: &tempfile::TempDir) -> (Arc<GatedFs>, Conn) {
+    let fs = GatedFs::new();
+    let mut c = serve(fs.clone(), dir).await;
+    c.version(MSIZE).await;
+    c.attach(0, "").await.unwrap();
+    c.walk(0, 1, "f").await.unwrap();
+    c.lopen(1, open::RDONLY).await.unwrap();
+    (fs, c)
+}
+
 fn read(fid: u32) -> Tread {
     Tread {
         fid,
@@ -179,22 +190,7 @@ async fn a_node_export_refuses_fids_past_the_bound_as_a_directory_export_does() 
     let mut c = serve(GatedFs::new(), &dir).await;
     c.version(MSIZE).await;
     c.attach(0, "").await.unwrap();
-    let max = MAX_FIDS_PER_CONNECTION as u32;
-    for fid in 1..max {
-        c.send(
-            1,
-            Twalk {
-                fid: 0,
-                newfid: fid,
-                wnames: vec![],
-            },
-        )
-        .await;
-        assert!(
-            matches!(c.recv().await.unwrap().body, Ok(Message::Rwalk(_))),
-            "fid {fid}"
-        );
-    }
+    let max = fill_the_fid_table(&mut c).await;
     assert_eq!(c.walk(0, max, "").await, Err(Errno::EMFILE));
     assert_eq!(c.attach(max, "").await, Err(Errno::EMFILE));
     // Nothing lost: the fids there still serve, and a clunk makes room.
@@ -206,12 +202,7 @@ async fn a_node_export_refuses_fids_past_the_bound_as_a_directory_export_does() 
 #[tokio::test]
 async fn a_node_export_runs_no_more_requests_at_once_than_the_bound() {
     let dir = tempfile::tempdir().unwrap();
-    let fs = GatedFs::new();
-    let mut c = serve(fs.clone(), &dir).await;
-    c.version(MSIZE).await;
-    c.attach(0, "").await.unwrap();
-    c.walk(0, 1, "f").await.unwrap();
-    c.lopen(1, open::RDONLY).await.unwrap();
+    let (fs, mut c) = file_open_on_a_gated_export(&dir).await;
     fs.gate(false);
     let sent = MAX_INFLIGHT_PER_CONNECTION + 44;
     for tag in 0..sent as u16 {
@@ -251,12 +242,7 @@ async fn a_node_export_runs_no_more_requests_at_once_than_the_bound() {
 #[tokio::test]
 async fn flush_on_a_node_export_follows_the_reply_it_flushes() {
     let dir = tempfile::tempdir().unwrap();
-    let fs = GatedFs::new();
-    let mut c = serve(fs.clone(), &dir).await;
-    c.version(MSIZE).await;
-    c.attach(0, "").await.unwrap();
-    c.walk(0, 1, "f").await.unwrap();
-    c.lopen(1, open::RDONLY).await.unwrap();
+    let (fs, mut c) = file_open_on_a_gated_export(&dir).await;
     // A tag nobody used: answered at once.
     c.send(9, Tflush { oldtag: 1234 }).await;
     let f = c.recv().await.unwrap();

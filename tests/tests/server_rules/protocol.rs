@@ -121,22 +121,7 @@ async fn fid_table_is_bounded_per_connection() {
     let dir = fixture();
     let server = TestServer::tcp(dir.path());
     let (mut c, _) = Conn::attached(&server.addr, MSIZE, "").await;
-    let max = wasm9p_server::MAX_FIDS_PER_CONNECTION as u32;
-    for fid in 1..max {
-        c.send(
-            1,
-            Twalk {
-                fid: 0,
-                newfid: fid,
-                wnames: vec![],
-            },
-        )
-        .await;
-        assert!(
-            matches!(c.recv().await.unwrap().body, Ok(Message::Rwalk(_))),
-            "fid {fid}"
-        );
-    }
+    let max = fill_the_fid_table(&mut c).await;
     assert_eq!(c.walk(0, max, "").await, Err(Errno::EMFILE));
     c.clunk(1).await.unwrap();
     c.walk(0, max, "").await.unwrap();
