@@ -9,8 +9,10 @@
 //! and reasons (past the memory limit: one line on stderr); a read-only root;
 //! allow-listed annotations reaching the container and others not; ExecSync refused at
 //! once; the memory in ContainerStats; a container restarted with its attempt + 1;
-//! StopContainer; removal leaving no shim, mount or state behind. And a runc pod on
-//! the same node, which the installer must not have broken.
+//! StopContainer: within its grace period an HTTP task's request in flight is
+//! answered and the task ends with 0, past it the task is killed (137); removal
+//! leaving no shim, mount or state behind. And a runc pod on the same node, which the
+//! installer must not have broken.
 
 #[path = "../containerd/mod.rs"]
 mod containerd;
@@ -32,6 +34,9 @@ const NAMESPACE: &str = "k8s.io";
 const PAUSE: &str = "docker.io/wasm9p/pause:test";
 /// The image of the cli guest (`shim/tests/guests/task.c`).
 const TASK: &str = "docker.io/wasm9p/task:cri";
+/// The image of an HTTP component that answers slowly on request
+/// (`tests/guests/http_limits.c`).
+const SLOW: &str = "docker.io/wasm9p/slow:cri";
 
 /// Debian's `/etc/containerd/config.toml` (bookworm's containerd 1.6.20).
 const DEBIAN: &str = include_str!("../containerd/debian-config.toml");
@@ -121,6 +126,13 @@ fn images() {
                 ("/task.wasm", &std::fs::read(task).unwrap()),
                 ("/etc/greeting", b"hello through the CRI\n"),
             ],
+        );
+        let slow = wasm9p_tests::c_http(&repo("tests/guests/http_limits.c"));
+        node().import(
+            NAMESPACE,
+            SLOW,
+            &["/limits.wasm"],
+            &[("/limits.wasm", &std::fs::read(slow).unwrap())],
         );
     });
 }
@@ -480,6 +492,109 @@ fn a_wasm_pod_runs_through_the_cri_and_leaves_nothing_when_removed() {
         ContainerState::ContainerExited as i32
     );
 
+    remove_pod(&cri, &pod);
+}
+
+/// One HTTP/1.1 GET on 127.0.0.1:`port`: the status, or why there was none.
+fn get(port: u16, path: &str) -> Result<u16, String> {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(90)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: cri\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .map_err(|e| e.to_string())?;
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| format!("no status in {answer:?}"))
+}
+
+/// An HTTP container of `SLOW` started in `pod` on a free port, answering: its id and
+/// port.
+fn slow_server(cri: &Cri, pod: &str, config: &PodSandboxConfig, name: &str) -> (String, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let id = create(cri, pod, config, (name, 0), &[], |c| {
+        c.image = Some(ImageSpec {
+            image: SLOW.into(),
+            ..Default::default()
+        });
+        c.envs = vec![KeyValue {
+            key: "WASMTIME_HTTP_PROXY_SOCKET_ADDR".into(),
+            value: format!("127.0.0.1:{port}"),
+        }];
+    })
+    .unwrap();
+    start(cri, &id);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while get(port, "/ok") != Ok(200) {
+        assert!(
+            Instant::now() < deadline,
+            "{name} does not answer on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (id, port)
+}
+
+#[test]
+fn stop_container_lets_a_request_finish_within_the_grace_period_and_kills_past_it() {
+    let cri = cri();
+    let logs = tempfile::tempdir().unwrap();
+    let config = pod_config("grace-pod", logs.path(), &[]);
+    let pod = run_pod(&cri, &config, "wasm9p");
+    let stop = |id: &str, timeout: i64| {
+        let asked = Instant::now();
+        let request = StopContainerRequest {
+            container_id: id.into(),
+            timeout,
+        };
+        cri.call(cri.service.clone().stop_container(request))
+            .unwrap();
+        asked.elapsed()
+    };
+    // Within the grace period: SIGTERM stops the accepting, the request in flight is
+    // answered, and the task ends well.
+    let (patient, port) = slow_server(&cri, &pod, &config, "patient");
+    let in_flight = std::thread::spawn(move || get(port, "/sleep?2000"));
+    std::thread::sleep(Duration::from_millis(500));
+    stop(&patient, 30);
+    assert_eq!(
+        in_flight.join().unwrap(),
+        Ok(200),
+        "answered while stopping"
+    );
+    let status = exited(&cri, &patient);
+    assert_eq!((status.exit_code, status.reason.as_str()), (0, "Completed"));
+    // Past it: containerd kills the task (SIGKILL: 137), which does not wait out the
+    // minute its request would take.
+    let (stubborn, port) = slow_server(&cri, &pod, &config, "stubborn");
+    let in_flight = std::thread::spawn(move || get(port, "/sleep?60000"));
+    std::thread::sleep(Duration::from_millis(500));
+    let took = stop(&stubborn, 2);
+    let status = exited(&cri, &stubborn);
+    assert_eq!((status.exit_code, status.reason.as_str()), (137, "Error"));
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(50),
+        "StopContainer with 2 s of grace took {took:?}"
+    );
+    assert!(
+        in_flight.join().unwrap() != Ok(200),
+        "the killed request was not answered"
+    );
     remove_pod(&cri, &pod);
 }
 
