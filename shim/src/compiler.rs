@@ -9,8 +9,10 @@
 //! get the compiled code instead of the wasm, and start without compiling. Code is
 //! compiled for the optimized tier of the engines the task will run on: the guest
 //! engine's for a module or a `wasi:cli` component, the HTTP handler's for a
-//! `wasi:http` component. What the code is for is written before it ([`TAG_CLI`],
-//! [`TAG_HTTP`]), so that the task knows without the wasm's exports.
+//! `wasi:http` component (a 0.2 proxy's or a 0.3 service's, see
+//! [`wasm9p_host::http::HandlerKind`]). What the code is for is written before it
+//! ([`TAG_CLI`], [`TAG_HTTP`], [`TAG_HTTP_SERVICE`]), so that the task knows without
+//! the wasm's exports.
 //!
 //! containerd hands over such layers from 1.6.25 and 1.7.7 on; Debian's 1.6.20
 //! cannot unpack such an image at all. A wasm file in an ordinary rootfs layer, which
@@ -26,7 +28,7 @@ use std::sync::Arc;
 use containerd_shim_wasm::sandbox::context::WasmLayer;
 use containerd_shim_wasm::shim::Compiler;
 use wasm9p_host::engine::{guest_engines, ProgramSource};
-use wasm9p_host::http::HttpLimits;
+use wasm9p_host::http::{HandlerKind, HttpLimits};
 use wasm9p_host::module_cache::{compile_ahead, Engines, Tier};
 
 use crate::workload::{self, Workload};
@@ -34,13 +36,17 @@ use crate::workload::{self, Workload};
 /// Written before compiled code for a task that runs to its end.
 pub const TAG_CLI: &[u8] = b"wasm9p-cli\n";
 
-/// Written before compiled code for a task that serves HTTP.
+/// Written before compiled code for a task that serves HTTP as a 0.2 proxy.
 pub const TAG_HTTP: &[u8] = b"wasm9p-http\n";
+
+/// Written before compiled code for a task that serves HTTP as a 0.3 service.
+pub const TAG_HTTP_SERVICE: &[u8] = b"wasm9p-http-service\n";
 
 /// runwasi's precompile hook, on the engines tasks run on.
 pub struct Precompiler {
     cli: Engines,
-    http: Engines,
+    proxy: Engines,
+    service: Engines,
 }
 
 impl Precompiler {
@@ -48,8 +54,12 @@ impl Precompiler {
     /// start).
     pub fn new() -> Option<Precompiler> {
         let made = guest_engines(false).and_then(|cli| {
-            let http = wasm9p_host::http::engines(&HttpLimits::default())?;
-            Ok(Precompiler { cli, http })
+            let http = |kind| wasm9p_host::http::engines(&HttpLimits::default(), kind);
+            Ok(Precompiler {
+                cli,
+                proxy: http(HandlerKind::Proxy)?,
+                service: http(HandlerKind::Service)?,
+            })
         });
         made.inspect_err(|e| log::warn!("wasm9p: no precompiling: {e}"))
             .ok()
@@ -62,7 +72,8 @@ impl Precompiler {
             .inspect_err(|why| log::info!("wasm9p: not precompiled: {why}"))
             .ok()?;
         let (tag, engines) = match workload {
-            Workload::HttpComponent => (TAG_HTTP, &self.http),
+            Workload::HttpComponent(HandlerKind::Proxy) => (TAG_HTTP, &self.proxy),
+            Workload::HttpComponent(HandlerKind::Service) => (TAG_HTTP_SERVICE, &self.service),
             Workload::Module | Workload::CliComponent => (TAG_CLI, &self.cli),
         };
         let code = compile_ahead(engines.get(Tier::Optimized), wasm)
@@ -79,7 +90,7 @@ impl Precompiler {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         crate::NAME.hash(&mut hasher);
         env!("CARGO_PKG_VERSION").hash(&mut hasher);
-        for engines in [&self.cli, &self.http] {
+        for engines in [&self.cli, &self.proxy, &self.service] {
             engines
                 .get(Tier::Optimized)
                 .precompile_compatibility_hash()
@@ -120,7 +131,9 @@ pub fn program_of_layers(
     let name = PathBuf::from(format!("layer {}", layer.config.digest()));
     if layer.precompiled {
         let (workload, code) = if let Some(code) = layer.layer.strip_prefix(TAG_HTTP) {
-            (Workload::HttpComponent, code)
+            (Workload::HttpComponent(HandlerKind::Proxy), code)
+        } else if let Some(code) = layer.layer.strip_prefix(TAG_HTTP_SERVICE) {
+            (Workload::HttpComponent(HandlerKind::Service), code)
         } else if let Some(code) = layer.layer.strip_prefix(TAG_CLI) {
             (Workload::Module, code)
         } else {

@@ -15,11 +15,12 @@
 
 use std::sync::Arc;
 
-use wasm9p_host::http::{HttpHandler, HttpLimits, Listen};
+use wasm9p_host::http::{HandlerKind, HttpHandler, HttpLimits, Listen};
 use wasm9p_host::module_cache::TierChoice;
 
 use crate::broker::CompileFor;
 use crate::prepared::{hand_off, notes, progress, report, say_working_dir_not_applied, Prepared};
+use crate::workload::Workload;
 
 /// The variable naming where to listen.
 pub const LISTEN_VAR: &str = "WASMTIME_HTTP_PROXY_SOCKET_ADDR";
@@ -66,9 +67,14 @@ fn serve_until_signal(prepared: Prepared) -> Result<(), String> {
         },
         memory,
     );
+    let kind = match prepared.workload {
+        Workload::HttpComponent(kind) => kind,
+        Workload::Module | Workload::CliComponent => HandlerKind::Service,
+    };
     let engines = CompileFor::Http {
         memory: limits.memory,
         max_instances: limits.max_instances,
+        service: kind == HandlerKind::Service,
     };
     let cache = prepared.module_cache(engines);
     let mounts = runtime
@@ -80,6 +86,7 @@ fn serve_until_signal(prepared: Prepared) -> Result<(), String> {
         .tier(TierChoice::Auto)
         .env(&prepared.env)
         .limits(limits.clone())
+        .compiled_ahead_for(kind)
         .notes(notes())
         .progress(progress());
     if prepared.described.keeps_code {

@@ -71,7 +71,7 @@ impl Sandbox for Wasm9pSandbox {
         let task = std::thread::Builder::new()
             .name("wasm9p-task".into())
             .spawn(move || match prepared.workload {
-                Workload::HttpComponent => crate::http_task::serve(prepared),
+                Workload::HttpComponent(_) => crate::http_task::serve(prepared),
                 Workload::Module | Workload::CliComponent => crate::cli_task::run(prepared),
             })?;
         Ok(task.join().unwrap_or_else(|_| {

@@ -5,13 +5,13 @@
 //! with both an HTTP handler and `run` is served. Anything else is refused with the
 //! one line a user needs.
 //!
-//! Only the top level of the file is read, a section at a time: a core module's
-//! exports come before its code, so clang.wasm's 75 MB are not read to find `_start`,
-//! and a component's nested modules are skipped.
+//! The file is read as [`wasm9p_host::engine::top_level_exports`] reads it: its top
+//! level only.
 
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Read, Seek};
 
-use wasmparser::{Chunk, Encoding, Parser, Payload};
+use wasm9p_host::engine::{top_level_exports, TopLevel};
+use wasm9p_host::http::HandlerKind;
 
 /// What a task runs as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,14 +20,15 @@ pub enum Workload {
     Module,
     /// A component exporting `wasi:cli/run`: to its end.
     CliComponent,
-    /// A component exporting an HTTP handler: served, an instance per request.
-    HttpComponent,
+    /// A component exporting an HTTP handler: served, an instance per request, on
+    /// the engines of its kind.
+    HttpComponent(HandlerKind),
 }
 
 impl Workload {
     /// Whether it serves requests rather than running to its end.
     pub fn serves(self) -> bool {
-        self == Workload::HttpComponent
+        matches!(self, Workload::HttpComponent(_))
     }
 }
 
@@ -38,25 +39,25 @@ const HTTP_EXPORTS: [&str; 2] = ["wasi:http/incoming-handler", "wasi:http/handle
 /// The name of a command component's export, without its version.
 const RUN_EXPORT: &str = "wasi:cli/run";
 
-/// How much is read at a time.
-const CHUNK: usize = 64 << 10;
-
 /// Tells what `file` (named `name` in errors) is; the error is one line.
 pub fn classify(name: &str, file: impl Read + Seek) -> Result<Workload, String> {
     let exports = top_level_exports(file).map_err(|why| format!("{name}: {why}"))?;
     match exports {
-        Exports::Module(names) if names.iter().any(|n| n == "_start") => Ok(Workload::Module),
-        Exports::Module(_) => Err(format!(
+        TopLevel::Module(names) if names.iter().any(|n| n == "_start") => Ok(Workload::Module),
+        TopLevel::Module(_) => Err(format!(
             "{name}: a preview1 module without `_start` (a reactor) has nothing to run"
         )),
-        Exports::Component(names) => {
+        TopLevel::Component(names) => {
             let exported = |wanted: &str| {
                 names
                     .iter()
                     .any(|n| n.split_once('@').map_or(n.as_str(), |(bare, _)| bare) == wanted)
             };
-            if HTTP_EXPORTS.iter().any(|e| exported(e)) {
-                Ok(Workload::HttpComponent)
+            if let Some(kind) = HandlerKind::of_exports(&names) {
+                Ok(Workload::HttpComponent(kind))
+            } else if HTTP_EXPORTS.iter().any(|e| exported(e)) {
+                // A version of either nobody serves: loading it says so.
+                Ok(Workload::HttpComponent(HandlerKind::Service))
             } else if exported(RUN_EXPORT) {
                 Ok(Workload::CliComponent)
             } else {
@@ -73,105 +74,6 @@ pub fn classify(name: &str, file: impl Read + Seek) -> Result<Workload, String> 
             }
         }
     }
-}
-
-enum Exports {
-    Module(Vec<String>),
-    Component(Vec<String>),
-}
-
-/// The names the file exports at its top level.
-fn top_level_exports(mut file: impl Read + Seek) -> Result<Exports, String> {
-    let mut magic = [0u8; 4];
-    let read = read_full(&mut file, &mut magic)?;
-    if read < 4 || magic != *b"\0asm" {
-        return Err("not a wasm module or component (it does not start with \\0asm)".into());
-    }
-    file.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
-    let mut parser = Parser::new(0);
-    let mut buf: Vec<u8> = Vec::new();
-    let mut eof = false;
-    let mut component = None;
-    let mut names = Vec::new();
-    loop {
-        let (consumed, skip, done) = match parser.parse(&buf, eof) {
-            Ok(Chunk::NeedMoreData(hint)) => {
-                if eof {
-                    return Err("truncated".into());
-                }
-                let want = usize::try_from(hint).unwrap_or(CHUNK).clamp(1, CHUNK);
-                let start = buf.len();
-                buf.resize(start + want, 0);
-                let n = read_full(&mut file, &mut buf[start..])?;
-                buf.truncate(start + n);
-                eof = n < want;
-                continue;
-            }
-            Ok(Chunk::Parsed { consumed, payload }) => match payload {
-                Payload::Version { encoding, .. } => {
-                    component = Some(encoding == Encoding::Component);
-                    (consumed, 0, false)
-                }
-                Payload::ExportSection(reader) => {
-                    for export in reader {
-                        names.push(export.map_err(|e| e.to_string())?.name.to_owned());
-                    }
-                    (consumed, 0, false)
-                }
-                Payload::ComponentExportSection(reader) => {
-                    for export in reader {
-                        names.push(export.map_err(|e| e.to_string())?.name.name.to_owned());
-                    }
-                    (consumed, 0, false)
-                }
-                // A module's exports are all read once its code begins.
-                Payload::CodeSectionStart { .. } => (consumed, 0, true),
-                // The parent parser has passed the nested one already: its bytes
-                // are dropped unread.
-                Payload::ModuleSection {
-                    unchecked_range, ..
-                }
-                | Payload::ComponentSection {
-                    unchecked_range, ..
-                } => (consumed, unchecked_range.len(), false),
-                Payload::End(_) => (consumed, 0, true),
-                _ => (consumed, 0, false),
-            },
-            Err(e) => return Err(format!("not valid wasm: {}", e.message())),
-        };
-        if done {
-            break;
-        }
-        buf.drain(..consumed);
-        if skip > 0 {
-            if buf.len() >= skip {
-                buf.drain(..skip);
-            } else {
-                let beyond = (skip - buf.len()) as i64;
-                buf.clear();
-                file.seek(SeekFrom::Current(beyond))
-                    .map_err(|e| e.to_string())?;
-            }
-        }
-    }
-    Ok(match component {
-        Some(true) => Exports::Component(names),
-        _ => Exports::Module(names),
-    })
-}
-
-/// Reads until `buf` is full or the file ends: how many bytes it got.
-fn read_full(file: &mut impl Read, buf: &mut [u8]) -> Result<usize, String> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read(&mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-    Ok(got)
 }
 
 #[cfg(test)]
@@ -210,11 +112,11 @@ mod tests {
         );
         assert_eq!(
             classify_wat(&component("wasi:http/incoming-handler@0.2.3")),
-            Ok(Workload::HttpComponent)
+            Ok(Workload::HttpComponent(HandlerKind::Proxy))
         );
         assert_eq!(
             classify_wat(&component("wasi:http/handler@0.3.0-rc-2025-09-16")),
-            Ok(Workload::HttpComponent)
+            Ok(Workload::HttpComponent(HandlerKind::Service))
         );
         let err = classify_wat(&component("example:thing/api@1.0.0")).unwrap_err();
         assert!(

@@ -231,7 +231,8 @@ fn wait_for_line(server: &Server, line: &str) {
 }
 
 #[test]
-fn sighup_switches_to_a_new_component_under_load_and_a_broken_one_leaves_the_old() {
+fn sighup_switches_to_a_new_component_under_load_a_broken_one_leaves_the_old_and_a_0_3_one_follows_a_0_2_one(
+) {
     let work = tempfile::tempdir().unwrap();
     let component = work.path().join("app.wasm");
     deploy(&hello(), &component);
@@ -302,6 +303,25 @@ fn sighup_switches_to_a_new_component_under_load_and_a_broken_one_leaves_the_old
     hangup(&server);
     wait_for_line(&server, "failed, the previous version serves on");
     assert_eq!(server.get("/ok").body, new);
+
+    // A WASI 0.3 service in place of the 0.2 proxy: compiled on engines of its own
+    // (with the concurrency support a proxy's go without), and served.
+    deploy(&super::p3::files(), &component);
+    hangup(&server);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while server.stderr.lock().unwrap().matches("reloaded").count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no second reload: {}",
+            server.stderr.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let answer = server.get("/");
+    assert_eq!(
+        (answer.status, answer.body.as_slice()),
+        (200, &b"hello from a WASI 0.3 component\n"[..])
+    );
 }
 
 /// A Python with `prometheus_client` from PyPI, in a venv made once under target/.

@@ -14,7 +14,7 @@ fn p3_component(cell: &'static OnceLock<PathBuf>, src: &str) -> PathBuf {
     component_of(cell, src, wasm9p_tests::c_http_p3)
 }
 
-fn files() -> PathBuf {
+pub(crate) fn files() -> PathBuf {
     static CELL: OnceLock<PathBuf> = OnceLock::new();
     p3_component(&CELL, "examples/http/files_p3.c")
 }

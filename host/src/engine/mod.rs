@@ -29,6 +29,7 @@
 //! [`crate::limits::MemoryLimiter`] of ours, and a cancel is the flag the caller gave.
 
 mod commands;
+mod exports;
 mod loading;
 mod outcome;
 mod presets;
@@ -42,6 +43,7 @@ use std::time::Instant;
 use wasm9p_guest_fs::namespace::Namespace;
 
 pub use commands::{parse_commands, Job};
+pub use exports::{top_level_exports, TopLevel};
 pub use loading::ProgramSource;
 pub(crate) use loading::{loading_setters, Loading};
 pub use outcome::Outcome;

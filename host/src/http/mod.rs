@@ -2,7 +2,10 @@
 //! (or, as the operator chooses, one reused), every instance on one shared, cached
 //! namespace. A component is a `wasi:http/proxy`
 //! of WASI 0.2 (it exports `wasi:http/incoming-handler@0.2.x`) or a WASI 0.3 service
-//! (`wasi:http/handler@0.3.x`, async); `instance` runs either.
+//! (`wasi:http/handler@0.3.x`, async); `instance` runs either. Which one it is is read
+//! from its exports before it is compiled ([`HandlerKind`]): a 0.2 proxy's engines go
+//! without wasmtime's concurrency support, which only a 0.3 service uses, so that its
+//! stores set none of it up and its calls pay for no task bookkeeping.
 //!
 //! [`HttpHandler`] is what `wasm9p http` serves and what a serverless runtime embeds:
 //! one component, pre-instantiated once, and a [`MountTable`] that many handlers (many
@@ -53,6 +56,7 @@ mod admission;
 mod bodies;
 mod connections;
 mod instance;
+mod kind;
 mod metrics;
 mod outgoing;
 mod proxy;
@@ -72,6 +76,7 @@ use wasm9p_guest_fs::namespace::Location;
 
 pub use bodies::{text_body, ResponseBody};
 pub use connections::{default_max_connections, RESERVED_DESCRIPTORS};
+pub use kind::HandlerKind;
 pub use metrics::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 pub use outgoing::AllowedHost;
 pub use reuse::{Reuse, MAX_USES};
@@ -152,6 +157,7 @@ pub struct HttpBuilder {
     limits: HttpLimits,
     env: Vec<(String, String)>,
     allowed: Vec<AllowedHost>,
+    ahead: HandlerKind,
 }
 
 impl HttpBuilder {
@@ -166,6 +172,15 @@ impl HttpBuilder {
     /// The environment every instance sees.
     pub fn env(mut self, env: &[(String, String)]) -> Self {
         self.env = env.to_vec();
+        self
+    }
+
+    /// The handler of code compiled ahead
+    /// ([`crate::engine::ProgramSource::CompiledAhead`]), which must have been compiled
+    /// on [`engines`] of that kind (default: [`HandlerKind::Service`]). A file's is
+    /// read from it.
+    pub fn compiled_ahead_for(mut self, kind: HandlerKind) -> Self {
+        self.ahead = kind;
         self
     }
 
@@ -214,10 +229,7 @@ impl HttpBuilder {
         if let ProgramSource::File { path, .. } = &self.loading.program {
             not_wasm(path)?;
         }
-        let loader = Loader {
-            engines: engines(&self.limits)?,
-            loading: self.loading,
-        };
+        let loader = Loader::new(self.loading, &self.limits, self.ahead)?;
         let program = loader.load()?;
         let counts = Arc::new(Counts::default());
         let instances: Arc<instance::InstanceCounts> = Arc::default();
@@ -277,26 +289,65 @@ fn not_wasm(path: &std::path::Path) -> Result<(), SetupError> {
     }
 }
 
+/// The kind of the component `program` gives as it is now: a file's read from it,
+/// code compiled ahead's as its builder was told (`ahead`).
+fn kind_of(program: &ProgramSource, ahead: HandlerKind) -> HandlerKind {
+    match program {
+        ProgramSource::File { path, .. } => HandlerKind::of_file(path),
+        ProgramSource::CompiledAhead { .. } => ahead,
+    }
+}
+
 /// How the component is loaded, at the start and at each reload.
 struct Loader {
     loading: Loading,
-    engines: Engines,
+    limits: HttpLimits,
+    /// The kind of code compiled ahead (a file's is read from it at each load).
+    ahead: HandlerKind,
+    /// The engines of the kind loaded last: a reload of the same kind compiles on
+    /// them again, one of the other kind makes its own.
+    engines: std::sync::Mutex<(HandlerKind, Engines)>,
 }
 
 impl Loader {
+    fn new(
+        loading: Loading,
+        limits: &HttpLimits,
+        ahead: HandlerKind,
+    ) -> Result<Loader, SetupError> {
+        let kind = kind_of(&loading.program, ahead);
+        Ok(Loader {
+            loading,
+            limits: limits.clone(),
+            ahead,
+            engines: std::sync::Mutex::new((kind, engines(limits, kind)?)),
+        })
+    }
+
+    /// The engines for components of `kind`.
+    fn engines_for(&self, kind: HandlerKind) -> Result<Engines, SetupError> {
+        let mut current = self.engines.lock().unwrap_or_else(|e| e.into_inner());
+        if current.0 != kind {
+            *current = (kind, engines(&self.limits, kind)?);
+        }
+        Ok(current.1.clone())
+    }
+
     fn load(&self) -> Result<crate::engine::TieredProgram<proxy::Linked>, SetupError> {
         let path = self.loading.program.path().to_owned();
+        let engines = self.engines_for(kind_of(&self.loading.program, self.ahead))?;
         self.loading.load(
-            (self.engines.clone(), true),
+            (engines, true),
             Box::new(move |engine, program| proxy::link(engine, program, &path)),
         )
     }
 }
 
-/// The engines of the two tiers for proxies: epoch interruption (the timeout) and the
-/// pooling allocator, sized for `max_instances` at once. Code compiled ahead for them
+/// The engines of the two tiers for components of `kind`: epoch interruption (the
+/// timeout), the pooling allocator, sized for `max_instances` at once, and for a 0.2
+/// proxy no concurrency support (see [`HandlerKind`]). Code compiled ahead for them
 /// ([`crate::engine::ProgramSource::CompiledAhead`]) is compiled on the optimized one.
-pub fn engines(limits: &HttpLimits) -> Result<Engines, SetupError> {
+pub fn engines(limits: &HttpLimits, kind: HandlerKind) -> Result<Engines, SetupError> {
     let mut pool = wasmtime::PoolingAllocationConfig::new();
     let instances = u32::try_from(limits.max_instances).unwrap_or(u32::MAX);
     // A C component with the preview1 adapter has a handful of core instances, two
@@ -320,6 +371,7 @@ pub fn engines(limits: &HttpLimits) -> Result<Engines, SetupError> {
     }
     let mut config = wasmtime::Config::new();
     config.epoch_interruption(true);
+    config.concurrency_support(kind == HandlerKind::Service);
     config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
     // Requests instantiate and tear down all the time, and most grow their memory a
     // little: explicit bounds checks let the pool reset a slot without protection
@@ -394,6 +446,7 @@ impl HttpHandler {
             limits: HttpLimits::default(),
             env: Vec::new(),
             allowed: Vec::new(),
+            ahead: HandlerKind::Service,
         }
     }
 

@@ -12,6 +12,7 @@ use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::p3::bindings::ServicePre;
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
+use super::kind::HandlerKind;
 use super::outgoing::Outgoing;
 use crate::engine::SetupError;
 use crate::limits::MemoryLimiter;
@@ -52,12 +53,6 @@ impl WasiHttpView for RequestState {
     }
 }
 
-/// The interface a WASI 0.2 proxy exports, by name without its version.
-const INCOMING_HANDLER: &str = "wasi:http/incoming-handler";
-
-/// The interface a WASI 0.3 service exports, by name without its version.
-const HANDLER: &str = "wasi:http/handler";
-
 /// What `wasm9p http` serves, said in the lines that refuse anything else.
 const SERVED: &str = "wasi:http/incoming-handler@0.2.x or wasi:http/handler@0.3.x";
 
@@ -97,12 +92,12 @@ pub(crate) fn link(engine: &Engine, program: Program, path: &Path) -> Result<Lin
     };
     let mut linker = Linker::new(engine);
     let linked = match handler_of(engine, &component, path)? {
-        Handler::P2 => crate::p2::add_to_linker(&mut linker)
+        HandlerKind::Proxy => crate::p2::add_to_linker(&mut linker)
             .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker))
             .and_then(|()| linker.instantiate_pre(&component))
             .and_then(ProxyPre::new)
             .map(Linked::P2),
-        Handler::P3 => crate::p3::add_to_linker(&mut linker)
+        HandlerKind::Service => crate::p3::add_to_linker(&mut linker)
             .and_then(|()| wasmtime_wasi_http::p3::add_to_linker(&mut linker))
             .and_then(|()| linker.instantiate_pre(&component))
             .and_then(ServicePre::new)
@@ -111,27 +106,21 @@ pub(crate) fn link(engine: &Engine, program: Program, path: &Path) -> Result<Lin
     linked.map_err(|e| crate::engine::link_error(path, e))
 }
 
-/// Which handler a component exports.
-enum Handler {
-    P2,
-    P3,
-}
-
 /// The handler `component` exports (the 0.2 one when it has both), or the one line
 /// that says it has neither, and what it exports instead.
-fn handler_of(engine: &Engine, component: &Component, path: &Path) -> Result<Handler, SetupError> {
+fn handler_of(
+    engine: &Engine,
+    component: &Component,
+    path: &Path,
+) -> Result<HandlerKind, SetupError> {
     let exports: Vec<String> = component
         .component_type()
         .exports(engine)
         .filter(|(_, item)| matches!(item.ty, ComponentItem::ComponentInstance(_)))
         .map(|(name, _)| name.to_owned())
         .collect();
-    let exported = |prefix: String| exports.iter().any(|name| name.starts_with(&prefix));
-    if exported(format!("{INCOMING_HANDLER}@0.2.")) {
-        return Ok(Handler::P2);
-    }
-    if exported(format!("{HANDLER}@0.3.")) {
-        return Ok(Handler::P3);
+    if let Some(kind) = HandlerKind::of_exports(&exports) {
+        return Ok(kind);
     }
     let has = match exports.is_empty() {
         true => "no interface".to_owned(),

@@ -97,6 +97,8 @@ pub enum CompileFor {
         memory: Option<usize>,
         /// Instances at once.
         max_instances: usize,
+        /// For a 0.3 service (with concurrency support), not a 0.2 proxy.
+        service: bool,
     },
 }
 

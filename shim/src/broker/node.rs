@@ -11,7 +11,7 @@ use std::time::Duration;
 use oci_spec::runtime::Spec;
 
 use wasm9p_host::engine::guest_engines;
-use wasm9p_host::http::HttpLimits;
+use wasm9p_host::http::{HandlerKind, HttpLimits};
 use wasm9p_host::module_cache::{ModuleCache, Tier};
 
 use super::{receive, send, CodeTier, CompileFor, Described, Reply, Request};
@@ -215,11 +215,18 @@ fn engines_for(engines: CompileFor) -> Result<wasm9p_host::module_cache::Engines
         CompileFor::Http {
             memory,
             max_instances,
-        } => wasm9p_host::http::engines(&HttpLimits {
-            memory,
-            max_instances,
-            ..HttpLimits::default()
-        }),
+            service,
+        } => wasm9p_host::http::engines(
+            &HttpLimits {
+                memory,
+                max_instances,
+                ..HttpLimits::default()
+            },
+            match service {
+                true => HandlerKind::Service,
+                false => HandlerKind::Proxy,
+            },
+        ),
     };
     made.map_err(|e| e.to_string())
 }
