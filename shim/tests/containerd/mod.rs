@@ -305,13 +305,14 @@ state = "{state}"
 
 /// How `ctr run --rm` now and then ends although its task ended well: a race in
 /// runwasi's shim library (containerd-shimkit 0.1.2, which the shim is built on). When
-/// a task exits, two of the library's waiters (its answer to `Wait`, and the task that
-/// sends the exit event, spawned at start) each take the task's state lock to mark it exited; its answer
-/// to `State` tries that lock once (`now_or_never`) and says RUNNING when the other
-/// waiter holds it, or is queued for it. ctr asks `State` right after `Wait` answers, so
-/// now and then it refuses its own delete with this. containerd's CRI deletes a task on
-/// its exit event, which the library sends only once the state says exited, so a
-/// kubelet never meets it. docs/shim.md ("Known gaps") says what to do.
+/// a task exits, two of the library's waiters (its answer to `Wait`, and the job that
+/// sends the exit event, spawned at start) each take the task's state lock to mark it
+/// exited; its answer to `State` tries that lock once (`now_or_never`) and says
+/// RUNNING when the other waiter holds it, or is queued for it. ctr asks `State` right
+/// after `Wait` answers, so now and then it refuses its own delete with this.
+/// containerd's CRI deletes a task on its exit event, which the library sends only once
+/// the state says exited, so a kubelet never meets it. docs/shim.md ("Known gaps") says
+/// what to do.
 pub const STATE_RACE: &str = "task must be stopped before deletion: running";
 
 /// containerd's plugins (`ctr plugins ls`: type, id, platforms, status) as a
