@@ -9,7 +9,9 @@
 //!
 //! One containerd serves a whole test binary; a watchdog process stops it, and any
 //! shim it left, once the test process ends. Tests keep apart by containerd namespace
-//! and container id.
+//! and container id. A test that restarts containerd ([`Containerd::restart`]) starts
+//! one of its own ([`own_containerd_with_cri`]): the others' calls would fail while it
+//! is down.
 //!
 //! Images are made here as OCI archives (a wasm file in an ordinary rootfs layer) and
 //! imported with `ctr image import`; `ctr run --rootfs DIR` runs a directory without
@@ -20,7 +22,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -45,15 +48,18 @@ pub struct Containerd {
     pub module_cache: PathBuf,
     /// The node-side sockets' directory the shim's configuration allows.
     pub node_dir: PathBuf,
-    /// containerd's process (the shell `unshare` started became it).
-    pid: u32,
-    _child: Child,
+    /// containerd's process (the shell `unshare` started became it; after a restart,
+    /// the one `nsenter` became).
+    pid: AtomicU32,
+    child: Mutex<Child>,
+    /// The environment containerd runs with.
+    env: Vec<(&'static str, String)>,
 }
 
 /// The containerd of this test binary, started at first use (its CRI plugin off).
 pub fn containerd() -> &'static Containerd {
     static CELL: OnceLock<Containerd> = OnceLock::new();
-    CELL.get_or_init(|| Containerd::start(None))
+    CELL.get_or_init(|| Containerd::start(None, ""))
 }
 
 /// The containerd of this test binary with its CRI plugin on, started at first use;
@@ -61,12 +67,23 @@ pub fn containerd() -> &'static Containerd {
 /// configuration's lines that put its root, state and sockets there).
 pub fn containerd_with_cri(cri_config: fn(&Path, &str) -> String) -> &'static Containerd {
     static CELL: OnceLock<Containerd> = OnceLock::new();
-    CELL.get_or_init(|| Containerd::start(Some(cri_config)))
+    CELL.get_or_init(|| Containerd::start(Some(cri_config), ""))
+}
+
+/// A containerd with its CRI plugin on for one test alone (one it may restart), its
+/// directory told apart from the binary's shared one by `name`; stopped as the shared
+/// one is, when the test process ends.
+pub fn own_containerd_with_cri(cri_config: fn(&Path, &str) -> String, name: &str) -> Containerd {
+    Containerd::start(Some(cri_config), name)
 }
 
 impl Containerd {
-    fn start(cri_config: Option<fn(&Path, &str) -> String>) -> Containerd {
-        let dir = std::env::temp_dir().join(format!("wasm9p-containerd-{}", std::process::id()));
+    fn start(cri_config: Option<fn(&Path, &str) -> String>, name: &str) -> Containerd {
+        let dir = std::env::temp_dir().join(format!(
+            "wasm9p-containerd-{}{}{name}",
+            std::process::id(),
+            if name.is_empty() { "" } else { "-" },
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let address = dir.join("containerd.sock");
@@ -110,42 +127,69 @@ state = "{state}"
             shim_dir.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
-        let child = Command::new("unshare")
+        let env = vec![
+            ("PATH", path),
+            (
+                "WASM9P_SHIM_CONFIG",
+                dir.join("shim.toml").display().to_string(),
+            ),
+        ];
+        let mut unshare = Command::new("unshare");
+        unshare
             .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
             .arg("mount -t tmpfs tmpfs /run && exec containerd --config \"$1\"")
             .arg("sh")
-            .arg(dir.join("config.toml"))
-            .env("PATH", path)
-            .env("WASM9P_SHIM_CONFIG", dir.join("shim.toml"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("containerd (scripts/test installs Debian's containerd and runc)");
-        // Once this process is gone: containerd and its shims stopped, the rootfs
-        // mounts they left undone, the directory removed.
-        wasm9p_tests::when_this_process_ends(&format!(
-            "kill {containerd}; pkill -f -- '{shims}'; sleep 1; pkill -9 -f -- '{shims}'; \
-             rm -rf {dir}",
-            containerd = child.id(),
-            // Bracketed, so that the pattern does not match this shell's own command.
-            shims = format!(
-                "[c]ontainerd-shim-wasm9p-v1 .*-address {}",
-                address.display()
-            ),
-            dir = dir.display(),
-        ));
+            .arg(dir.join("config.toml"));
+        let child = spawn_logged(unshare, &dir, &env);
         let started = Containerd {
             dir,
             address,
             module_cache,
             node_dir,
-            pid: child.id(),
-            _child: child,
+            pid: AtomicU32::new(child.id()),
+            child: Mutex::new(child),
+            env,
         };
+        started.answering();
+        started
+    }
+
+    /// Stops containerd (SIGTERM, as a node's service manager does; its shims and their
+    /// tasks go on) and starts it again in the same mount namespace, with the same
+    /// configuration, root and state: a restart on a node. Returns once it answers.
+    pub fn restart(&self) {
+        let mut child = self.child.lock().unwrap();
+        // The mount namespace, held open while no process of ours is in it but the
+        // shims.
+        let namespace =
+            std::fs::File::open(format!("/proc/{}/ns/mnt", child.id())).expect("its namespace");
+        let _ = Command::new("kill").arg(child.id().to_string()).status();
+        let status = child.wait().unwrap();
+        assert!(
+            status.success() || status.code().is_none(),
+            "containerd ended with {status:?} when stopped"
+        );
+        use std::os::fd::AsRawFd;
+        let mut nsenter = Command::new("nsenter");
+        nsenter
+            .arg(format!(
+                "--mount=/proc/{}/fd/{}",
+                std::process::id(),
+                namespace.as_raw_fd()
+            ))
+            .arg("--")
+            .args(["containerd", "--config"])
+            .arg(self.dir.join("config.toml"));
+        *child = spawn_logged(nsenter, &self.dir, &self.env);
+        self.pid.store(child.id(), Ordering::Relaxed);
+        drop(child);
+        self.answering();
+    }
+
+    /// Waits for containerd to answer (30 s at most).
+    fn answering(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !started
+        while !self
             .ctr("default")
             .arg("version")
             .output()
@@ -156,11 +200,10 @@ state = "{state}"
             assert!(
                 Instant::now() < deadline,
                 "containerd did not start: {}",
-                started.log()
+                self.log()
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        started
     }
 
     /// `ctr` against this containerd, in `namespace`.
@@ -183,7 +226,8 @@ state = "{state}"
 
     /// The mounts in containerd's mount namespace (where it mounts images' rootfs).
     pub fn mounts(&self) -> String {
-        std::fs::read_to_string(format!("/proc/{}/mounts", self.pid)).expect("containerd's mounts")
+        let pid = self.pid.load(Ordering::Relaxed);
+        std::fs::read_to_string(format!("/proc/{pid}/mounts")).expect("containerd's mounts")
     }
 
     /// Imports an image of one ordinary rootfs layer holding `files`, named `name`,
@@ -314,6 +358,37 @@ state = "{state}"
 /// the state says exited, so a kubelet never meets it. docs/shim.md ("Known gaps") says
 /// what to do.
 pub const STATE_RACE: &str = "task must be stopped before deletion: running";
+
+/// `command` (containerd, or what becomes it) started with `env`, its output appended
+/// to `dir`'s `containerd.log`; once this process is gone, a watchdog stops it and the
+/// shims it started, undoes the rootfs mounts they left and removes `dir`.
+fn spawn_logged(mut command: Command, dir: &Path, env: &[(&str, String)]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("containerd.log"))
+        .unwrap();
+    let child = command
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("containerd (scripts/test installs Debian's containerd and runc)");
+    let address = dir.join("containerd.sock");
+    wasm9p_tests::when_this_process_ends(&format!(
+        "kill {containerd}; pkill -f -- '{shims}'; sleep 1; pkill -9 -f -- '{shims}'; \
+         rm -rf {dir}",
+        containerd = child.id(),
+        // Bracketed, so that the pattern does not match this shell's own command.
+        shims = format!(
+            "[c]ontainerd-shim-wasm9p-v1 .*-address {}",
+            address.display()
+        ),
+        dir = dir.display(),
+    ));
+    child
+}
 
 /// containerd's plugins (`ctr plugins ls`: type, id, platforms, status) as a
 /// containerd started on `config` reports them: started with a root, state and socket

@@ -7,18 +7,20 @@
 //! Covered: a pod sandbox through the `wasm9p` handler to READY; two containers in one
 //! pod served by one shim process; stdout and stderr in the CRI log format; exit codes
 //! and reasons (past the memory limit: one line on stderr); a read-only root;
-//! allow-listed annotations reaching the container and others not; ExecSync refused at
-//! once; the memory in ContainerStats; a container restarted with its attempt + 1;
+//! allow-listed annotations reaching the container and others not; ExecSync and a tty
+//! refused at once; attach streaming a task's output (as `kubectl attach` gets it); the memory in ContainerStats; a container restarted with its attempt + 1;
 //! StopContainer: within its grace period an HTTP task's request in flight is
 //! answered and the task ends with 0, past it the task is killed (137); removal
-//! leaving no shim, mount or state behind. And a runc pod on the same node, which the
-//! installer must not have broken.
+//! leaving no shim, mount or state behind; containerd restarted under a running pod
+//! (on a containerd of that test's own), which finds the pod READY and its HTTP task
+//! serving on the same shim, a request in flight answered across the restart. And a
+//! runc pod on the same node, which the installer must not have broken.
 
 #[path = "../containerd/mod.rs"]
 mod containerd;
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
@@ -76,21 +78,32 @@ fn node() -> &'static Containerd {
     containerd_with_cri(node_config)
 }
 
-/// The CRI's runtime service, over containerd's socket; and a runtime to await it on.
+/// The CRI's runtime service, over a containerd's socket; a runtime to await it on;
+/// and that containerd.
 struct Cri {
     runtime: tokio::runtime::Runtime,
     service: RuntimeServiceClient<Channel>,
+    node: &'static Containerd,
 }
 
+/// The CRI of the test binary's shared containerd.
 fn cri() -> Cri {
+    cri_of(node())
+}
+
+fn cri_of(node: &'static Containerd) -> Cri {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let service = runtime
-        .block_on(wasm9p_tests::cri::connect(node().address.clone()))
+        .block_on(wasm9p_tests::cri::connect(node.address.clone()))
         .unwrap();
-    Cri { runtime, service }
+    Cri {
+        runtime,
+        service,
+        node,
+    }
 }
 
 impl Cri {
@@ -105,20 +118,21 @@ impl Cri {
     }
 }
 
-/// The images, imported once into the CRI's namespace.
-fn images() {
-    static DONE: OnceLock<()> = OnceLock::new();
-    DONE.get_or_init(|| {
+/// The images, imported once into `node`'s CRI namespace.
+fn images(node: &Containerd) {
+    static DONE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
+    if !done.contains(&node.address) {
         let busybox =
             std::fs::read("/bin/busybox").expect("busybox-static (scripts/test installs it)");
-        node().import(
+        node.import(
             NAMESPACE,
             PAUSE,
             &["/bin/busybox", "sleep", "2147483647"],
             &[("/bin/busybox", &busybox)],
         );
         let task = wasm9p_tests::compile_c_guest(&repo("shim/tests/guests/task.c"));
-        node().import(
+        node.import(
             NAMESPACE,
             TASK,
             &["/task.wasm"],
@@ -128,13 +142,14 @@ fn images() {
             ],
         );
         let slow = wasm9p_tests::c_http(&repo("tests/guests/http_limits.c"));
-        node().import(
+        node.import(
             NAMESPACE,
             SLOW,
             &["/limits.wasm"],
             &[("/limits.wasm", &std::fs::read(slow).unwrap())],
         );
-    });
+        done.push(node.address.clone());
+    }
 }
 
 fn repo(path: &str) -> PathBuf {
@@ -148,14 +163,14 @@ fn pod_config(name: &str, logs: &Path, annotations: &[(&str, &str)]) -> PodSandb
 
 /// A pod running through `handler` ("": the default, runc), READY: its id.
 fn run_pod(cri: &Cri, config: &PodSandboxConfig, handler: &str) -> String {
-    images();
+    images(cri.node);
     let request = RunPodSandboxRequest {
         config: Some(config.clone()),
         runtime_handler: handler.into(),
     };
     let reply = cri.call(cri.service.clone().run_pod_sandbox(request));
     let pod = reply
-        .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", node().log()))
+        .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", cri.node.log()))
         .pod_sandbox_id;
     let request = PodSandboxStatusRequest {
         pod_sandbox_id: pod.clone(),
@@ -209,7 +224,7 @@ fn start(cri: &Cri, id: &str) {
         container_id: id.into(),
     };
     cri.call(cri.service.clone().start_container(request))
-        .unwrap_or_else(|e| panic!("StartContainer: {e}\n{}", node().log()));
+        .unwrap_or_else(|e| panic!("StartContainer: {e}\n{}", cri.node.log()));
 }
 
 /// The container's status once it has exited.
@@ -236,7 +251,7 @@ fn exited(cri: &Cri, id: &str) -> ContainerStatus {
 /// The shim processes started for `id` (a pod's, as containerd names it): those whose
 /// parent is not one of them (a shim's zygote and the containers it forks carry the
 /// shim's command line too).
-fn shims_for(id: &str) -> usize {
+fn shim_pids(id: &str) -> Vec<u32> {
     let out = std::process::Command::new("pgrep")
         .args([
             "-f",
@@ -258,8 +273,13 @@ fn shims_for(id: &str) -> usize {
             .ok()
     };
     pids.iter()
-        .filter(|pid| parent(**pid).is_none_or(|p| !pids.contains(&p)))
-        .count()
+        .copied()
+        .filter(|pid| parent(*pid).is_none_or(|p| !pids.contains(&p)))
+        .collect()
+}
+
+fn shims_for(id: &str) -> usize {
+    shim_pids(id).len()
 }
 
 /// The pod stopped and removed; what it left is checked.
@@ -282,11 +302,12 @@ fn remove_pod(cri: &Cri, pod: &str) {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(
-        !node().mounts().contains(pod),
+        !cri.node.mounts().contains(pod),
         "a mount of the pod is left: {}",
-        node().mounts()
+        cri.node.mounts()
     );
-    let state = node()
+    let state = cri
+        .node
         .dir
         .join("state/io.containerd.runtime.v2.task")
         .join(NAMESPACE)
@@ -550,6 +571,29 @@ fn slow_server(cri: &Cri, pod: &str, config: &PodSandboxConfig, name: &str) -> (
     (id, port)
 }
 
+/// StopContainer with `timeout` seconds of grace.
+fn stop_container(cri: &Cri, id: &str, timeout: i64) {
+    let request = StopContainerRequest {
+        container_id: id.into(),
+        timeout,
+    };
+    cri.call(cri.service.clone().stop_container(request))
+        .unwrap_or_else(|e| panic!("StopContainer: {e}\n{}", cri.node.log()));
+}
+
+/// The container's state, as ContainerStatus gives it.
+fn state_of(cri: &Cri, id: &str) -> i32 {
+    let request = ContainerStatusRequest {
+        container_id: id.into(),
+        verbose: false,
+    };
+    cri.call(cri.service.clone().container_status(request))
+        .unwrap()
+        .status
+        .unwrap()
+        .state
+}
+
 #[test]
 fn stop_container_lets_a_request_finish_within_the_grace_period_and_kills_past_it() {
     let cri = cri();
@@ -558,12 +602,7 @@ fn stop_container_lets_a_request_finish_within_the_grace_period_and_kills_past_i
     let pod = run_pod(&cri, &config, "wasm9p");
     let stop = |id: &str, timeout: i64| {
         let asked = Instant::now();
-        let request = StopContainerRequest {
-            container_id: id.into(),
-            timeout,
-        };
-        cri.call(cri.service.clone().stop_container(request))
-            .unwrap();
+        stop_container(&cri, id, timeout);
         asked.elapsed()
     };
     // Within the grace period: SIGTERM stops the accepting, the request in flight is
@@ -622,5 +661,224 @@ fn a_runc_pod_still_runs_on_the_node_the_installer_changed() {
         lines,
         [("stdout".into(), "F".into(), "hello from runc".into())]
     );
+    remove_pod(&cri, &pod);
+}
+
+#[test]
+fn containerd_restarted_under_a_running_pod_finds_it_serving_and_stops_it_cleanly() {
+    // A containerd of its own: the other tests' calls would fail while it is down.
+    let node: &'static Containerd = Box::leak(Box::new(containerd::own_containerd_with_cri(
+        node_config,
+        "restart",
+    )));
+    let cri = cri_of(node);
+    let logs = tempfile::tempdir().unwrap();
+    let config = pod_config("restart-pod", logs.path(), &[]);
+    let pod = run_pod(&cri, &config, "wasm9p");
+    let (server, port) = slow_server(&cri, &pod, &config, "survivor");
+    let shim = shim_pids(&pod);
+    assert_eq!(shim.len(), 1, "one shim for the pod");
+
+    // containerd is not on a request's path: one in flight across the restart is
+    // answered.
+    let in_flight = std::thread::spawn(move || get(port, "/sleep?3000"));
+    std::thread::sleep(Duration::from_millis(500));
+    node.restart();
+    let cri = cri_of(node);
+    assert_eq!(
+        in_flight.join().unwrap(),
+        Ok(200),
+        "answered across the restart"
+    );
+
+    // The restarted containerd finds the pod READY and its container RUNNING, on the
+    // same shim, which goes on serving.
+    let request = PodSandboxStatusRequest {
+        pod_sandbox_id: pod.clone(),
+        verbose: false,
+    };
+    let status = cri
+        .call(cri.service.clone().pod_sandbox_status(request))
+        .unwrap_or_else(|e| panic!("PodSandboxStatus: {e}\n{}", node.log()))
+        .status
+        .unwrap();
+    assert_eq!(status.state, PodSandboxState::SandboxReady as i32);
+    assert_eq!(
+        state_of(&cri, &server),
+        ContainerState::ContainerRunning as i32
+    );
+    assert_eq!(shim_pids(&pod), shim, "the pod's shim was not replaced");
+    assert_eq!(get(port, "/ok"), Ok(200));
+
+    // New work in the pod runs through the same shim to its end.
+    let after = create(&cri, &pod, &config, ("after", 0), &["exit", "4"], |_| {}).unwrap();
+    start(&cri, &after);
+    let done = exited(&cri, &after);
+    assert_eq!((done.exit_code, done.reason.as_str()), (4, "Error"));
+    assert_eq!(shim_pids(&pod), shim);
+
+    // The task's end reaches the new containerd: a stop within the grace period ends
+    // it with 0, and the pod goes leaving nothing.
+    stop_container(&cri, &server, 30);
+    let status = exited(&cri, &server);
+    assert_eq!((status.exit_code, status.reason.as_str()), (0, "Completed"));
+    remove_pod(&cri, &pod);
+}
+
+/// What `kubectl attach` would show of a container: containerd's streaming server at
+/// the URL Attach gave, over a websocket in the `channel.k8s.io` protocol (each
+/// message's first byte names its stream: 1 stdout, 2 stderr, 3 the end's status),
+/// read until the server closes it (as it does when the task ends): the stdout and
+/// the stderr messages' text, each after its stream's number. An error if it is not
+/// closed within `within`.
+fn attached(url: &str, within: Duration) -> Result<Vec<(u8, String)>, String> {
+    use std::io::{Read, Write};
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or(format!("not http: {url}"))?;
+    let (host, path) = rest.split_once('/').ok_or(format!("no path: {url}"))?;
+    let mut stream = std::net::TcpStream::connect(host).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(within))
+        .map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "GET /{path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Protocol: channel.k8s.io\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    let until = Instant::now() + within;
+    let mut chunk = [0u8; 4096];
+    let mut head_end = None;
+    while Instant::now() < until {
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e.to_string()),
+        }
+        head_end = head_end.or_else(|| bytes.windows(4).position(|w| w == b"\r\n\r\n"));
+        if head_end.is_some_and(|end| frames(&bytes[end + 4..]).1) {
+            break;
+        }
+    }
+    let head_end =
+        head_end.ok_or_else(|| format!("no answer: {:?}", String::from_utf8_lossy(&bytes)))?;
+    let head = String::from_utf8_lossy(&bytes[..head_end]).into_owned();
+    if !head.starts_with("HTTP/1.1 101") {
+        return Err(head);
+    }
+    match frames(&bytes[head_end + 4..]) {
+        (messages, true) => Ok(messages),
+        (messages, false) => Err(format!("not closed within {within:?}: {messages:?}")),
+    }
+}
+
+/// The whole websocket messages in `bytes` (a server's: unmasked, unfragmented), as
+/// (stream, text); and whether a close message came.
+fn frames(mut bytes: &[u8]) -> (Vec<(u8, String)>, bool) {
+    let mut messages = Vec::new();
+    while bytes.len() >= 2 {
+        let opcode = bytes[0] & 0x0f;
+        let (len, at) = match bytes[1] & 0x7f {
+            126 if bytes.len() >= 4 => (u16::from_be_bytes([bytes[2], bytes[3]]) as usize, 4),
+            127 if bytes.len() >= 10 => (
+                u64::from_be_bytes(bytes[2..10].try_into().unwrap()) as usize,
+                10,
+            ),
+            126 | 127 => break,
+            n => (n as usize, 2),
+        };
+        let Some(payload) = bytes.get(at..at + len) else {
+            break;
+        };
+        match opcode {
+            8 => return (messages, true),
+            1 | 2 if !payload.is_empty() => messages.push((
+                payload[0],
+                String::from_utf8_lossy(&payload[1..]).into_owned(),
+            )),
+            _ => {}
+        }
+        bytes = &bytes[at + len..];
+    }
+    (messages, false)
+}
+
+#[test]
+fn a_tty_is_refused_at_once_and_attach_streams_a_tasks_output() {
+    let cri = cri();
+    let logs = tempfile::tempdir().unwrap();
+    let config = pod_config("tty-pod", logs.path(), &[]);
+    let pod = run_pod(&cri, &config, "wasm9p");
+    // A wasm task has no terminal: its start fails at once, saying so.
+    let tty = create(&cri, &pod, &config, ("tty", 0), &["exit", "0"], |c| {
+        c.tty = true;
+        c.stdin = true;
+    })
+    .unwrap();
+    let asked = Instant::now();
+    let refused = cri
+        .call(cri.service.clone().start_container(StartContainerRequest {
+            container_id: tty.clone(),
+        }))
+        .expect_err("a tty container started");
+    assert!(
+        refused.message().contains("terminal is not supported"),
+        "{refused:?}"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_ne!(
+        state_of(&cri, &tty),
+        ContainerState::ContainerRunning as i32
+    );
+
+    // Attach: what the task writes once attached reaches the client, each stream on
+    // its own channel.
+    let talker = create(
+        &cri,
+        &pod,
+        &config,
+        ("attached", 0),
+        &[
+            "sleep",
+            "3",
+            "--",
+            "cat",
+            "/etc/greeting",
+            "--",
+            "write",
+            "/no/dir/x",
+            "y",
+        ],
+        |_| {},
+    )
+    .unwrap();
+    start(&cri, &talker);
+    let url = cri
+        .call(cri.service.clone().attach(AttachRequest {
+            container_id: talker.clone(),
+            stdin: false,
+            tty: false,
+            stdout: true,
+            stderr: true,
+        }))
+        .unwrap()
+        .url;
+    let messages = attached(&url, Duration::from_secs(30)).unwrap();
+    let stdout: String = messages
+        .iter()
+        .filter(|(stream, _)| *stream == 1)
+        .map(|(_, text)| text.as_str())
+        .collect();
+    assert!(stdout.contains("hello through the CRI"), "{messages:?}");
+    assert!(stdout.contains("No such file"), "{messages:?}");
+    assert_eq!(exited(&cri, &talker).exit_code, 1);
     remove_pod(&cri, &pod);
 }
