@@ -173,6 +173,26 @@ impl Conn {
             .map(|m| expect_reply!(Ok::<_, Errno>(m), Rlopen))
     }
 
+    /// Tlcreate in directory fid `fid` (which becomes the new file, open), the group
+    /// the server's default (0).
+    pub async fn lcreate(
+        &mut self,
+        fid: u32,
+        name: &str,
+        flags: u32,
+        mode: u32,
+    ) -> Result<Rlcreate, Errno> {
+        self.rpc(Tlcreate {
+            fid,
+            name: name.into(),
+            flags,
+            mode,
+            gid: 0,
+        })
+        .await
+        .map(|m| expect_reply!(Ok::<_, Errno>(m), Rlcreate))
+    }
+
     /// Tclunk.
     pub async fn clunk(&mut self, fid: u32) -> Result<(), Errno> {
         self.rpc(Tclunk { fid }).await.map(|_| ())

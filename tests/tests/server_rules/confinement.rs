@@ -79,15 +79,7 @@ async fn client_made_symlinks_do_not_lead_out() {
     assert_eq!(qids.len(), 1);
     // Creating through the link is impossible: it is not a directory fid.
     c.walk(0, 2, "mine").await.unwrap();
-    let create = c
-        .rpc(Tlcreate {
-            fid: 2,
-            name: "x".into(),
-            flags: open::RDWR,
-            mode: 0o644,
-            gid: 0,
-        })
-        .await;
+    let create = c.lcreate(2, "x", open::RDWR, 0o644).await;
     assert_eq!(create.unwrap_err(), Errno::ENOTDIR);
     let mkdir = c
         .rpc(Tmkdir {

@@ -52,15 +52,9 @@ async fn create_write_read_truncate_and_times() {
     let (_s, mut c) = session(dir.path()).await;
     c.walk(0, 1, "sub").await.unwrap();
     let created = c
-        .rpc(Tlcreate {
-            fid: 1,
-            name: "new.txt".into(),
-            flags: open::RDWR | open::EXCL,
-            mode: 0o640,
-            gid: 0,
-        })
-        .await;
-    let created = expect_reply!(created, Rlcreate);
+        .lcreate(1, "new.txt", open::RDWR | open::EXCL, 0o640)
+        .await
+        .unwrap();
     assert_eq!(created.qid.ty, qid::FILE);
     let w = c
         .rpc(Twrite {
@@ -79,15 +73,9 @@ async fn create_write_read_truncate_and_times() {
     // lcreate of an existing name with EXCL fails.
     c.walk(0, 2, "sub").await.unwrap();
     let again = c
-        .rpc(Tlcreate {
-            fid: 2,
-            name: "new.txt".into(),
-            flags: open::RDWR | open::EXCL,
-            mode: 0o640,
-            gid: 0,
-        })
+        .lcreate(2, "new.txt", open::RDWR | open::EXCL, 0o640)
         .await;
-    assert_eq!(again, Err(Errno::EEXIST));
+    assert_eq!(again.err(), Some(Errno::EEXIST));
     // Truncate, chmod and set times through setattr.
     let set = Tsetattr {
         fid: 1,
@@ -123,16 +111,7 @@ async fn an_open_file_is_truncated_through_its_fid_even_after_an_unlink() {
     let dir = fixture();
     let (_s, mut c) = session(dir.path()).await;
     c.walk(0, 1, "sub").await.unwrap();
-    let created = c
-        .rpc(Tlcreate {
-            fid: 1,
-            name: "doomed".into(),
-            flags: open::RDWR,
-            mode: 0o644,
-            gid: 0,
-        })
-        .await;
-    expect_reply!(created, Rlcreate);
+    c.lcreate(1, "doomed", open::RDWR, 0o644).await.unwrap();
     std::fs::remove_file(dir.path().join("sub/doomed")).unwrap();
     let size = |size: u64| Tsetattr {
         fid: 1,

@@ -412,15 +412,7 @@ async fn passthrough_makes_device_nodes_only_when_allowed_and_never_opens_them()
     c.walk(0, 1, "null").await.unwrap();
     assert_eq!(c.lopen(1, open::RDWR).await.err(), Some(Errno::EACCES));
     c.walk(0, 2, "").await.unwrap();
-    let over = c
-        .rpc(Tlcreate {
-            fid: 2,
-            name: "null".into(),
-            flags: open::WRONLY,
-            mode: 0o644,
-            gid: 0,
-        })
-        .await;
+    let over = c.lcreate(2, "null", open::WRONLY, 0o644).await;
     assert_eq!(over.err(), Some(Errno::EACCES));
     let xattrs = c
         .rpc(Txattrwalk {
