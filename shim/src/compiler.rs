@@ -14,6 +14,10 @@
 //! ([`TAG_CLI`], [`TAG_HTTP`], [`TAG_HTTP_SERVICE`]), so that the task knows without
 //! the wasm's exports.
 //!
+//! The engines are made the first time they are needed, not when the shim starts: runwasi
+//! asks for the hook as each shim process makes its first container (a pod's pause
+//! container, for every pod), and most images have no wasm layers to compile.
+//!
 //! containerd hands over such layers from 1.6.25 and 1.7.7 on; Debian's 1.6.20
 //! cannot unpack such an image at all. A wasm file in an ordinary rootfs layer, which
 //! every containerd runs, is compiled through wasm9p's module cache instead (see
@@ -23,11 +27,11 @@ use std::hash::{Hash, Hasher};
 use std::io::Cursor;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use containerd_shim_wasm::sandbox::context::WasmLayer;
 use containerd_shim_wasm::shim::Compiler;
-use wasm9p_host::engine::{guest_engines, ProgramSource};
+use wasm9p_host::engine::{guest_engines, ProgramSource, SetupError};
 use wasm9p_host::http::{HandlerKind, HttpLimits};
 use wasm9p_host::module_cache::{compile_ahead, Engines, Tier};
 
@@ -42,39 +46,60 @@ pub const TAG_HTTP: &[u8] = b"wasm9p-http\n";
 /// Written before compiled code for a task that serves HTTP as a 0.3 service.
 pub const TAG_HTTP_SERVICE: &[u8] = b"wasm9p-http-service\n";
 
-/// runwasi's precompile hook, on the engines tasks run on.
+/// runwasi's precompile hook, on the engines tasks run on (made at first need).
+#[derive(Default)]
 pub struct Precompiler {
+    targets: OnceLock<Option<Targets>>,
+}
+
+/// The engines code is compiled for, one set for each kind of task.
+struct Targets {
     cli: Engines,
     proxy: Engines,
     service: Engines,
 }
 
+impl Targets {
+    fn make() -> Result<Targets, SetupError> {
+        let http = |kind| wasm9p_host::http::engines(&HttpLimits::default(), kind);
+        Ok(Targets {
+            cli: guest_engines(false)?,
+            proxy: http(HandlerKind::Proxy)?,
+            service: http(HandlerKind::Service)?,
+        })
+    }
+}
+
 impl Precompiler {
-    /// The hook, or none if the engines cannot be made (tasks then compile as they
-    /// start).
-    pub fn new() -> Option<Precompiler> {
-        let made = guest_engines(false).and_then(|cli| {
-            let http = |kind| wasm9p_host::http::engines(&HttpLimits::default(), kind);
-            Ok(Precompiler {
-                cli,
-                proxy: http(HandlerKind::Proxy)?,
-                service: http(HandlerKind::Service)?,
+    /// The hook; its engines are made when it first compiles or is asked its key.
+    pub fn new() -> Precompiler {
+        Precompiler::default()
+    }
+
+    /// The engines, made now if they were not; none if they cannot be made (layers
+    /// are then kept as they are, and tasks compile as they start).
+    fn targets(&self) -> Option<&Targets> {
+        self.targets
+            .get_or_init(|| {
+                Targets::make()
+                    .inspect_err(|e| log::warn!("wasm9p: no precompiling: {e}"))
+                    .ok()
             })
-        });
-        made.inspect_err(|e| log::warn!("wasm9p: no precompiling: {e}"))
-            .ok()
+            .as_ref()
     }
 
     /// The compiled code of one wasm layer, tagged with what it is for; `None` for
-    /// what is not a task's wasm (runwasi then keeps the layer as it is).
+    /// what is not a task's wasm, or when there are no engines to compile for
+    /// (runwasi then keeps the layer as it is).
     pub fn compile_layer(&self, wasm: &[u8]) -> Option<Vec<u8>> {
+        let targets = self.targets()?;
         let workload = workload::classify("the layer", Cursor::new(wasm))
             .inspect_err(|why| log::info!("wasm9p: not precompiled: {why}"))
             .ok()?;
         let (tag, engines) = match workload {
-            Workload::HttpComponent(HandlerKind::Proxy) => (TAG_HTTP, &self.proxy),
-            Workload::HttpComponent(HandlerKind::Service) => (TAG_HTTP_SERVICE, &self.service),
-            Workload::Module | Workload::CliComponent => (TAG_CLI, &self.cli),
+            Workload::HttpComponent(HandlerKind::Proxy) => (TAG_HTTP, &targets.proxy),
+            Workload::HttpComponent(HandlerKind::Service) => (TAG_HTTP_SERVICE, &targets.service),
+            Workload::Module | Workload::CliComponent => (TAG_CLI, &targets.cli),
         };
         let code = compile_ahead(engines.get(Tier::Optimized), wasm)
             .inspect_err(|why| log::warn!("wasm9p: cannot precompile a layer: {why}"))
@@ -85,16 +110,22 @@ impl Precompiler {
         Some(tagged)
     }
 
-    /// A hash of the settings the code is compiled for.
+    /// A hash of the settings the code is compiled for (without engines, a key no
+    /// compiled code has).
     fn key(&self) -> u64 {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         crate::NAME.hash(&mut hasher);
         env!("CARGO_PKG_VERSION").hash(&mut hasher);
-        for engines in [&self.cli, &self.proxy, &self.service] {
-            engines
-                .get(Tier::Optimized)
-                .precompile_compatibility_hash()
-                .hash(&mut hasher);
+        match self.targets() {
+            Some(targets) => {
+                for engines in [&targets.cli, &targets.proxy, &targets.service] {
+                    engines
+                        .get(Tier::Optimized)
+                        .precompile_compatibility_hash()
+                        .hash(&mut hasher);
+                }
+            }
+            None => "no engines".hash(&mut hasher),
         }
         hasher.finish()
     }
@@ -169,7 +200,11 @@ mod tests {
 
     #[test]
     fn layers_compile_for_the_engine_their_exports_call_for_and_load_as_tagged() {
-        let compiler = Precompiler::new().unwrap();
+        let compiler = Precompiler::new();
+        assert!(
+            compiler.targets.get().is_none(),
+            "no engines before they are needed"
+        );
         let module = wat::parse_str(r#"(module (func (export "_start")))"#).unwrap();
         let code = compiler.compile_layer(&module).unwrap();
         assert!(code.starts_with(TAG_CLI));

@@ -79,7 +79,7 @@ impl Shim for Wasm9pShim {
     }
 
     async fn compiler() -> Option<impl containerd_shim_wasm::shim::Compiler> {
-        compiler::Precompiler::new()
+        Some(compiler::Precompiler::new())
     }
 }
 

@@ -88,7 +88,7 @@ fn main() {
 async fn measure(args: &Args) -> Result<String, String> {
     let cri = wasm9p_tests::cri::connect(args.socket.clone()).await?;
     // One pod first, unmeasured: the images' snapshots and the module cache warm.
-    let (pod, _) = pod_running(&cri, args, "warm", 0).await?;
+    let (pod, _, _) = pod_running(&cri, args, "warm", 0).await?;
     remove(&cri, &pod).await?;
 
     let begin = Instant::now();
@@ -97,8 +97,11 @@ async fn measure(args: &Args) -> Result<String, String> {
         pods.push(pod_running(&cri, args, "seq", i).await?);
     }
     let sequential = args.pods as f64 / begin.elapsed().as_secs_f64();
-    let sequential_ms = median(pods.iter().map(|(_, took)| took.as_secs_f64() * 1e3));
-    for (pod, _) in pods.drain(..) {
+    let sequential_ms = median(pods.iter().map(|(_, took, _)| took.as_secs_f64() * 1e3));
+    // Each call's median; what is left of a pod's time is waiting for RUNNING.
+    let phase_ms = |phase: usize| median(pods.iter().map(|(_, _, p)| p[phase].as_secs_f64() * 1e3));
+    let phases_ms = [phase_ms(0), phase_ms(1), phase_ms(2)];
+    for (pod, _, _) in pods.drain(..) {
         remove(&cri, &pod).await?;
     }
 
@@ -126,7 +129,7 @@ async fn measure(args: &Args) -> Result<String, String> {
         pods.extend(wave.await.map_err(|e| e.to_string())??);
     }
     let parallel = pods.len() as f64 / begin.elapsed().as_secs_f64();
-    for (pod, _) in pods.drain(..) {
+    for (pod, _, _) in pods.drain(..) {
         remove(&cri, &pod).await?;
     }
 
@@ -136,11 +139,15 @@ async fn measure(args: &Args) -> Result<String, String> {
     }
     Ok(format!(
         "{{\"handler\": {:?}, \"pods\": {}, \"parallel\": {}, \"sequential_pods_per_s\": {sequential:.3}, \
-         \"sequential_ms_median\": {sequential_ms:.1}, \"parallel_pods_per_s\": {parallel:.3}, \
-         \"http_first_answer_ms\": [{}]}}",
+         \"sequential_ms_median\": {sequential_ms:.1}, \"run_pod_sandbox_ms\": {:.1}, \
+         \"create_container_ms\": {:.1}, \"start_container_ms\": {:.1}, \
+         \"parallel_pods_per_s\": {parallel:.3}, \"http_first_answer_ms\": [{}]}}",
         args.handler,
         args.pods,
         args.parallel,
+        phases_ms[0],
+        phases_ms[1],
+        phases_ms[2],
         first
             .iter()
             .map(|ms| format!("{ms:.1}"))
@@ -159,14 +166,21 @@ fn pod_config(args: &Args, name: &str) -> PodSandboxConfig {
     wasm9p_tests::cri::pod_config(name, "bench", &args.logs.join(name), &[])
 }
 
-/// A pod whose one container (`image`, with `args` and `env`) was started: its id.
+/// How long each call that makes a pod took: RunPodSandbox, CreateContainer,
+/// StartContainer.
+type Phases = [Duration; 3];
+
+/// A pod whose one container (`image`, with `args` and `env`) was started: their ids,
+/// and how long each call took.
 async fn pod_with(
     cri: &RuntimeServiceClient<Channel>,
     args: &Args,
     name: &str,
     (image, argv, env): (&str, &[&str], &[(&str, String)]),
-) -> Result<(String, String), String> {
+) -> Result<(String, String, Phases), String> {
     let config = pod_config(args, name);
+    let mut phases = Phases::default();
+    let mut at = Instant::now();
     let pod = cri
         .clone()
         .run_pod_sandbox(RunPodSandboxRequest {
@@ -177,6 +191,7 @@ async fn pod_with(
         .map_err(|e| format!("RunPodSandbox {name}: {e}"))?
         .into_inner()
         .pod_sandbox_id;
+    (phases[0], at) = (at.elapsed(), Instant::now());
     let container = cri
         .clone()
         .create_container(CreateContainerRequest {
@@ -208,26 +223,29 @@ async fn pod_with(
         .map_err(|e| format!("CreateContainer {name}: {e}"))?
         .into_inner()
         .container_id;
+    (phases[1], at) = (at.elapsed(), Instant::now());
     cri.clone()
         .start_container(StartContainerRequest {
             container_id: container.clone(),
         })
         .await
         .map_err(|e| format!("StartContainer {name}: {e}"))?;
-    Ok((pod, container))
+    phases[2] = at.elapsed();
+    Ok((pod, container, phases))
 }
 
-/// A pod of the task image, from RunPodSandbox until its container runs: the pod's id
-/// and how long that took.
+/// A pod of the task image, from RunPodSandbox until its container runs: the pod's id,
+/// how long that took, and each call of it.
 async fn pod_running(
     cri: &RuntimeServiceClient<Channel>,
     args: &Args,
     tag: &str,
     i: usize,
-) -> Result<(String, Duration), String> {
+) -> Result<(String, Duration, Phases), String> {
     let begin = Instant::now();
     let name = format!("{}-{tag}-{i}", args.handler);
-    let (pod, container) = pod_with(cri, args, &name, (&args.task, &["sleep", "60"], &[])).await?;
+    let (pod, container, phases) =
+        pod_with(cri, args, &name, (&args.task, &["sleep", "60"], &[])).await?;
     loop {
         let status = cri
             .clone()
@@ -241,7 +259,7 @@ async fn pod_running(
             .status
             .ok_or("no status")?;
         if status.state == ContainerState::ContainerRunning as i32 {
-            return Ok((pod, begin.elapsed()));
+            return Ok((pod, begin.elapsed(), phases));
         }
         if status.state == ContainerState::ContainerExited as i32 {
             return Err(format!("{name} exited: {status:?}"));
@@ -269,7 +287,7 @@ async fn first_answer(
         "WASMTIME_HTTP_PROXY_SOCKET_ADDR",
         format!("127.0.0.1:{port}"),
     )];
-    let (pod, _) = pod_with(cri, args, &name, (&args.hello, &[], &env)).await?;
+    let (pod, _, _) = pod_with(cri, args, &name, (&args.hello, &[], &env)).await?;
     loop {
         if answered(port) {
             let took = begin.elapsed().as_secs_f64() * 1e3;
