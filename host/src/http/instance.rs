@@ -140,17 +140,22 @@ impl Started {
             mut run,
             mut answer,
         } = self;
+        // The run first: a guest answers from within it, and an answer sent while the
+        // receiver's waker is registered wakes this very task, which tokio then takes
+        // for a task that yielded and wakes an idle worker to steal it (a futex or
+        // eventfd write for most requests, and a context switch on the other core).
+        // Polled after the run, the answer is read as it is, with no wakeup.
         tokio::select! {
             biased;
-            answered = &mut answer => match answered {
-                Ok(answer) => First::Answered(answer, Rest::Running(run)),
-                // The guest let its way of answering go without answering.
-                Err(_) => First::Ended(run.await),
-            },
             ran = &mut run => match answer.try_recv() {
                 // Answered and done within the same poll (a small response).
                 Ok(answer) => First::Answered(answer, Rest::Ran(ran)),
                 Err(_) => First::Ended(ran),
+            },
+            answered = &mut answer => match answered {
+                Ok(answer) => First::Answered(answer, Rest::Running(run)),
+                // The guest let its way of answering go without answering.
+                Err(_) => First::Ended(run.await),
             },
         }
     }
