@@ -674,7 +674,6 @@ impl Inner {
                 return response;
             }
         };
-        // Whatever is answered, the rest of the run goes with the body sent.
         // Whatever is answered, the rest of the run goes with the body sent; an
         // instance whose answer is replaced by ours is not kept.
         let drive = |response: Whose| {
