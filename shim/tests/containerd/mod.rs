@@ -20,6 +20,7 @@
 #![allow(dead_code)] // each test binary uses its own part of this
 
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -169,7 +170,6 @@ state = "{state}"
             status.success() || status.code().is_none(),
             "containerd ended with {status:?} when stopped"
         );
-        use std::os::fd::AsRawFd;
         let mut nsenter = Command::new("nsenter");
         nsenter
             .arg(format!(
