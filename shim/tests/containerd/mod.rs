@@ -23,7 +23,6 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -51,7 +50,6 @@ pub struct Containerd {
     pub node_dir: PathBuf,
     /// containerd's process (the shell `unshare` started became it; after a restart,
     /// the one `nsenter` became).
-    pid: AtomicU32,
     child: Mutex<Child>,
     /// The environment containerd runs with.
     env: Vec<(&'static str, String)>,
@@ -147,7 +145,6 @@ state = "{state}"
             address,
             module_cache,
             node_dir,
-            pid: AtomicU32::new(child.id()),
             child: Mutex::new(child),
             env,
         };
@@ -181,7 +178,6 @@ state = "{state}"
             .args(["containerd", "--config"])
             .arg(self.dir.join("config.toml"));
         *child = spawn_logged(nsenter, &self.dir, &self.env);
-        self.pid.store(child.id(), Ordering::Relaxed);
         drop(child);
         self.answering();
     }
@@ -226,7 +222,7 @@ state = "{state}"
 
     /// The mounts in containerd's mount namespace (where it mounts images' rootfs).
     pub fn mounts(&self) -> String {
-        let pid = self.pid.load(Ordering::Relaxed);
+        let pid = self.child.lock().unwrap_or_else(|e| e.into_inner()).id();
         std::fs::read_to_string(format!("/proc/{pid}/mounts")).expect("containerd's mounts")
     }
 

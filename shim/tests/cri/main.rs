@@ -227,19 +227,23 @@ fn start(cri: &Cri, id: &str) {
         .unwrap_or_else(|e| panic!("StartContainer: {e}\n{}", cri.node.log()));
 }
 
+/// The container's status, as ContainerStatus gives it.
+fn status_of(cri: &Cri, id: &str) -> ContainerStatus {
+    let request = ContainerStatusRequest {
+        container_id: id.into(),
+        verbose: false,
+    };
+    cri.call(cri.service.clone().container_status(request))
+        .unwrap_or_else(|e| panic!("ContainerStatus: {e}\n{}", cri.node.log()))
+        .status
+        .expect("a status")
+}
+
 /// The container's status once it has exited.
 fn exited(cri: &Cri, id: &str) -> ContainerStatus {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let request = ContainerStatusRequest {
-            container_id: id.into(),
-            verbose: false,
-        };
-        let status = cri
-            .call(cri.service.clone().container_status(request))
-            .unwrap()
-            .status
-            .unwrap();
+        let status = status_of(cri, id);
         if status.state == ContainerState::ContainerExited as i32 {
             return status;
         }
@@ -581,17 +585,9 @@ fn stop_container(cri: &Cri, id: &str, timeout: i64) {
         .unwrap_or_else(|e| panic!("StopContainer: {e}\n{}", cri.node.log()));
 }
 
-/// The container's state, as ContainerStatus gives it.
+/// The container's state.
 fn state_of(cri: &Cri, id: &str) -> i32 {
-    let request = ContainerStatusRequest {
-        container_id: id.into(),
-        verbose: false,
-    };
-    cri.call(cri.service.clone().container_status(request))
-        .unwrap()
-        .status
-        .unwrap()
-        .state
+    status_of(cri, id).state
 }
 
 #[test]
