@@ -59,6 +59,7 @@ mod instance;
 mod kind;
 mod metrics;
 mod outgoing;
+mod own_wakes;
 mod proxy;
 mod reuse;
 mod serve;

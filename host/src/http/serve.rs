@@ -27,6 +27,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use super::connections::{self, Connections, Verdict, Watch};
+use super::own_wakes::OwnWakes;
 use super::{text_body, HttpHandler, ResponseBody};
 
 /// Where to listen: `tcp:HOST:PORT` or `unix:PATH`.
@@ -214,7 +215,8 @@ impl Served {
             }
         });
         let served = Arc::clone(self);
-        tokio::spawn(async move {
+        // The guests run on this task and wake it as they go (`super::own_wakes`).
+        tokio::spawn(OwnWakes::new(async move {
             let _counted = counted;
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder.http1().keep_alive(true).timer(TokioTimer::new());
@@ -249,7 +251,7 @@ impl Served {
                     }
                 }
             }
-        });
+        }));
     }
 }
 
