@@ -6,25 +6,9 @@
 //! package install left out, the `scripts/build-http` components built by the same
 //! library call the script makes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use wasm9p_tests::{printed, run_walkthrough, walkthrough, StandIns};
-
-/// The test build of example `name`: `target/<profile>/examples/<name>`, beside the
-/// `deps/` this test runs from.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile = exe.parent().and_then(Path::parent).unwrap();
-    let built = profile.join("examples").join(name);
-    assert!(
-        built.exists(),
-        "{} is not built: `cargo test -p wasm9p-host` builds the examples before the \
-         tests, a `--test` filter alone does not (`cargo build -p wasm9p-host --examples` \
-         first)",
-        built.display()
-    );
-    built
-}
+use wasm9p_tests::{example, printed, run_walkthrough, walkthrough, StandIns};
 
 #[test]
 fn the_embedding_walkthrough_runs_a_guest_and_two_tenants_as_the_page_says() {

@@ -37,7 +37,7 @@ pub use guests::{
 pub use reaped::{when_this_process_ends, Reaped};
 pub use rng::Rng;
 pub use script::{
-    printed, run_script, run_walkthrough, walkthrough, ScriptRun, StandIns, Walk, Walked,
+    example, printed, run_script, run_walkthrough, walkthrough, ScriptRun, StandIns, Walk, Walked,
 };
 pub use serve_process::{served_addr, spawn_serve};
 pub use server::TestServer;

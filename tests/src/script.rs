@@ -128,6 +128,9 @@ pub struct StandIns<'a> {
     /// the rest of the line kept (the first pair that matches; for example `sudo ctr `
     /// made `ctr` against the test's own containerd).
     pub rewritten: &'a [(&'a str, &'a str)],
+    /// Wherever a pair's first string is in a line, its second instead (after
+    /// `rewritten`; for a command inside `$(...)`, such as `sudo crictl`).
+    pub replaced: &'a [(&'a str, &'a str)],
     /// `WASM9P_CACHE_DIR`: the compiled-module cache the walkthroughs share.
     pub module_cache: &'a Path,
 }
@@ -141,6 +144,7 @@ impl<'a> StandIns<'a> {
             examples: &[],
             dropped: &[],
             rewritten: &[],
+            replaced: &[],
             module_cache,
         }
     }
@@ -194,19 +198,41 @@ fn prepared(script: &str, here: &Path, stand_ins: &StandIns) -> String {
                 kept.push_str(&format!("{} {rest}\n", exe.display()));
             }
             _ => {
-                match stand_ins
+                let mut line = match stand_ins
                     .rewritten
                     .iter()
                     .find(|(from, _)| line.starts_with(from))
                 {
-                    Some((from, to)) => kept.push_str(&format!("{to}{}", &line[from.len()..])),
-                    None => kept.push_str(line),
+                    Some((from, to)) => format!("{to}{}", &line[from.len()..]),
+                    None => line.clone(),
+                };
+                for (from, to) in stand_ins.replaced {
+                    line = line.replace(from, to);
                 }
+                kept.push_str(&line);
                 kept.push('\n');
             }
         }
     }
     kept
+}
+
+/// The test build of example `name` of the package under test:
+/// `target/<profile>/examples/<name>`, beside the `deps/` the calling test runs from
+/// (`cargo test -p PACKAGE` builds a package's examples before its tests; a `--test`
+/// filter alone does not, and a cargo inside the test would wait for the build
+/// directory's lock).
+pub fn example(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().and_then(Path::parent).unwrap();
+    let built = profile.join("examples").join(name);
+    assert!(
+        built.exists(),
+        "{} is not built: `cargo test -p PACKAGE` builds the examples before the tests, \
+         a `--test` filter alone does not (`cargo build -p PACKAGE --examples` first)",
+        built.display()
+    );
+    built
 }
 
 /// A walkthrough ready to run: its script with the stand-ins in place, in a fresh

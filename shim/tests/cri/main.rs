@@ -18,6 +18,7 @@
 
 #[path = "../containerd/mod.rs"]
 mod containerd;
+mod walkthrough;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
