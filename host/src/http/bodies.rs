@@ -181,6 +181,25 @@ impl Tally {
     pub(crate) fn ended_whole(&self) -> bool {
         self.declared.is_none_or(|d| d == self.passed)
     }
+
+    /// What a poll of the body made of it: `Some(whole)` when the body is over with
+    /// it (its stream ended, its declared length reached or passed, or an error), else
+    /// `None`.
+    pub(crate) fn polled<E>(
+        &mut self,
+        polled: &Poll<Option<Result<Frame<Bytes>, E>>>,
+    ) -> Option<bool> {
+        match polled {
+            Poll::Ready(None) => Some(self.ended_whole()),
+            Poll::Ready(Some(Ok(frame))) => match self.frame(frame) {
+                Tallied::Going => None,
+                Tallied::Whole => Some(true),
+                Tallied::Over => Some(false),
+            },
+            Poll::Ready(Some(Err(_))) => Some(false),
+            Poll::Pending => None,
+        }
+    }
 }
 
 /// A response body holding `guard` until hyper is done with it: sent whole, or dropped
@@ -310,6 +329,37 @@ mod tests {
         assert!(open.ended_whole(), "any length, none declared");
         let trailers = Frame::<Bytes>::trailers(hyper::HeaderMap::new());
         assert_eq!(Tally::new(Some(0)).frame(&trailers), Tallied::Whole);
+    }
+
+    #[test]
+    fn a_poll_says_when_the_body_is_over_and_whether_whole() {
+        type Polled = Poll<Option<Result<Frame<Bytes>, ()>>>;
+        let data =
+            |n: usize| -> Polled { Poll::Ready(Some(Ok(Frame::data(Bytes::from(vec![0u8; n]))))) };
+        let mut tally = Tally::new(Some(10));
+        assert_eq!(tally.polled::<()>(&Poll::Pending), None);
+        assert_eq!(tally.polled(&data(4)), None);
+        assert_eq!(tally.polled(&data(6)), Some(true));
+        let mut short = Tally::new(Some(10));
+        assert_eq!(short.polled(&data(4)), None);
+        assert_eq!(
+            short.polled::<()>(&Poll::Ready(None)),
+            Some(false),
+            "ended short"
+        );
+        assert_eq!(
+            Tally::new(Some(3)).polled(&data(4)),
+            Some(false),
+            "past its length"
+        );
+        assert_eq!(
+            Tally::new(None).polled::<()>(&Poll::Ready(None)),
+            Some(true)
+        );
+        assert_eq!(
+            Tally::new(None).polled::<()>(&Poll::Ready(Some(Err(())))),
+            Some(false)
+        );
     }
 
     #[tokio::test]

@@ -41,7 +41,7 @@ use tokio::sync::oneshot;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::WasiHttpView;
 
-use super::bodies::{ResponseBody, Tallied, Tally};
+use super::bodies::{ResponseBody, Tally};
 use super::proxy::{Linked, TimedOut};
 use super::reuse::{Instantiated, Lease};
 
@@ -374,18 +374,8 @@ impl Body for EndSaid {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(None) => {
-                let whole = self.tally.ended_whole();
-                self.say(whole);
-            }
-            Poll::Ready(Some(Ok(frame))) => match self.tally.frame(frame) {
-                Tallied::Going => {}
-                Tallied::Whole => self.say(true),
-                Tallied::Over => self.say(false),
-            },
-            Poll::Ready(Some(Err(_))) => self.say(false),
-            Poll::Pending => {}
+        if let Some(whole) = self.tally.polled(&polled) {
+            self.say(whole);
         }
         polled
     }
@@ -473,18 +463,8 @@ impl Body for Driving {
             return Poll::Ready(None);
         };
         let polled = Pin::new(inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(None) => {
-                let whole = this.tally.ended_whole();
-                this.over(whole, cx);
-            }
-            Poll::Ready(Some(Ok(frame))) => match this.tally.frame(frame) {
-                Tallied::Going => {}
-                Tallied::Whole => this.over(true, cx),
-                Tallied::Over => this.over(false, cx),
-            },
-            Poll::Ready(Some(Err(_))) => this.over(false, cx),
-            Poll::Pending => {}
+        if let Some(whole) = this.tally.polled(&polled) {
+            this.over(whole, cx);
         }
         polled
     }
