@@ -141,10 +141,10 @@ impl Started {
             mut answer,
         } = self;
         // The run first: a guest answers from within it, and an answer sent while the
-        // receiver's waker is registered wakes this very task, which tokio then takes
-        // for a task that yielded and wakes an idle worker to steal it (a futex or
-        // eventfd write for most requests, and a context switch on the other core).
-        // Polled after the run, the answer is read as it is, with no wakeup.
+        // receiver's waker is registered wakes this very task (which `super::own_wakes`
+        // then polls once more, and tokio alone would reschedule, waking an idle
+        // worker to steal it). Polled after the run, the answer is read as it is, with
+        // no wakeup and no second poll.
         tokio::select! {
             biased;
             ran = &mut run => match answer.try_recv() {
